@@ -1,0 +1,246 @@
+"""The `fwbench` command line (Typer + Rich)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fwbench import data, registry
+from fwbench.engines import EngineError
+from fwbench.spec import CellSpec
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
+env_app = typer.Typer(no_args_is_help=True, help="Manage the per-stack environments of the local engine.")
+app.add_typer(env_app, name="env")
+console = Console()
+
+STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "unsupported": "dim"}
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit 2."""
+
+
+def default_data_dir() -> Path:
+    from fwbench.engines.local import fwbench_home
+
+    return Path(os.environ.get("FWBENCH_DATA", fwbench_home() / "data"))
+
+
+def make_engine(name: str):
+    from fwbench.engines.local import current_engine, local_engine
+
+    engines = {"local": local_engine, "current": current_engine}
+    if name not in engines:
+        raise UsageError(f"unknown engine '{name}' (choose from: {', '.join(engines)}; docker comes later)")
+    return engines[name]()
+
+
+@app.command("list")
+def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes to show.")) -> None:
+    """Show the stacks, tasks and presets."""
+    registry.get_preset(preset)
+    stacks = Table(title="Stacks")
+    for column in ("stack", "compile modes", "what"):
+        stacks.add_column(column)
+    for stack in registry.STACKS.values():
+        stacks.add_row(stack.id, ", ".join(stack.compile_modes), stack.description)
+    tasks = Table(title=f"Tasks (batch sizes at preset '{preset}')")
+    for column in ("task", "model", "kind", "batch"):
+        tasks.add_column(column)
+    for task in registry.TASKS.values():
+        tasks.add_row(task.id, task.model, task.kind, str(registry.workload(task.id, preset).batch_size))
+    presets = Table(title="Presets")
+    for column in ("preset", "steps", "warm-up", "timeout s", "what"):
+        presets.add_column(column)
+    for p in registry.PRESETS.values():
+        presets.add_row(p.id, str(p.steps), str(p.warmup), f"{p.timeout_s:g}", p.description)
+    for table in (stacks, tasks, presets):
+        console.print(table)
+
+
+@app.command("data")
+def data_cmd(
+    preset: str = typer.Option("tiny", help="tiny, small or paper."),
+    out: Path = typer.Option(None, "--out", help="Data directory (default: $FWBENCH_DATA or ~/.cache/fwbench/data)."),
+    seed: int = typer.Option(0, help="Seed of the synthetic inputs."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
+) -> None:
+    """Write the shared synthetic inputs of every task once, with a SHA-256 manifest."""
+    out = out or default_data_dir()
+    for task_id in task or []:
+        registry.get_task(task_id)
+    manifest = data.generate(out, preset, seed, task or None)
+    table = Table(title=f"Shared data: {out / preset}")
+    table.add_column("task")
+    table.add_column("sha256")
+    for task_id, entry in manifest["tasks"].items():
+        table.add_row(task_id, entry["sha256"][:16] + "…")
+    console.print(table)
+
+
+@app.command("run")
+def run_cmd(
+    stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable); see `fwbench list`."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
+    preset: str = typer.Option("tiny", help="tiny, small or paper."),
+    compile: Optional[List[str]] = typer.Option(
+        None, "--compile", help="native-torch: none, reduce-overhead, default, max-autotune (repeatable)."),
+    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
+    warmup: Optional[int] = typer.Option(None, help="Untimed warm-up steps (default 2)."),
+    repeats: int = typer.Option(1, help="Independent processes per cell."),
+    timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
+    out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
+    resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
+    engine: str = typer.Option("local", help="local (per-stack venv) or current (this interpreter)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
+    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores)."),
+    tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
+    per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
+    seed: int = typer.Option(0, help="Seed of the shared data."),
+    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
+) -> None:
+    """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
+    preset_obj = registry.get_preset(preset)
+    if tf32 not in ("default", "on", "off"):
+        raise UsageError(f"unknown TF32 policy '{tf32}' (choose from: default, on, off)")
+    for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    if (warmup is not None and warmup < 0) or (timeout is not None and timeout <= 0):
+        raise UsageError("--warmup must be >= 0 and --timeout > 0")
+    base = CellSpec(
+        stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
+        steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
+        seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, per_step_sync=per_step_sync,
+        timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault)
+    from fwbench import matrix
+
+    specs = matrix.plan(stack, task, preset, compile, repeats, base)
+    runner = make_engine(engine)
+    matrix.ensure_data(specs)
+    for stack_id in dict.fromkeys(s.stack for s in specs):
+        with console.status(f"preparing the {stack_id} environment ({engine} engine)…"):
+            runner.prepare(stack_id)
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        bar = progress.add_task("cells", total=len(specs))
+
+        def on_start(spec: CellSpec) -> None:
+            progress.update(bar, description=f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}")
+
+        def on_done(result) -> None:
+            progress.advance(bar)
+            progress.console.print(_result_line(result))
+
+        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done)
+    console.print(_summary_table(outcomes))
+    console.print(f"results: {out}")
+    if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
+        raise typer.Exit(1)
+
+
+def _result_line(result) -> str:
+    spec = result.spec
+    name = escape(f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}")
+    if result.skipped:
+        return f"[dim]skip[/] {name}: ok row exists"
+    row = result.row
+    status = row["status"]
+    style = STATUS_STYLE.get(status, "red")
+    if status == "ok":
+        detail = f"{row['ms_per_step']:.2f} ms/step (first step {row['first_step_s']:.2f} s)"
+        if row.get("compiled_graphs"):
+            detail += f", {row['compiled_graphs']} compiled graphs"
+    else:
+        detail = escape((row.get("error_message") or " ").splitlines()[0][:200])
+    return f"[{style}]{status}[/] {name}: {detail}"
+
+
+def _summary_table(outcomes) -> Table:
+    variants = list(dict.fromkeys(f"{r.spec.stack} [{r.spec.compile_mode}]" for r in outcomes))
+    tasks = list(dict.fromkeys(r.spec.task for r in outcomes))
+    cells: dict[tuple[str, str], list] = {}
+    for r in outcomes:
+        row = r.row if r.row else (_existing_row(r.path))
+        cells.setdefault((r.spec.task, f"{r.spec.stack} [{r.spec.compile_mode}]"), []).append(row)
+    table = Table(title="ms per step (median over repeats)")
+    table.add_column("task")
+    for variant in variants:
+        table.add_column(escape(variant), justify="right")
+    for task_id in tasks:
+        values = []
+        for variant in variants:
+            rows = [row for row in cells.get((task_id, variant), []) if row]
+            ok = sorted(row["ms_per_step"] for row in rows if row["status"] == "ok")
+            if ok:
+                values.append(f"{ok[len(ok) // 2]:.2f}")
+            elif rows:
+                status = rows[0]["status"]
+                values.append(f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]")
+            else:
+                values.append("")
+        table.add_row(task_id, *values)
+    return table
+
+
+def _existing_row(path: Path):
+    from fwbench import results
+
+    return results.read_row(path)
+
+
+@env_app.command("build")
+def env_build(stack: List[str] = typer.Argument(..., help="Stack ids.")) -> None:
+    """Build (or reuse) the local engine's virtual environment of each stack."""
+    from fwbench.engines.local import StackEnvironment
+
+    for stack_id in stack:
+        registry.get_stack(stack_id)
+        environment = StackEnvironment(stack_id)
+        with console.status(f"building {stack_id} in {environment.path} (log: {environment.log_path})…"):
+            environment.build()
+        console.print(f"{stack_id}: {environment.python}")
+
+
+@env_app.command("path")
+def env_path(stack: str = typer.Argument(..., help="Stack id.")) -> None:
+    """Print the interpreter of a stack's local environment (building nothing)."""
+    from fwbench.engines.local import StackEnvironment
+
+    registry.get_stack(stack)
+    environment = StackEnvironment(stack)
+    print(environment.python if environment.ready else "")
+    if not environment.ready:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    from fwbench.data import DataError
+    from fwbench.harness.clock import ClockError
+
+    try:
+        app()
+    except (UsageError, registry.RegistryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except (EngineError, DataError, ClockError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted: finished cells are saved; rerun with --resume to continue", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Engines launch one cell process and report how it ended. The runner turns that into a row.
+
+  * `local`:   the stack's own virtual environment, built from images/<stack>/requirements.txt
+  * `current`: this interpreter (inside a stack's Docker image, or a dev env that has the frameworks)
+  * `docker`:  the stack's image (a later issue)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fwbench.spec import CellSpec
+
+# Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
+KILL_GRACE_S = 10.0
+
+
+class EngineError(RuntimeError):
+    """The engine itself cannot work (e.g. an environment failed to build)."""
+
+
+@dataclass
+class CellOutcome:
+    returncode: int | None
+    timed_out: bool
+    log_path: Path
+    record_path: Path
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+def cell_environment(spec: CellSpec) -> dict[str, str]:
+    """Environment of a cell process: pinned thread counts, and no hub access."""
+    env = dict(os.environ)
+    threads = str(spec.threads)
+    env.update({
+        # Oversubscribed OpenMP pools made steps 10-25x slower here: pin every pool we know of.
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TF_NUM_INTRAOP_THREADS": threads,
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # Random weights only: fail loudly rather than download anything.
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path: Path,
+                   env: dict[str, str]) -> CellOutcome:
+    """Run a cell command with a timeout; on overrun kill its whole process group."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env, start_new_session=True)
+        timed_out = False
+        try:
+            process.wait(timeout=spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process)
+        except BaseException:  # Ctrl-C in the runner: do not leave a cell running
+            _kill_group(process)
+            raise
+    return CellOutcome(process.returncode, timed_out, log_path, record_path)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def write_spec(spec: CellSpec, work_dir: Path) -> Path:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(dir=work_dir, prefix="spec-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        f.write(spec.to_json())
+    return Path(path)

@@ -1,0 +1,197 @@
+"""The cell process: `python -m fwbench.harness.cell SPEC.json RECORD.json`.
+
+Runs one (stack, task, preset, variant, repeat) and writes exactly one record (JSON) that the
+runner turns into a Parquet row. Whatever happens, a record is written: ok, error, oom or
+unsupported (a timeout is recorded by the runner, which kills the process).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fwbench import __version__, data, registry
+from fwbench.harness import backends, envinfo
+from fwbench.harness.clock import StepClock, run_loop
+from fwbench.schema import SCHEMA_VERSION
+from fwbench.spec import CellSpec
+from fwbench.workloads import CellContext, Unsupported
+
+OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom when allocating")
+
+
+def base_record(spec: CellSpec) -> dict[str, Any]:
+    """The identifying fields every row has, whatever its status (the runner uses it too)."""
+    stack = registry.STACKS.get(spec.stack)
+    task = registry.TASKS.get(spec.task)
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "fwbench_version": __version__,
+        "run_id": spec.run_id,
+        "record_id": uuid.uuid4().hex,
+        "cell_id": spec.cell_id,
+        "stack": spec.stack,
+        "family": stack.family if stack else None,
+        "framework": stack.framework if stack else None,
+        "model": task.model if task else None,
+        "task": spec.task,
+        "task_kind": task.kind if task else None,
+        "preset": spec.preset,
+        "compile_mode": spec.compile_mode,
+        "repeat": spec.repeat,
+        "engine": spec.engine,
+        "pin_set": spec.pin_set,
+        "warmup_steps": spec.warmup,
+        "timed_steps": spec.steps,
+        "per_step_sync": spec.per_step_sync,
+        "threads": spec.threads,
+        "tf32_setting": spec.tf32,
+        "data_seed": spec.seed,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+    }
+    if task and spec.preset in registry.PRESETS:
+        record["batch_size"] = registry.workload(spec.task, spec.preset).batch_size
+    return record
+
+
+def classify_failure(exc: BaseException) -> str:
+    if isinstance(exc, Unsupported):
+        return "unsupported"
+    if isinstance(exc, MemoryError) or type(exc).__name__ in ("OutOfMemoryError", "ResourceExhaustedError"):
+        return "oom"
+    text = str(exc).lower()
+    return "oom" if any(marker in text for marker in OOM_MARKERS) else "error"
+
+
+def _inject_fault_before_build(spec: CellSpec) -> None:
+    if spec.fault == "raise":
+        raise RuntimeError("injected fault: this workload raises on purpose")
+    if spec.fault and spec.fault.startswith("sleep:"):
+        time.sleep(float(spec.fault.split(":", 1)[1]))
+
+
+def _with_step_delay(step, delay_ms: float):
+    def slowed_step():
+        output = step()
+        time.sleep(delay_ms / 1000.0)
+        return output
+    return slowed_step
+
+
+def measure(spec: CellSpec) -> dict[str, Any]:
+    """Build, time and describe one cell. Raises on failure (the caller records it)."""
+    stack = registry.get_stack(spec.stack)
+    workload = registry.workload(spec.task, spec.preset)
+    registry.check_compile_mode(stack, spec.compile_mode)
+    arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
+    _inject_fault_before_build(spec)
+
+    backend = backends.backend_for(stack.family)
+    backend.configure(spec.threads, spec.tf32)
+    cache_warm = _compile_cache_warm(stack.family, spec.compile_mode)
+    module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
+    ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
+
+    setup_start = time.perf_counter()
+    cell = module.build(ctx)
+    backend.sync(None)
+    setup_s = time.perf_counter() - setup_start
+
+    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync)
+    if hasattr(cell, "drive"):
+        cell.drive(clock)
+    else:
+        step = cell.step
+        if spec.fault and spec.fault.startswith("step-sleep:"):
+            step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
+        run_loop(clock, step)
+
+    ms_per_step = clock.ms_per_step()
+    peak_mem_bytes, peak_mem_kind = backend.peak_memory()
+    environment = envinfo.environment()
+    versions = environment.pop("library_versions")
+    device = backend.device_info()
+    result: dict[str, Any] = {
+        "setup_s": setup_s,
+        "first_step_s": clock.first_step_s,
+        "ms_per_step": ms_per_step,
+        "step_ms": clock.step_ms(),
+        "samples_per_s": workload.batch_size * 1000.0 / ms_per_step,
+        "batch_size": workload.batch_size,
+        "peak_mem_bytes": peak_mem_bytes,
+        "peak_mem_kind": peak_mem_kind,
+        "input_sha256": input_sha256,
+        "data_seed": seed,
+        "threads": backend.threads(),
+        "framework_version": versions.get(stack.framework),
+        "library_versions": versions,
+        "compile_cache_warm": cache_warm,
+        **{k: v for k, v in environment.items() if k != "gpu_names"},
+        **device,
+        **backend.precision_state(),
+    }
+    if result.get("device") == "cpu":
+        result["device_name"] = environment["cpu_model"]
+    extra: dict[str, Any] = {}
+    if stack.family == "torch":
+        stats = backend.compile_stats()
+        extra["graph_break_reasons"] = stats.pop("graph_break_reasons")
+        result.update(stats)
+        if spec.compile_mode != "none":
+            result["compile_took_effect"] = stats["compiled_graphs"] > 0 and ctx.info.pop(
+                "compiled_code_ran", True)
+    result.update(ctx.info)
+    result["extra"] = {**extra, **result.get("extra", {})}
+    return result
+
+
+def _compile_cache_warm(family: str, compile_mode: str) -> bool | None:
+    if family != "torch" or compile_mode == "none":
+        return None
+    cache = backends.inductor_cache_dir()
+    return cache.is_dir() and any(cache.iterdir())
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, default=str))
+    os.replace(tmp, path)
+
+
+def run(spec: CellSpec, record_path: Path) -> int:
+    start = time.perf_counter()
+    record = base_record(spec)
+    try:
+        record.update(measure(spec))
+        record["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - every failure must become a row
+        record["status"] = classify_failure(exc)
+        record["error_type"] = type(exc).__name__
+        record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
+        record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
+        if isinstance(exc, KeyboardInterrupt):
+            record["error_message"] = "interrupted"
+    record["wall_s"] = time.perf_counter() - start
+    write_json_atomic(record_path, record)
+    return 0 if record["status"] in ("ok", "unsupported") else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m fwbench.harness.cell SPEC.json RECORD.json", file=sys.stderr)
+        return 2
+    spec = CellSpec.from_json(Path(args[0]).read_text())
+    return run(spec, Path(args[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The one clock every workload is timed with.
+
+A cell runs `1 + warmup + steps` steps. Step 0 is the first (trace/compile) step, timed alone
+as `first_step_s`; the next `warmup` steps are untimed; the last `steps` are the timed window.
+The device is synchronised before every clock read, so asynchronous dispatch (CUDA, JAX, TF)
+cannot make a step look shorter than it is.
+
+Two ways to drive it, the same numbers either way:
+  * the harness loops: `begin()`, run the step, `end(output)` (see `run_loop`);
+  * a framework loops (HF Trainer, Keras `fit`): its per-step callbacks call `begin()` / `end()`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+SyncFn = Callable[[Any], None]
+
+
+class ClockError(RuntimeError):
+    pass
+
+
+class StepClock:
+    def __init__(self, sync: SyncFn, warmup: int, steps: int, per_step_sync: bool = True):
+        if steps < 1 or warmup < 0:
+            raise ClockError(f"need steps >= 1 and warmup >= 0, got steps={steps} warmup={warmup}")
+        self._sync = sync
+        self.warmup = warmup
+        self.steps = steps
+        self.per_step_sync = per_step_sync
+        self.total_steps = 1 + warmup + steps
+        self._index = 0  # index of the step in progress (or next to begin)
+        self._first_begin: float | None = None
+        self.first_step_s: float | None = None
+        self._marks: list[float] = []  # window start, then the end of each timed step
+
+    @property
+    def done(self) -> bool:
+        return self._index >= self.total_steps
+
+    @property
+    def first_timed_index(self) -> int:
+        return 1 + self.warmup
+
+    def begin(self) -> None:
+        if self._index == 0:
+            self._first_begin = time.perf_counter()
+        elif self._index == self.first_timed_index:
+            # The step before the window was synced at its end, so nothing is still queued.
+            self._marks.append(time.perf_counter())
+
+    def end(self, output: Any = None) -> None:
+        index = self._index
+        if index >= self.total_steps:
+            raise ClockError(f"step {index} ended, but only {self.total_steps} steps were planned")
+        last = index == self.total_steps - 1
+        if index == 0:
+            self._sync(output)
+            self.first_step_s = time.perf_counter() - self._first_begin
+        elif index >= self.first_timed_index:
+            if self.per_step_sync or last:
+                self._sync(output)
+            self._marks.append(time.perf_counter())
+        elif index == self.first_timed_index - 1:
+            self._sync(output)  # end of warm-up
+        self._index += 1
+
+    # -- results -------------------------------------------------------------------------
+    def window_s(self) -> float:
+        self._check_complete()
+        return self._marks[-1] - self._marks[0]
+
+    def ms_per_step(self) -> float:
+        return 1000.0 * self.window_s() / self.steps
+
+    def step_ms(self) -> list[float] | None:
+        """Per-step times; None when steps were not synced one by one (they would be dispatch times)."""
+        self._check_complete()
+        if not self.per_step_sync:
+            return None
+        return [1000.0 * (b - a) for a, b in zip(self._marks, self._marks[1:])]
+
+    def _check_complete(self) -> None:
+        if len(self._marks) != self.steps + 1:
+            raise ClockError(
+                f"timed window incomplete: {max(len(self._marks) - 1, 0)} of {self.steps} steps recorded "
+                f"(the framework ran {self._index} of {self.total_steps} planned steps)")
+
+
+def run_loop(clock: StepClock, step: Callable[[], Any]) -> None:
+    """The harness-driven loop: the only place a plain `step()` workload is timed."""
+    while not clock.done:
+        clock.begin()
+        output = step()
+        clock.end(output)

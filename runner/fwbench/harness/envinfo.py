@@ -1,0 +1,76 @@
+"""The environment a cell ran in: host, CPU, GPU driver (NVML), library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from importlib import metadata
+from typing import Any
+
+# Distributions whose versions matter for a row; missing ones are simply left out.
+TRACKED_DISTRIBUTIONS = (
+    "fwbench", "numpy", "torch", "torchvision", "transformers", "diffusers", "peft", "accelerate",
+    "segment-anything", "keras", "keras-hub", "keras-nlp", "keras-cv", "tensorflow", "tensorflow-cpu",
+    "tf-keras", "jax", "jaxlib", "jax-cuda12-plugin", "nvidia-ml-py", "triton",
+)
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for dist in TRACKED_DISTRIBUTIONS:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvml_info() -> dict[str, Any]:
+    """GPU driver, CUDA driver version and GPU names from NVML; empty where there is no NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError: no driver / no GPU (every CPU machine)
+        return {}
+    try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        count = pynvml.nvmlDeviceGetCount()
+        names = []
+        for index in range(count):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+            names.append(name.decode() if isinstance(name, bytes) else name)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return {
+            "gpu_driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "cuda_driver": f"{cuda // 1000}.{(cuda % 1000) // 10}",
+            "gpu_names": names,
+        }
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "library_versions": library_versions(),
+        **nvml_info(),
+    }

@@ -1,0 +1,85 @@
+"""The columns of a result row: one list, used by the writer, the reader and docs/results-schema.md.
+
+Plain Python (no pyarrow import) so a cell process can name its fields without the Parquet stack.
+Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
+
+# (name, type, description). Types: string, int64, float64, bool, timestamp, list<float64>.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("schema_version", "int64", "Version of this schema (see SCHEMA_VERSION)."),
+    ("fwbench_version", "string", "fwbench package version that produced the row."),
+    ("run_id", "string", "One id per `fwbench run` invocation."),
+    ("record_id", "string", "Unique id of this row."),
+    ("cell_id", "string", "stack.task.preset.compile-<mode>: identifies a cell across repeats."),
+    ("stack", "string", "native-torch, keras3-tensorflow, keras3-jax, keras3-torch, keras2-tensorflow."),
+    ("family", "string", "Workload family that ran it: torch or keras."),
+    ("framework", "string", "Library that identifies the stack (torch, keras, tensorflow)."),
+    ("framework_version", "string", "Version of `framework`."),
+    ("model", "string", "sam, stable_diffusion, bert, gemma, mistral."),
+    ("task", "string", "Task id, e.g. bert-fit, gemma-generate-bs32."),
+    ("task_kind", "string", "fit, predict or generate."),
+    ("preset", "string", "tiny, small or paper (paper = published sizes)."),
+    ("batch_size", "int64", "Batch size actually used."),
+    ("compile_mode", "string", "native-torch: none/reduce-overhead/default/max-autotune; Keras: xla or none."),
+    ("jit_compile", "bool", "Keras jit_compile flag (null for native-torch)."),
+    ("repeat", "int64", "Repeat index (each repeat is its own process)."),
+    ("status", "string", "ok, error, timeout, oom or unsupported."),
+    ("error_type", "string", "Exception class or failure kind when status is not ok."),
+    ("error_message", "string", "One-paragraph reason when status is not ok."),
+    ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
+    ("image_id", "string", "Docker image id (docker engine only)."),
+    ("image_digest", "string", "Registry digest of the image, when it came from a registry."),
+    ("pin_set", "string", "Library pin set: current or paper-2024."),
+    ("started_at", "timestamp", "UTC start of the cell process."),
+    ("wall_s", "float64", "Wall time of the whole cell process, seconds."),
+    ("setup_s", "float64", "Model build + data to device, seconds (never in ms_per_step)."),
+    ("first_step_s", "float64", "First step (trace/compile), seconds (never in ms_per_step)."),
+    ("warmup_steps", "int64", "Untimed warm-up steps after the first step."),
+    ("timed_steps", "int64", "Steps in the timed window."),
+    ("ms_per_step", "float64", "Timed window wall time / timed_steps, milliseconds, synced at both ends."),
+    ("step_ms", "list<float64>", "Per-step times in the window (null if per_step_sync is false)."),
+    ("per_step_sync", "bool", "True if the device was synced after every timed step."),
+    ("samples_per_s", "float64", "batch_size / seconds per step."),
+    ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU."),
+    ("peak_mem_kind", "string", "Which counter peak_mem_bytes is (cuda_allocator_peak, process_peak_rss, ...)."),
+    ("tokens_generated", "int64", "generate: new tokens per sequence actually produced."),
+    ("prompt_len", "int64", "generate: prompt tokens per sequence."),
+    ("seq_len", "int64", "Text fit/predict: sequence length."),
+    ("input_sha256", "string", "Combined SHA-256 of the shared input files the cell read."),
+    ("data_seed", "int64", "Seed of the shared synthetic data."),
+    ("params_total", "int64", "Parameters in the model that runs."),
+    ("params_trainable", "int64", "Trainable parameters (fit)."),
+    ("dtype", "string", "Compute dtype: float32 or bfloat16."),
+    ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
+    ("graph_breaks", "int64", "torch.compile: graph breaks."),
+    ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU)."),
+    ("recompiles", "int64", "torch.compile: recompilations."),
+    ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
+    ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
+    ("threads", "int64", "Intra-op CPU threads the framework used."),
+    ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
+    ("tf32_matmul", "bool", "Framework flag allowing TF32 for matmuls."),
+    ("tf32_effective", "bool", "True only if TF32 was allowed and the GPU supports it."),
+    ("matmul_precision", "string", "Framework float32 matmul precision setting."),
+    ("device", "string", "cpu or cuda (gpu)."),
+    ("device_name", "string", "GPU name, or CPU model on CPU."),
+    ("device_count", "int64", "Visible accelerators."),
+    ("gpu_driver", "string", "NVIDIA driver version (NVML)."),
+    ("cuda_driver", "string", "CUDA version supported by the driver (NVML)."),
+    ("cuda_runtime", "string", "CUDA runtime the framework was built with."),
+    ("cpu_model", "string", "Host CPU model."),
+    ("cpu_count", "int64", "Host logical CPUs."),
+    ("hostname", "string", "Host name."),
+    ("python_version", "string", "Python version in the cell."),
+    ("platform", "string", "OS / libc platform string."),
+    ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
+    ("extra", "string", "JSON object: anything else (graph-break reasons, notes)."),
+)
+
+COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
