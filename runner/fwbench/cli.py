@@ -126,6 +126,15 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
+    outcomes = execute(specs, engine, out, resume)
+    if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
+        raise typer.Exit(1)
+
+
+def execute(specs: list[CellSpec], engine: str, out: Path, resume: bool) -> list:
+    """Prepare environments and data, run every cell with live progress, print the summary."""
+    from fwbench import matrix
+
     runner = make_engine(engine)
     matrix.ensure_data(specs)
     for stack_id in dict.fromkeys(s.stack for s in specs):
@@ -137,7 +146,7 @@ def run_cmd(
         bar = progress.add_task("cells", total=len(specs))
 
         def on_start(spec: CellSpec) -> None:
-            progress.update(bar, description=f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}")
+            progress.update(bar, description=escape(f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}"))
 
         def on_done(result) -> None:
             progress.advance(bar)
@@ -146,8 +155,7 @@ def run_cmd(
         outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")
-    if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
-        raise typer.Exit(1)
+    return outcomes
 
 
 def _result_line(result) -> str:
@@ -198,6 +206,33 @@ def _existing_row(path: Path):
     from fwbench import results
 
     return results.read_row(path)
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Path = typer.Option(Path("demo-results"), "--out", help="Where results and the report go."),
+    stack: Optional[List[str]] = typer.Option(None, "--stack", help="Stacks (default: every stack with an environment)."),
+    compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
+    steps: int = typer.Option(5, help="Timed steps per cell."),
+    resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
+) -> None:
+    """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
+    from fwbench import matrix
+    from fwbench.engines.local import REPO_ROOT
+
+    stacks = stack or [s for s in registry.STACKS if (REPO_ROOT / "images" / s / "requirements.txt").is_file()]
+    preset = registry.get_preset("tiny")
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
+                    steps=steps, warmup=preset.warmup, threads=os.cpu_count() or 1, timeout_s=preset.timeout_s)
+    specs = matrix.plan(stacks, None, "tiny", None, 1, base)
+    if compiled and "native-torch" in stacks:
+        specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
+    results_dir = out / "results"
+    execute(specs, "local", results_dir, resume)
+    from fwbench_aggregator.cli import run_aggregate
+
+    report = run_aggregate([results_dir], out / "report")
+    console.print(f"report: {report}")
 
 
 @env_app.command("build")

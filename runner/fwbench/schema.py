@@ -83,3 +83,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
+
+
+def markdown_table() -> str:
+    """The column table of docs/results-schema.md (regenerate with `python -m fwbench.schema`)."""
+    lines = ["| column | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{name}` | {kind} | {doc} |" for name, kind, doc in COLUMNS]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

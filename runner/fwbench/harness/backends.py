@@ -102,7 +102,8 @@ def inductor_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
 
 
-def backend_for(family: str):
-    if family == "torch":
+def backend_for(stack_id: str):
+    """The harness backend of a stack (Keras stacks use the backend of their framework)."""
+    if stack_id in ("native-torch", "keras3-torch"):
         return TorchBackend()
-    raise NotImplementedError(f"no harness backend for workload family {family!r} yet")
+    raise NotImplementedError(f"no harness backend for stack {stack_id!r} yet")

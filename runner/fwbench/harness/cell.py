@@ -94,7 +94,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     _inject_fault_before_build(spec)
 
-    backend = backends.backend_for(stack.family)
+    backend = backends.backend_for(stack.id)
     backend.configure(spec.threads, spec.tf32)
     cache_warm = _compile_cache_warm(stack.family, spec.compile_mode)
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")

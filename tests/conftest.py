@@ -1,0 +1,28 @@
+"""Shared fixtures. Integration tests use the real stack environments of the local engine
+(built on first use, cached under $FWBENCH_HOME or ~/.cache/fwbench)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FWBENCH = [sys.executable, "-m", "fwbench.cli"]
+
+
+def run_fwbench(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run([*FWBENCH, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+
+
+@pytest.fixture(scope="session")
+def shared_data(tmp_path_factory) -> Path:
+    """One shared data directory for every integration test, like a real run."""
+    from fwbench import data
+
+    directory = tmp_path_factory.mktemp("fwbench-data")
+    data.generate(directory, "tiny")
+    return directory

@@ -1,0 +1,94 @@
+"""The fwbench command as a user meets it: bad input, failing cells, timeouts, resume.
+
+Failure paths use the `current` engine and the hidden --inject-fault option, which acts before any
+framework is imported, so these run real cell subprocesses without needing a stack environment.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fwbench import results
+from fwbench.harness.cell import base_record
+from fwbench.spec import CellSpec
+
+FWBENCH = [sys.executable, "-m", "fwbench.cli"]
+
+
+def fwbench(*args, timeout=300, env=None):
+    return subprocess.run([*FWBENCH, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stack", "nope"], "error: unknown stack 'nope'"),
+    (["--stack", "native-torch", "--task", "bert-fly"], "error: unknown task 'bert-fly'"),
+    (["--stack", "native-torch", "--preset", "huge"], "error: unknown preset 'huge'"),
+    (["--stack", "keras3-jax", "--compile", "reduce-overhead"], "compile mode 'reduce-overhead' is not available"),
+    (["--stack", "native-torch", "--engine", "cloud"], "error: unknown engine 'cloud'"),
+    (["--stack", "native-torch", "--steps", "0"], "error: --steps must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    done = fwbench("run", *args, "--out", str(tmp_path / "r"))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "r").exists()
+
+
+def run_faulty(tmp_path, fault, *extra):
+    out = tmp_path / "results"
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--out", str(out), "--data", str(tmp_path / "data"), "--inject-fault", fault, *extra)
+    rows = [results.read_row(p) for p in out.rglob("*.parquet")]
+    return done, rows
+
+
+def test_a_cell_that_raises_leaves_an_error_row(tmp_path):
+    done, rows = run_faulty(tmp_path, "raise")
+    assert done.returncode == 1
+    assert "injected fault" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert len(rows) == 1 and rows[0]["status"] == "error"
+    assert rows[0]["error_type"] == "RuntimeError" and "injected fault" in rows[0]["error_message"]
+    assert rows[0]["input_sha256"] is None and rows[0]["task"] == "bert-predict"
+
+
+def test_a_cell_over_its_timeout_is_killed_and_leaves_a_timeout_row(tmp_path):
+    done, rows = run_faulty(tmp_path, "sleep:60", "--timeout", "2")
+    assert done.returncode == 1
+    assert "timeout" in done.stdout and "exceeded its timeout of 2 s" in done.stdout
+    assert [r["status"] for r in rows] == ["timeout"]
+    assert rows[0]["wall_s"] is None
+    assert not list((tmp_path / "results").rglob("*.tmp"))
+
+
+def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
+    out = tmp_path / "results"
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
+                    data_dir=str(tmp_path / "data"), steps=5)
+    ok_path = spec.result_path(out)
+    results.write_row(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, ok_path)
+    failed = CellSpec(**{**spec.__dict__, "task": "bert-fit"})
+    results.write_row(base_record(failed) | {"status": "error", "error_message": "x"}, failed.result_path(out))
+    before = ok_path.read_bytes()
+
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--task", "bert-fit",
+                   "--engine", "current", "--out", str(out), "--data", str(tmp_path / "data"),
+                   "--inject-fault", "raise", "--resume")
+    assert "skip native-torch bert-predict" in done.stdout
+    assert ok_path.read_bytes() == before  # untouched
+    assert results.read_row(failed.result_path(out))["error_message"].startswith("injected fault")
+    assert len(list(out.rglob("*.parquet"))) == 2  # retried in place, never duplicated
+
+
+def test_list_and_data_commands(tmp_path):
+    listing = fwbench("list")
+    assert listing.returncode == 0 and "gemma-generate-bs32" in listing.stdout
+    made = fwbench("data", "--preset", "tiny", "--out", str(tmp_path))
+    assert made.returncode == 0
+    assert (tmp_path / "tiny" / "manifest.json").is_file()
+    assert len(list(Path(tmp_path, "tiny").glob("*/*.npy"))) >= 24

@@ -1,0 +1,79 @@
+"""StepClock: what is timed, what is synced, and when."""
+
+import time
+
+import pytest
+
+from fwbench.harness.clock import ClockError, StepClock, run_loop
+
+
+class RecordingSync:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, output):
+        self.calls.append(output)
+
+
+def test_first_warmup_and_timed_steps_are_separated():
+    sync = RecordingSync()
+    clock = StepClock(sync, warmup=2, steps=3)
+    delays = iter([0.05, 0.0, 0.0, 0.01, 0.01, 0.01])
+
+    def step():
+        time.sleep(next(delays))
+        return "out"
+
+    run_loop(clock, step)
+    assert clock.done and clock.total_steps == 6
+    assert clock.first_step_s >= 0.05
+    assert len(clock.step_ms()) == 3
+    assert all(ms >= 10 for ms in clock.step_ms())
+    # The slow first step never leaks into the window.
+    assert clock.ms_per_step() < 40
+    assert sum(clock.step_ms()) == pytest.approx(clock.window_s() * 1000)
+
+
+def test_sync_before_every_clock_read_in_window():
+    sync = RecordingSync()
+    clock = StepClock(sync, warmup=1, steps=4)
+    run_loop(clock, lambda: "step-output")
+    # first step + end of warm-up + 4 timed steps
+    assert sync.calls == ["step-output"] * 6
+
+
+def test_window_only_sync_has_no_per_step_times():
+    sync = RecordingSync()
+    clock = StepClock(sync, warmup=0, steps=3, per_step_sync=False)
+    run_loop(clock, lambda: 1)
+    assert clock.step_ms() is None
+    assert len(sync.calls) == 2  # first step, and the end of the window
+    assert clock.ms_per_step() >= 0
+
+
+def test_a_slow_device_is_charged_to_the_step():
+    """A step that returns at once but whose work finishes in sync() is still timed in full."""
+    clock = StepClock(lambda out: time.sleep(0.02), warmup=0, steps=2)
+    run_loop(clock, lambda: None)
+    assert clock.ms_per_step() >= 20
+
+
+def test_incomplete_window_is_an_error_not_a_number():
+    clock = StepClock(lambda out: None, warmup=1, steps=5)
+    for _ in range(4):
+        clock.begin()
+        clock.end()
+    with pytest.raises(ClockError, match="2 of 5 steps"):
+        clock.ms_per_step()
+
+
+def test_too_many_steps_is_an_error():
+    clock = StepClock(lambda out: None, warmup=0, steps=1)
+    run_loop(clock, lambda: None)
+    with pytest.raises(ClockError):
+        clock.end()
+
+
+def test_bad_arguments():
+    with pytest.raises(ClockError):
+        StepClock(lambda out: None, warmup=0, steps=0)

@@ -1,0 +1,82 @@
+"""native-torch at the tiny preset, in its real environment (integration)."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from fwbench import data, registry, results
+from fwbench.schema import COLUMN_NAMES
+from tests.conftest import run_fwbench
+
+pytestmark = pytest.mark.integration
+
+# Compiled cells are slow on the CPU (cold Inductor compiles); these three cover a Trainer-free
+# forward, a module assigned into a parent (SAM) and generate() through a compiled forward.
+COMPILED_TASKS = ["bert-predict", "sam-predict", "gemma-generate-bs1"]
+
+
+@pytest.fixture(scope="module")
+def eager_results(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("native-eager")
+    done = run_fwbench("run", "--stack", "native-torch", "--preset", "tiny", "--out", str(out),
+                       "--data", str(shared_data))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def rows(out):
+    return [results.read_row(p) for p in sorted(out.rglob("*.parquet"))]
+
+
+def test_all_twelve_tasks_ok(eager_results, shared_data):
+    got = rows(eager_results)
+    assert sorted(r["task"] for r in got) == sorted(registry.TASKS)
+    for row in got:
+        assert row["status"] == "ok", (row["task"], row["error_message"])
+        assert row["ms_per_step"] > 0 and len(row["step_ms"]) == row["timed_steps"] == 5
+        assert row["first_step_s"] > 0 and row["setup_s"] > 0
+        assert row["peak_mem_bytes"] > 0 and row["peak_mem_kind"] == "process_peak_rss"
+        assert row["framework_version"].startswith("2.14.1")
+        assert row["threads"] >= 1 and row["device"] == "cpu"
+        assert row["compiled_graphs"] == 0 and row["compile_took_effect"] is None
+        _arrays, digest, _seed = data.load(shared_data, "tiny", row["task"])
+        assert row["input_sha256"] == digest
+
+
+def test_generation_yields_exactly_the_requested_tokens(eager_results):
+    for row in rows(eager_results):
+        if row["task_kind"] == "generate":
+            assert row["tokens_generated"] == registry.workload(row["task"], "tiny").shapes["new_tokens"]
+            assert row["prompt_len"] == 5
+
+
+def test_lora_trains_only_adapters(eager_results):
+    for row in rows(eager_results):
+        if row["model"] in ("gemma", "mistral") and row["task_kind"] == "fit":
+            assert 0 < row["params_trainable"] < row["params_total"] / 10
+            assert row["dtype"] == "bfloat16"
+
+
+def test_schema_and_duckdb_read_as_is(eager_results):
+    files = sorted(eager_results.rglob("*.parquet"))
+    assert pq.read_table(files[0]).schema.names == list(COLUMN_NAMES)
+    count, ok = duckdb.sql(
+        f"SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM '{eager_results}/**/*.parquet'").fetchone()
+    assert count == ok == 12
+
+
+@pytest.mark.compiled
+def test_compiled_variant_really_compiles(tmp_path, shared_data):
+    args = [a for t in COMPILED_TASKS for a in ("--task", t)]
+    done = run_fwbench("run", "--stack", "native-torch", "--preset", "tiny", "--compile", "reduce-overhead",
+                       *args, "--steps", "3", "--out", str(tmp_path), "--data", str(shared_data))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rows(tmp_path)
+    assert len(got) == len(COMPILED_TASKS)
+    for row in got:
+        assert row["status"] == "ok", (row["task"], row["error_message"])
+        assert row["compile_mode"] == "reduce-overhead"
+        assert row["compiled_graphs"] > 0 and row["compile_took_effect"] is True
+        assert row["cudagraph_skips"] > 0  # CUDA graphs cannot apply on the CPU: recorded, not hidden

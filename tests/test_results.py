@@ -1,0 +1,53 @@
+"""Result rows: schema, atomic writes, and the documented schema staying in sync with the code."""
+
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from fwbench import results
+from fwbench.harness.cell import base_record
+from fwbench.schema import COLUMN_NAMES, SCHEMA_VERSION
+from fwbench.spec import CellSpec
+
+SPEC = CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none",
+                data_dir="/nowhere", steps=3)
+
+
+def test_failed_row_has_every_column(tmp_path):
+    record = base_record(SPEC) | {"status": "error", "error_message": "boom", "surprise": 1}
+    path = results.write_row(record, tmp_path / "x.parquet")
+    table = pq.read_table(path)
+    assert table.schema.names == list(COLUMN_NAMES)
+    row = table.to_pylist()[0]
+    assert row["status"] == "error" and row["schema_version"] == SCHEMA_VERSION
+    assert row["ms_per_step"] is None
+    assert '"surprise": 1' in row["extra"]  # unknown fields are kept, not dropped
+    assert row["batch_size"] == 4
+
+
+def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
+    path = tmp_path / "deep" / "cell.parquet"
+    results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 1.0, "step_ms": [1.0]}, path)
+    results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 2.0, "step_ms": [2.0]}, path)
+    assert [p.name for p in path.parent.iterdir()] == ["cell.parquet"]
+    assert results.read_row(path)["ms_per_step"] == 2.0
+    assert results.has_ok_row(path)
+
+
+def test_unreadable_file_is_not_an_ok_row(tmp_path):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(b"PAR1 not really")
+    assert results.read_row(path) is None and not results.has_ok_row(path)
+
+
+def test_result_paths_are_deterministic_per_cell_and_repeat(tmp_path):
+    assert SPEC.result_path(tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
+
+
+def test_docs_list_every_column():
+    doc = (Path(__file__).parents[1] / "docs" / "results-schema.md").read_text()
+    columns_section = doc.split("## Columns", 1)[1]
+    documented = re.findall(r"^\| `([a-z0-9_]+)` \|", columns_section, flags=re.M)
+    assert documented == list(COLUMN_NAMES)
+    assert f"schema_version` is {SCHEMA_VERSION}" in doc
