@@ -62,8 +62,8 @@ def test_lora_trains_only_adapters(eager_results):
 def test_schema_and_duckdb_read_as_is(eager_results):
     files = sorted(eager_results.rglob("*.parquet"))
     assert pq.read_table(files[0]).schema.names == list(COLUMN_NAMES)
-    count, ok = duckdb.sql(
-        f"SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM '{eager_results}/**/*.parquet'").fetchone()
+    [(count, ok)] = duckdb.sql(
+        f"SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM '{eager_results}/**/*.parquet'").fetchall()
     assert count == ok == 12
 
 

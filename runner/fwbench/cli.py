@@ -36,12 +36,16 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("FWBENCH_DATA", fwbench_home() / "data"))
 
 
-def make_engine(name: str):
+def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None):
     from fwbench.engines.local import current_engine, local_engine
 
+    if name == "docker":
+        from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
+
+        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory)
     engines = {"local": local_engine, "current": current_engine}
     if name not in engines:
-        raise UsageError(f"unknown engine '{name}' (choose from: {', '.join(engines)}; docker comes later)")
+        raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
     return engines[name]()
 
 
@@ -70,7 +74,7 @@ def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes 
 
 @app.command("data")
 def data_cmd(
-    preset: str = typer.Option("tiny", help="tiny, small or paper."),
+    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
     out: Path = typer.Option(None, "--out", help="Data directory (default: $FWBENCH_DATA or ~/.cache/fwbench/data)."),
     seed: int = typer.Option(0, help="Seed of the synthetic inputs."),
     task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
@@ -92,7 +96,7 @@ def data_cmd(
 def run_cmd(
     stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable); see `fwbench list`."),
     task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
-    preset: str = typer.Option("tiny", help="tiny, small or paper."),
+    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
     compile: Optional[List[str]] = typer.Option(
         None, "--compile", help="native-torch: none, reduce-overhead, default, max-autotune (repeatable)."),
     steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
@@ -101,7 +105,10 @@ def run_cmd(
     timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
     resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
-    engine: str = typer.Option("local", help="local (per-stack venv) or current (this interpreter)."),
+    engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
+    image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{variant})."),
+    gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
+    docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
     threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores)."),
     tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
@@ -126,19 +133,18 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    outcomes = execute(specs, engine, out, resume)
+    outcomes = execute(specs, make_engine(engine, image, gpus, docker_memory), out, resume)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
         raise typer.Exit(1)
 
 
-def execute(specs: list[CellSpec], engine: str, out: Path, resume: bool) -> list:
+def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
     """Prepare environments and data, run every cell with live progress, print the summary."""
     from fwbench import matrix
 
-    runner = make_engine(engine)
     matrix.ensure_data(specs)
     for stack_id in dict.fromkeys(s.stack for s in specs):
-        with console.status(f"preparing the {stack_id} environment ({engine} engine)…"):
+        with console.status(f"preparing the {stack_id} environment ({runner.name} engine)…"):
             runner.prepare(stack_id)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -228,7 +234,7 @@ def demo_cmd(
     if compiled and "native-torch" in stacks:
         specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
-    execute(specs, "local", results_dir, resume)
+    execute(specs, make_engine("local"), results_dir, resume)
     from fwbench_aggregator.cli import run_aggregate
 
     report = run_aggregate([results_dir], out / "report")
@@ -258,6 +264,10 @@ def env_path(stack: str = typer.Argument(..., help="Stack id.")) -> None:
     print(environment.python if environment.ready else "")
     if not environment.ready:
         raise typer.Exit(1)
+
+
+from fwbench_aggregator.cli import register as _register_aggregator
+_register_aggregator(app)
 
 
 def main() -> None:

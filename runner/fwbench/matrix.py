@@ -61,12 +61,15 @@ def outcome_record(spec: CellSpec, outcome: CellOutcome) -> dict:
         except (OSError, json.JSONDecodeError):
             record = None
     if record is not None:
-        return record
-    record = base_record(spec)
+        return {**record, **outcome.row_fields}
+    record = {**base_record(spec), **outcome.row_fields}
     code = outcome.returncode
     if outcome.timed_out:
         record.update(status="timeout", error_type="Timeout",
                       error_message=f"cell exceeded its timeout of {spec.timeout_s:g} s and was killed")
+    elif outcome.oom_killed:
+        record.update(status="oom", error_type="OOMKilled",
+                      error_message="cell was killed by the out-of-memory killer (container memory limit or host)")
     elif code is not None and code == -signal.SIGKILL:
         record.update(status="oom", error_type="Killed",
                       error_message="cell process was killed by SIGKILL, most likely by the out-of-memory killer")

@@ -59,7 +59,6 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
     ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU)."),
-    ("recompiles", "int64", "torch.compile: recompilations."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
     ("threads", "int64", "Intra-op CPU threads the framework used."),

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench.spec import CellSpec
@@ -30,6 +30,8 @@ class CellOutcome:
     timed_out: bool
     log_path: Path
     record_path: Path
+    oom_killed: bool = False  # the engine saw the kernel/cgroup OOM killer end the cell
+    row_fields: dict = field(default_factory=dict)  # engine facts for the row (image id, digest)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -56,6 +58,31 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
         "HF_DATASETS_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
     })
+    env.update(keras_environment(spec.stack))
+    if spec.stack == "keras2-tensorflow":
+        # KerasNLP/KerasCV 0.8 switch to multi-backend keras_core when KERAS_BACKEND is set.
+        env.pop("KERAS_BACKEND", None)
+    return env
+
+
+# Keras 3 reads its backend once, at import time: it must be in the environment of the process.
+KERAS3_BACKENDS = {"keras3-tensorflow": "tensorflow", "keras3-jax": "jax", "keras3-torch": "torch"}
+
+
+def keras_environment(stack: str) -> dict[str, str]:
+    """Framework switches a Keras stack's cell needs (recorded on its rows by the cell)."""
+    env: dict[str, str] = {}
+    if stack in KERAS3_BACKENDS:
+        env["KERAS_BACKEND"] = KERAS3_BACKENDS[stack]
+    if stack == "keras2-tensorflow":
+        # tf.keras is Keras 2 (tf-keras) even on TF >= 2.16; a no-op on 2.15, whose bundled Keras is 2.15.
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    if stack in ("keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow"):
+        # Allocate GPU memory as needed rather than grabbing it all up front, so the peak memory column
+        # means something (JAX preallocates 75% by default; TF maps the whole GPU).
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     return env
 
 

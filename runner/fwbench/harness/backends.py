@@ -82,7 +82,6 @@ class TorchBackend:
             "graph_breaks": int(graph_breaks),
             "graph_break_reasons": sorted(str(r)[:200] for r in counters["graph_break"])[:20],
             "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
-            "recompiles": int(counters["recompiles"].get("total", 0)) if "recompiles" in counters else 0,
         }
 
 
@@ -102,8 +101,143 @@ def inductor_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
 
 
-def backend_for(stack_id: str):
-    """The harness backend of a stack (Keras stacks use the backend of their framework)."""
+def _leaves(output: Any) -> list[Any]:
+    """The leaves of a (nested) step output: Keras logs are dicts, predictions may be lists."""
+    if isinstance(output, dict):
+        return [leaf for value in output.values() for leaf in _leaves(value)]
+    if isinstance(output, (list, tuple)):
+        return [leaf for value in output for leaf in _leaves(value)]
+    return [] if output is None else [output]
+
+
+def _limit_cpus(threads: int) -> None:
+    """Pin the process to `threads` CPUs: XLA's CPU client has no thread-count API, but it sizes its
+    pools from the CPUs it may use. Must run before the framework creates its pools."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return
+    if 0 < threads < len(allowed):
+        os.sched_setaffinity(0, allowed[:threads])
+
+
+class JaxBackend:
+    """keras3-jax. JAX dispatch is asynchronous on every device, the CPU included: a step returns
+    before its work is done, so sync must block on the step's own output arrays."""
+
+    name = "jax"
+
+    def __init__(self):
+        import jax
+
+        self.jax = jax
+        # Initialises the backend: configure() below must not need to run before this.
+        self.devices = jax.devices()
+        self.on_gpu = self.devices[0].platform == "gpu"
+
+    def configure(self, threads: int, tf32: str) -> None:
+        # Framework-default precision is None (TF32 for float32 matmuls on Ampere+ GPUs).
+        if tf32 == "on":
+            self.jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+        elif tf32 == "off":
+            self.jax.config.update("jax_default_matmul_precision", "highest")
+        self._threads = threads
+
+    def sync(self, output: Any = None) -> None:
+        # Python floats / numpy leaves pass through; jax.Array leaves are waited for.
+        self.jax.block_until_ready(_leaves(output))
+
+    def peak_memory(self) -> tuple[int, str]:
+        if self.on_gpu:
+            stats = self.devices[0].memory_stats() or {}
+            if "peak_bytes_in_use" in stats:
+                return int(stats["peak_bytes_in_use"]), "jax_device_peak_bytes_in_use"
+        return process_peak_rss_bytes(), "process_peak_rss"
+
+    def device_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"device": "cuda" if self.on_gpu else "cpu", "cuda_runtime": None}
+        if self.on_gpu:
+            info["device_name"] = self.devices[0].device_kind
+            info["device_count"] = len(self.devices)
+        return info
+
+    def precision_state(self) -> dict[str, Any]:
+        precision = self.jax.config.jax_default_matmul_precision
+        allows_tf32 = precision in (None, "default", "tensorfloat32", "bfloat16")
+        ampere = self.on_gpu and float(getattr(self.devices[0], "compute_capability", "0") or 0) >= 8.0
+        return {"tf32_matmul": allows_tf32, "matmul_precision": str(precision or "default"),
+                "tf32_effective": bool(ampere and allows_tf32)}
+
+    def threads(self) -> int:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
+
+
+class TensorFlowBackend:
+    """keras3-tensorflow and keras2-tensorflow. TF GPU kernels are queued on streams; fetching a step
+    output to the host waits for the work that produced it."""
+
+    name = "tensorflow"
+
+    def __init__(self):
+        import tensorflow as tf
+
+        self.tf = tf
+        self.gpus = tf.config.list_physical_devices("GPU")
+        self.on_gpu = bool(self.gpus)
+
+    def configure(self, threads: int, tf32: str) -> None:
+        tf = self.tf
+        # All of these must happen before the TF runtime initialises (before the first op).
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        for gpu in self.gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        if tf32 in ("on", "off"):
+            tf.config.experimental.enable_tensor_float_32_execution(tf32 == "on")
+
+    def sync(self, output: Any = None) -> None:
+        for leaf in _leaves(output):
+            if hasattr(leaf, "numpy"):
+                leaf.numpy()
+
+    def peak_memory(self) -> tuple[int, str]:
+        if self.on_gpu:
+            return int(self.tf.config.experimental.get_memory_info("GPU:0")["peak"]), "tf_gpu_peak"
+        return process_peak_rss_bytes(), "process_peak_rss"
+
+    def device_info(self) -> dict[str, Any]:
+        tf = self.tf
+        info: dict[str, Any] = {"device": "cuda" if self.on_gpu else "cpu",
+                                "cuda_runtime": tf.sysconfig.get_build_info().get("cuda_version")}
+        if self.on_gpu:
+            info["device_name"] = tf.config.experimental.get_device_details(self.gpus[0]).get("device_name")
+            info["device_count"] = len(self.gpus)
+        return info
+
+    def precision_state(self) -> dict[str, Any]:
+        tf = self.tf
+        enabled = bool(tf.config.experimental.tensor_float_32_execution_enabled())
+        ampere = False
+        if self.on_gpu:
+            capability = tf.config.experimental.get_device_details(self.gpus[0]).get("compute_capability")
+            ampere = bool(capability and capability[0] >= 8)
+        return {"tf32_matmul": enabled, "matmul_precision": "tf32" if enabled else "float32",
+                "tf32_effective": bool(ampere and enabled)}
+
+    def threads(self) -> int:
+        return int(self.tf.config.threading.get_intra_op_parallelism_threads())
+
+
+def backend_for(stack_id: str, threads: int | None = None):
+    """The harness backend of a stack (Keras stacks use the backend of their framework).
+
+    `threads` is applied before the framework starts where that must happen first (JAX)."""
     if stack_id in ("native-torch", "keras3-torch"):
         return TorchBackend()
-    raise NotImplementedError(f"no harness backend for stack {stack_id!r} yet")
+    if stack_id == "keras3-jax":
+        if threads is not None:
+            _limit_cpus(threads)
+        return JaxBackend()
+    if stack_id in ("keras3-tensorflow", "keras2-tensorflow"):
+        return TensorFlowBackend()
+    raise NotImplementedError(f"no harness backend for stack {stack_id!r}")

@@ -25,6 +25,8 @@ from fwbench.schema import SCHEMA_VERSION
 from fwbench.spec import CellSpec
 from fwbench.workloads import CellContext, Unsupported
 
+KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                     "TF_FORCE_GPU_ALLOW_GROWTH")
 OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom when allocating")
 
 
@@ -94,7 +96,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     _inject_fault_before_build(spec)
 
-    backend = backends.backend_for(stack.id)
+    backend = backends.backend_for(stack.id, spec.threads)
     backend.configure(spec.threads, spec.tf32)
     cache_warm = _compile_cache_warm(stack.family, spec.compile_mode)
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
@@ -148,6 +150,9 @@ def measure(spec: CellSpec) -> dict[str, Any]:
         if spec.compile_mode != "none":
             result["compile_took_effect"] = stats["compiled_graphs"] > 0 and ctx.info.pop(
                 "compiled_code_ran", True)
+    if stack.family == "keras":
+        # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation).
+        extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(ctx.info)
     result["extra"] = {**extra, **result.get("extra", {})}
     return result

@@ -1,0 +1,137 @@
+"""`fwbench aggregate` and `fwbench compare`, registered onto the runner's Typer app.
+
+Heavy imports (pandas, matplotlib, scipy) happen inside the commands so `fwbench --help` stays fast.
+User mistakes end as one line on stderr and an exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def _print_skipped(skipped) -> None:
+    for item in skipped:
+        print(f"warning: {item.line()}", file=sys.stderr)
+
+
+def _print_main_tables(summaries) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from fwbench_aggregator.report import main_table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped or logged: no terminal to fit, so do not squash the columns
+    for summary in summaries:
+        headers, rows = main_table(summary)
+        table = Table(title=f"ms per step, preset {summary.preset}: median [95% CI]")
+        for i, header in enumerate(headers):
+            # "stack [mode]" and "median [CI]" on two lines keep seven variants readable in 120 columns.
+            table.add_column(escape(header).replace(" \\[", "\n\\["), justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*(escape(cell).replace(" \\[", "\n\\[") for cell in row))
+        console.print(table)
+
+
+def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False) -> Path:
+    """Validate + merge results, write the report; print the main table. Returns report.md's path.
+
+    On a user error prints one line to stderr and raises typer.Exit (2 = bad path, 1 = nothing usable
+    or --strict with skipped files), so callers such as `fwbench demo` need no error handling of their own.
+    """
+    from fwbench_aggregator.aggregate import aggregate
+    from fwbench_aggregator.errors import AggregateError
+
+    try:
+        outcome = aggregate(result_dirs, report_dir, strict)
+    except AggregateError as exc:
+        _print_skipped(exc.skipped)
+        raise _fail(str(exc), exc.exit_code) from None
+    _print_skipped(outcome.loaded.skipped)
+    for note in outcome.loaded.notes:
+        print(f"note: {note}", file=sys.stderr)
+    _print_main_tables(outcome.summaries)
+    return outcome.report_md
+
+
+def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float) -> int:
+    """Print the per-cell comparison; returns the exit code (1 if a regression exceeds fail_above)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from fwbench_aggregator import compare as cmp
+    from fwbench_aggregator.errors import AggregateError
+
+    try:
+        side_a, side_b = cmp.load_side([a]), cmp.load_side([b])
+    except AggregateError as exc:
+        _print_skipped(exc.skipped)
+        raise _fail(str(exc), exc.exit_code) from None
+    _print_skipped(side_a.skipped + side_b.skipped)
+    rows = cmp.compare(side_a, side_b, alpha, min_effect)
+    table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); "
+                        f"Mann-Whitney U, Holm-adjusted, alpha {alpha:g}, min effect {min_effect:g}%")
+    for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "change", "p (Holm)", "verdict"):
+        table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")
+    styles = {"slower": "red", "faster": "green"}
+    for r in rows:
+        table.add_row(r.preset, r.task, escape(r.variant.label),
+                      "—" if r.median_a is None else f"{r.median_a:.4g}",
+                      "—" if r.median_b is None else f"{r.median_b:.4g}",
+                      "—" if r.ratio is None else f"{r.ratio:.3f}",
+                      "—" if r.change_pct is None else f"{r.change_pct:+.1f}%",
+                      "—" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
+                      f"[{styles[r.verdict]}]{r.verdict}[/]" if r.verdict in styles else escape(r.verdict))
+    Console(width=160).print(table)
+    if fail_above is not None:
+        failing = cmp.regressions_above(rows, fail_above)
+        if failing:
+            names = ", ".join(f"{r.task} {r.variant.label} ({r.change_pct:+.1f}%)" for r in failing)
+            print(f"regression above {fail_above:g}%: {names}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add `aggregate` and `compare` to the fwbench app."""
+
+    @app.command("aggregate")
+    def aggregate_cmd(
+        result_dirs: List[Path] = typer.Argument(..., help="Results directories (searched recursively) or files."),
+        output: Path = typer.Option(..., "-o", "--output", help="Report directory (outside the results dirs)."),
+        strict: bool = typer.Option(False, help="Exit 1 (and write nothing) if any result file is skipped."),
+    ) -> None:
+        """Validate and merge result files; write merged.parquet, report.md, report.html and plots."""
+        report_md = run_aggregate(list(result_dirs), output, strict)
+        print(f"report: {report_md} (also report.html, merged.parquet and the PNG plots)")
+
+    @app.command("compare")
+    def compare_cmd(
+        a: Path = typer.Argument(..., help="Baseline results (dir, file, or a report dir's merged.parquet)."),
+        b: Path = typer.Argument(..., help="Candidate results."),
+        fail_above: Optional[float] = typer.Option(
+            None, "--fail-above", help="Exit 1 if a significant slow-down exceeds this many percent."),
+        alpha: float = typer.Option(0.05, help="Family-wise significance level (Holm-adjusted)."),
+        min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
+    ) -> None:
+        """Per cell: B/A ratio of median ms/step, Mann-Whitney U test, 'not significant' when it is not."""
+        for name, value in (("--alpha", alpha),):
+            if not 0 < value < 1:
+                raise _fail(f"{name} must be between 0 and 1, got {value}", 2)
+        if min_effect < 0 or (fail_above is not None and fail_above < 0):
+            raise _fail("--min-effect and --fail-above must be >= 0", 2)
+        code = run_compare(a, b, fail_above, alpha, min_effect)
+        if code:
+            raise typer.Exit(code)

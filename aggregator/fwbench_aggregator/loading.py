@@ -1,0 +1,210 @@
+"""Find, validate and merge result Parquet files (read-only: input folders are never written).
+
+Each file is checked on its own and either accepted whole or skipped with ONE line saying why, so a
+single bad file never hides the rest of a run. Rows are then de-duplicated across files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from fwbench.results import SCHEMA
+from fwbench.schema import COLUMN_NAMES, SCHEMA_VERSION, STATUSES
+
+from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
+
+PARQUET_MAGIC = b"PAR1"
+# Columns every row needs to be placed in a table or de-duplicated.
+REQUIRED_VALUES = ("record_id", "cell_id", "stack", "task", "preset", "compile_mode", "status")
+SOURCE_COLUMN = "source_file"  # added to merged rows: which input file each row came from
+
+MERGED_SCHEMA = SCHEMA.append(pa.field(SOURCE_COLUMN, pa.string(),
+                                       metadata={"description": "Input file the row was read from."}))
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: Path
+    reason: str
+
+    def line(self) -> str:
+        return f"skipped {self.path}: {self.reason}"
+
+
+@dataclass
+class LoadedResults:
+    table: pa.Table  # merged, de-duplicated rows in MERGED_SCHEMA
+    files_read: int
+    skipped: list[SkippedFile] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # de-duplication decisions, said out loud
+
+    def frame(self):
+        return self.table.to_pandas()
+
+
+def find_result_files(result_dirs: list[Path], exclude: Path | None = None) -> list[Path]:
+    """Every *.parquet under the given dirs (or the files themselves), skipping hidden and temp files."""
+    files: list[Path] = []
+    for root in result_dirs:
+        root = Path(root)
+        if not root.exists():
+            raise AggregateUsageError(f"no such file or directory: {root}")
+        if root.is_file():
+            files.append(root)
+            continue
+        for path in sorted(root.rglob("*.parquet")):
+            relative = path.relative_to(root).parts
+            # The writer's temp files are `.name.xxxx.tmp`; hidden dirs are caches, not results.
+            if any(part.startswith(".") for part in relative) or path.name.endswith(".tmp"):
+                continue
+            if exclude is not None and is_within(path, exclude):
+                continue  # a report written inside a results dir must not be read back as results
+            if path.is_file():
+                files.append(path)
+    return list(dict.fromkeys(files))
+
+
+def is_within(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def read_result_file(path: Path) -> pa.Table | SkippedFile:
+    """The file's rows cast to the schema (plus `source_file`), or why it cannot be used."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(512)
+            f.seek(max(size - 4, 0))
+            tail = f.read(4)
+    except OSError as exc:
+        return SkippedFile(path, f"cannot read file ({exc.strerror or exc})")
+    if size == 0:
+        return SkippedFile(path, "empty file (0 bytes)")
+    if not head.startswith(PARQUET_MAGIC):
+        if _looks_like_text(head):
+            return SkippedFile(path, "not a Parquet file: it is text (a CSV renamed to .parquet?)")
+        return SkippedFile(path, "not a Parquet file (no PAR1 header)")
+    if size < 12 or tail != PARQUET_MAGIC:
+        return SkippedFile(path, f"truncated Parquet file ({size} bytes, no PAR1 footer; interrupted write?)")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return SkippedFile(path, f"unreadable Parquet ({_first_line(exc)})")
+    return _validate(path, table)
+
+
+def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
+    names = set(table.column_names)
+    # Version first: a newer writer may have renamed columns, and "upgrade fwbench" is the useful hint.
+    if "schema_version" in names:
+        versions = [v for v in table.column("schema_version").to_pylist() if v is not None]
+        try:
+            newest = max(int(v) for v in versions) if versions else None
+        except (TypeError, ValueError):
+            return SkippedFile(path, "schema_version is not an integer (not an fwbench result file)")
+        if newest is not None and newest > SCHEMA_VERSION:
+            return SkippedFile(path, f"written with schema_version {newest}, newer than the supported "
+                                     f"{SCHEMA_VERSION} (upgrade fwbench to read it)")
+        if newest is None or min(int(v) for v in versions) < 1 or len(versions) < table.num_rows:
+            return SkippedFile(path, "missing or invalid schema_version (not an fwbench result file)")
+    missing = [name for name in COLUMN_NAMES if name not in names]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        return SkippedFile(path, f"not an fwbench result file: missing columns {shown}")
+    if table.num_rows == 0:
+        return SkippedFile(path, "no rows")
+    try:
+        table = table.select(list(COLUMN_NAMES)).cast(SCHEMA)
+    except (pa.ArrowException, ValueError) as exc:
+        return SkippedFile(path, f"column types differ from schema v{SCHEMA_VERSION} ({_first_line(exc)})")
+    statuses = set(table.column("status").to_pylist())
+    unknown = statuses - set(STATUSES)
+    if unknown:
+        return SkippedFile(path, f"unknown status {sorted(map(str, unknown))} (expected one of {', '.join(STATUSES)})")
+    ok = pc.equal(table.column("status"), "ok")
+    if pc.any(pc.and_(ok, pc.is_null(table.column("ms_per_step")))).as_py():
+        return SkippedFile(path, "a row has status ok but no ms_per_step")
+    empty = [name for name in REQUIRED_VALUES if pc.any(pc.is_null(table.column(name))).as_py()]
+    if empty:
+        return SkippedFile(path, f"a row has no value in {', '.join(empty)}")
+    return table.append_column(pa.field(SOURCE_COLUMN, pa.string()),
+                               pa.array([str(path)] * table.num_rows, pa.string()))
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(ch.isprintable() or ch in "\r\n\t" for ch in text)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """One row per record_id, then one per (cell_id, repeat): the newest started_at wins."""
+    notes: list[str] = []
+    rows = table.select(["record_id", "cell_id", "repeat", "started_at", SOURCE_COLUMN]).to_pylist()
+    first_by_record: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        if row["record_id"] in first_by_record:
+            kept = rows[first_by_record[row["record_id"]]][SOURCE_COLUMN]
+            notes.append(f"duplicate record {row['record_id']}: kept {kept}, ignored the copy in {row[SOURCE_COLUMN]}")
+        else:
+            first_by_record[row["record_id"]] = index
+    by_cell: dict[tuple, list[int]] = {}
+    for index in first_by_record.values():
+        row = rows[index]
+        by_cell.setdefault((row["cell_id"], row["repeat"]), []).append(index)
+    keep: list[int] = []
+    for (cell_id, repeat), indices in by_cell.items():
+        # Missing started_at sorts oldest; ties go to the later file name so the choice is stable.
+        ranked = sorted(indices, key=lambda i: (rows[i]["started_at"] is not None, rows[i]["started_at"]
+                                                or 0, rows[i][SOURCE_COLUMN]))
+        winner = ranked[-1]
+        keep.append(winner)
+        for loser in ranked[:-1]:
+            notes.append(f"cell {cell_id} repeat {repeat} appears more than once: kept the newest "
+                         f"({rows[winner]['started_at']}, {rows[winner][SOURCE_COLUMN]}), dropped "
+                         f"{rows[loser]['started_at']} from {rows[loser][SOURCE_COLUMN]}")
+    return table.take(sorted(keep)), notes
+
+
+def load_results(result_dirs: list[Path], exclude: Path | None = None) -> LoadedResults:
+    """Validate every result file under the dirs and merge the good ones (NoResultsError if none)."""
+    files = find_result_files(result_dirs, exclude)
+    where = ", ".join(str(d) for d in result_dirs)
+    if not files:
+        raise NoResultsError(f"no result files (*.parquet) found under {where}")
+    tables: list[pa.Table] = []
+    skipped: list[SkippedFile] = []
+    for path in files:
+        outcome = read_result_file(path)
+        (skipped if isinstance(outcome, SkippedFile) else tables).append(outcome)
+    if not tables:
+        raise NoResultsError(f"none of the {len(files)} result files under {where} is usable "
+                             f"(first problem: {skipped[0].line()})", skipped=skipped)
+    merged = pa.concat_tables(tables).cast(MERGED_SCHEMA)
+    merged, notes = deduplicate(merged)
+    return LoadedResults(merged, len(files), skipped, notes)
+
+
+def write_merged(table: pa.Table, path: Path) -> Path:
+    """merged.parquet: plain Parquet with the result schema, readable by pandas, Polars and DuckDB."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,96 @@
+"""PNG plots (matplotlib, Agg backend: no display needed): ms/step bars with CIs, and speed-ups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, speedup_percent
+from fwbench_aggregator.variants import NATIVE_EAGER, Variant
+
+LOG_SCALE_SPREAD = 20  # use a log axis when the slowest bar is this many times the fastest
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: CI and servers have no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def ms_per_step_chart(summary: PresetSummary, path: Path) -> Path | None:
+    """Grouped bars: one group per task, one bar per variant, whiskers = 95% CI."""
+    if not summary.estimates:
+        return None
+    plt = _pyplot()
+    tasks, variants = summary.tasks, summary.variants
+    width = 0.8 / max(len(variants), 1)
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(tasks) + 3), 5))
+    medians = [e.median for e in summary.estimates.values() if e.median > 0]
+    for i, variant in enumerate(variants):
+        xs, ys, errors = [], [], [[], []]
+        for t, task in enumerate(tasks):
+            est = summary.estimates.get((task, variant))
+            if est is None:
+                continue
+            xs.append(t - 0.4 + width * (i + 0.5))
+            ys.append(est.median)
+            errors[0].append(max(est.median - est.low, 0))
+            errors[1].append(max(est.high - est.median, 0))
+        ax.bar(xs, ys, width, yerr=errors, capsize=2, label=variant.label)
+    if medians and max(medians) / min(medians) > LOG_SCALE_SPREAD:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
+    ax.set_ylabel("ms per step (median, 95% CI; lower is better)")
+    ax.set_title(f"ms per step by task, preset {summary.preset}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def speedup_series(summary: PresetSummary) -> tuple[str, dict[str, list[float | None]]]:
+    """Keras 3 best over each published baseline when Keras 3 ran; otherwise every variant over eager torch."""
+    if any(v.is_keras3 for v in summary.variants):
+        return ("Keras 3 best vs", {name: [summary.speedup(t, key) for t in summary.tasks]
+                                    for name, key in SPEEDUP_BASELINES})
+    baseline = Variant(*NATIVE_EAGER) if Variant(*NATIVE_EAGER) in summary.variants else summary.variants[0]
+    series = {}
+    for variant in summary.variants:
+        if variant == baseline:
+            continue
+        values = []
+        for task in summary.tasks:
+            base, est = summary.estimates.get((task, baseline)), summary.estimates.get((task, variant))
+            values.append(speedup_percent(base.median, est.median) if base and est else None)
+        series[variant.label] = values
+    return (f"speed-up over {baseline.label}", series)
+
+
+def speedup_chart(summary: PresetSummary, path: Path) -> Path | None:
+    title, series = speedup_series(summary)
+    series = {name: values for name, values in series.items() if any(v is not None for v in values)}
+    if not series:
+        return None
+    # Only tasks with at least one bar: empty rows would read as "no speed-up".
+    keep = [i for i in range(len(summary.tasks)) if any(v[i] is not None for v in series.values())]
+    tasks = [summary.tasks[i] for i in keep]
+    series = {name: [values[i] for i in keep] for name, values in series.items()}
+    plt = _pyplot()
+    height = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(9, max(4, 0.45 * len(tasks) * max(1, len(series) / 2) + 1.5)))
+    for i, (name, values) in enumerate(series.items()):
+        ys = [t - 0.4 + height * (i + 0.5) for t, v in enumerate(values) if v is not None]
+        ax.barh(ys, [v for v in values if v is not None], height, label=name)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed-up % = (baseline ms / ms - 1) x 100 (right of 0 = faster)")
+    ax.set_title(f"{title}, preset {summary.preset}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

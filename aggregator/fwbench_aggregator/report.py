@@ -1,0 +1,167 @@
+"""Assemble the report (tables, warnings, plots, published comparison, provenance) as a Document."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from fwbench.schema import SCHEMA_VERSION, STATUSES
+
+from fwbench_aggregator import document as d
+from fwbench_aggregator import plots, provenance, published, stats
+from fwbench_aggregator.loading import LoadedResults
+from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
+
+
+def fmt_ms(value: float) -> str:
+    return f"{value:.4g}" if value < 100 else f"{value:.1f}"
+
+
+def fmt_estimate(est: stats.Estimate) -> str:
+    return f"{fmt_ms(est.median)} [{fmt_ms(est.low)}–{fmt_ms(est.high)}]"
+
+
+def fmt_speedup(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0f}%"
+
+
+def _status_word(summary: PresetSummary, task: str, variant) -> str:
+    status = summary.statuses.get((task, variant))
+    if status is None:
+        return "—"  # not run
+    return ", ".join(f"{s}" for s in STATUSES if status.counts.get(s)) or "?"
+
+
+def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
+    """Rows = tasks, columns = variants: 'median [95% CI]' ms/step, or the status when nothing ran ok."""
+    headers = ["task"] + [v.label for v in summary.variants]
+    has_keras3 = any(v.is_keras3 for v in summary.variants)
+    if has_keras3:
+        headers.append("Keras 3 best")
+    rows = []
+    for task in summary.tasks:
+        row = [task]
+        for variant in summary.variants:
+            est = summary.estimates.get((task, variant))
+            row.append(fmt_estimate(est) if est else _status_word(summary, task, variant))
+        if has_keras3:
+            best = summary.keras3_best(task)
+            row.append(f"{fmt_ms(best[1].median)} ({best[0].stack.removeprefix('keras3-')})" if best else "—")
+        rows.append(row)
+    return headers, rows
+
+
+def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
+    headers = ["task"] + [f"Keras 3 best vs {name}" for name, _ in SPEEDUP_BASELINES]
+    rows = [[task] + [fmt_speedup(summary.speedup(task, key)) for _, key in SPEEDUP_BASELINES]
+            for task in summary.tasks]
+    return headers, rows
+
+
+def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "variant"] + list(STATUSES) + ["messages"]
+    rows = []
+    for task in summary.tasks:
+        for variant in summary.variants:
+            status = summary.statuses.get((task, variant))
+            if status is None:
+                continue
+            counts = [str(status.counts.get(s, 0)) for s in STATUSES]
+            rows.append([task, variant.label] + counts + ["; ".join(status.messages) or ""])
+    return headers, rows
+
+
+def _published_section(summary: PresetSummary, reference: dict) -> list:
+    blocks = [d.Heading(f"Published numbers ({summary.preset})", 3),
+              d.Paragraph(f"Reference: {published.REFERENCE_SOURCE}.", "note")]
+    if summary.preset == "paper":
+        rows = published.ratios(summary, reference)
+        if not rows:
+            return blocks + [d.Paragraph("No measured cell has a published counterpart.")]
+        blocks.append(d.Paragraph("Same sizes as published (preset paper): measured / published median ms per "
+                                  "step. Hardware and library versions may still differ (see provenance)."))
+        blocks.append(d.Table(
+            ["task", "variant", "measured ms", "published ms", "measured / published", "batch (ours / published)",
+             "published note"],
+            [[r.task, r.variant.label, fmt_ms(r.measured_ms), fmt_ms(r.published_ms), f"{r.ratio:.2f}x",
+              f"{r.measured_batch} / {r.published_batch}", r.footnote] for r in rows]))
+        return blocks
+    blocks.append(d.Paragraph(
+        f"Sizes differ: preset {summary.preset} is not the published A100 configuration, so absolute ms/step "
+        "are not comparable. Only the rank order per task (fastest first) is compared with the published one."))
+    ranks = published.rankings(summary, reference)
+    if not ranks:
+        return blocks + [d.Paragraph("Fewer than two measured variants per task have published numbers: "
+                                     "no ranking to compare.")]
+    blocks.append(d.Table(
+        ["task", "measured order (fastest first)", "published order", "same order", "Kendall tau"],
+        [[r.task, " < ".join(v.label for v in r.measured_order), " < ".join(v.label for v in r.published_order),
+          "yes" if r.same else "no", "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
+        css_class="text"))
+    return blocks
+
+
+def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -> list:
+    p = summary.preset
+    blocks: list = [d.Heading(f"Preset {p}")]
+    headers, rows = main_table(summary)
+    blocks += [d.Heading(f"ms per step ({p})", 3),
+               d.Paragraph("Median ms per step [95% CI] across repeats and steps; lower is better. A cell shows "
+                           "its status instead when no repeat ran ok."),
+               d.Table(headers, rows)]
+    single = sorted({f"{t} {v.label}" for (t, v), e in summary.estimates.items() if e.repeats == 1})
+    if single:
+        blocks.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their CI only covers step-to-step "
+                                  "noise, not process-to-process variation. Use --repeats 3 or more.", "note"))
+    if any(v.is_keras3 for v in summary.variants):
+        headers, rows = speedup_table(summary)
+        blocks += [d.Heading(f"Speed-up of Keras 3 best ({p})", 3),
+                   d.Paragraph("As on keras.io: (baseline ms / Keras 3 best ms - 1) x 100%, from medians; "
+                               "positive = Keras 3 faster. — = a side is missing."),
+                   d.Table(headers, rows)]
+    else:
+        blocks.append(d.Paragraph("No Keras 3 stack in these results: no 'Keras 3 best' column or Keras speed-ups."))
+    warnings = noise_warnings(summary)
+    if warnings:
+        blocks += [d.Heading(f"Noise warnings ({p})", 3), d.BulletList(warnings, "warning")]
+    for name, chart in (("ms_per_step", plots.ms_per_step_chart), ("speedup", plots.speedup_chart)):
+        path = chart(summary, report_dir / f"{name}-{p}.png")
+        if path is not None:
+            blocks.append(d.Image(path, f"{name.replace('_', ' ')} chart, preset {p}"))
+    blocks += _published_section(summary, reference)
+    headers, rows = status_table(summary)
+    blocks += [d.Heading(f"Status per cell ({p})", 3), d.Table(headers, rows, css_class="text")]
+    return blocks
+
+
+def build_document(loaded: LoadedResults, report_dir: Path) -> tuple[d.Document, list[PresetSummary]]:
+    frame = loaded.frame()
+    summaries = summarise(frame)
+    reference = published.load_published()
+    doc = d.Document("fwbench report")
+    doc.add(d.Paragraph(
+        f"{len(frame)} rows from {loaded.files_read} result files (schema v{SCHEMA_VERSION}); generated "
+        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Merged rows: merged.parquet."),
+        d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
+                    "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
+    if loaded.skipped:
+        doc.add(d.Heading("Skipped files"), d.BulletList([s.line() for s in loaded.skipped], "warning"))
+    if loaded.notes:
+        doc.add(d.Heading("De-duplication"), d.BulletList(loaded.notes, "note"))
+    compile_notes = provenance.compile_warnings(frame)
+    if compile_notes:
+        doc.add(d.Heading("Compilation warnings"), d.BulletList(compile_notes, "warning"))
+    for summary in summaries:
+        doc.add(*_preset_section(summary, reference, report_dir))
+    env_sets, _ = provenance.environment_sets(frame)
+    doc.add(d.Heading("Provenance"),
+            d.Paragraph("Every row: stack, versions (environment set), image, device, TF32 state, compile mode "
+                        "and whether compilation took effect."),
+            d.Heading("Environment sets (library versions)", 3),
+            d.Table(["env", "python", "library versions"],
+                    [[e.name, e.python, ", ".join(f"{k}=={v}" for k, v in e.versions.items()) or "—"]
+                     for e in env_sets], css_class="text"),
+            d.Heading("Rows", 3),
+            d.Table(list(provenance.PROVENANCE_HEADERS), provenance.provenance_rows(frame), css_class="text",
+                    collapsible=f"{len(frame)} rows"))
+    return doc, summaries

@@ -1,0 +1,119 @@
+"""The `docker` engine: each cell runs in its stack's image, one container per cell.
+
+The container gets the shared data read-only at /data and a per-cell directory at /cell where it
+writes its record; it runs as the invoking user (so files on the host are theirs), without network,
+with the GPU requested when one is present. Exit status and the OOM-killed flag become the row's
+status; the container is removed afterwards whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from fwbench.engines import CellOutcome, EngineError, cell_environment, write_spec
+from fwbench.spec import CellSpec
+
+DEFAULT_IMAGE = "fwbench/{stack}:{variant}"
+# Environment a container must not inherit from the host.
+_HOST_ONLY = ("PATH", "HOME", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "PIP_CONFIG_FILE")
+
+
+def host_has_gpu() -> bool:
+    """An NVIDIA GPU is usable by containers only if the host driver answers NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no pynvml, no driver, no GPU
+        return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
+
+
+class DockerEngine:
+    name = "docker"
+
+    def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None):
+        try:
+            import docker
+        except ImportError:
+            raise EngineError("the docker engine needs the Docker SDK: pip install 'fwbench[docker]'") from None
+        try:
+            self.client = docker.from_env()
+            self.client.ping()
+        except Exception as exc:  # docker.errors.DockerException and connection errors
+            raise EngineError(f"cannot reach a Docker engine: {exc}") from None
+        if gpus not in ("auto", "all", "none"):
+            raise EngineError(f"--gpus must be auto, all or none, not {gpus!r}")
+        self.use_gpu = host_has_gpu() if gpus == "auto" else gpus == "all"
+        self.variant = "gpu" if self.use_gpu else "cpu"
+        self.image_template = image_template
+        self.memory = memory
+        self._images: dict[str, object] = {}
+
+    def image_name(self, stack: str) -> str:
+        return self.image_template.format(stack=stack, variant=self.variant)
+
+    def prepare(self, stack: str) -> None:
+        import docker
+
+        name = self.image_name(stack)
+        try:
+            self._images[stack] = self.client.images.get(name)
+        except docker.errors.ImageNotFound:
+            raise EngineError(f"image {name} not found: build it with `docker compose build` "
+                              f"(or docker build -f images/{stack}/Dockerfile .)") from None
+
+    def image_fields(self, stack: str) -> dict[str, str | None]:
+        image = self._images[stack]
+        digests = image.attrs.get("RepoDigests") or []
+        return {"image_id": image.id, "image_digest": digests[0] if digests else None}
+
+    def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
+        import docker
+        import requests
+
+        if spec.stack not in self._images:
+            self.prepare(spec.stack)
+        cell_dir = record_path.parent
+        inner = replace(spec, data_dir="/data")
+        spec_path = write_spec(inner, cell_dir)
+        environment = {k: v for k, v in cell_environment(spec).items()
+                       if k not in os.environ or k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        environment = {k: v for k, v in environment.items() if k not in _HOST_ONLY}
+        # Any uid can run the image: caches go to /tmp.
+        environment.update(HOME="/tmp", XDG_CACHE_HOME="/tmp/cache", KERAS_HOME="/tmp/keras")
+        device_requests = ([docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+                           if self.use_gpu else None)
+        container = self.client.containers.run(
+            self.image_name(spec.stack),
+            entrypoint=["python", "-m", "fwbench.harness.cell"],
+            command=[f"/cell/{spec_path.name}", f"/cell/{record_path.name}"],
+            volumes={str(Path(spec.data_dir).resolve()): {"bind": "/data", "mode": "ro"},
+                     str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
+            environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
+            device_requests=device_requests, mem_limit=self.memory, detach=True,
+            labels={"io.fwbench.cell": spec.cell_id})
+        timed_out = False
+        try:
+            try:
+                status = container.wait(timeout=spec.timeout_s)
+                exit_code = status.get("StatusCode")
+            except requests.exceptions.ConnectionError:  # the SDK's read timeout
+                timed_out = True
+                container.kill(signal="SIGKILL")
+                exit_code = None
+            container.reload()
+            oom_killed = bool(container.attrs.get("State", {}).get("OOMKilled"))
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_bytes(container.logs(stdout=True, stderr=True))
+        finally:
+            container.remove(force=True)
+            spec_path.unlink(missing_ok=True)
+        return CellOutcome(exit_code, timed_out, log_path, record_path, oom_killed=oom_killed,
+                           row_fields=self.image_fields(spec.stack))

@@ -1,0 +1,76 @@
+"""`fwbench compare A B`: ratio of medians, Mann-Whitney U with Holm correction, --fail-above."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fwbench.cli import app
+from fwbench_aggregator import compare as cmp
+from fwbench_aggregator import loading
+from tests.aggregator_rows import CENTRES, record, write, write_matrix
+
+SLOWED = ("keras3-jax", "xla", "sam-predict")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two runs of the same synthetic distribution (different seeds); B has one cell 30% slower."""
+    root = tmp_path_factory.mktemp("compare")
+    write_matrix(root / "a", CENTRES, seed=1)
+    write_matrix(root / "b", CENTRES, seed=2, slow={SLOWED: 1.3})
+    return root / "a", root / "b"
+
+
+def test_same_distribution_not_significant_and_slowed_cell_flagged(runs):
+    rows = cmp.compare(loading.load_results([runs[0]]), loading.load_results([runs[1]]))
+    assert len(rows) == len(CENTRES)
+    slowed = [r for r in rows if (r.variant.stack, r.variant.compile_mode, r.task) == SLOWED]
+    assert slowed[0].verdict == "slower" and slowed[0].change_pct == pytest.approx(30, abs=6)
+    others = [r for r in rows if r not in slowed]
+    not_significant = [r for r in others if r.verdict.startswith("not significant")]
+    assert len(not_significant) >= len(others) - 1, [(r.task, r.variant.label, r.verdict) for r in others]
+
+
+def test_cli_fail_above(runs):
+    a, b = map(str, runs)
+    strict = CliRunner().invoke(app, ["compare", a, b, "--fail-above", "10"])
+    assert strict.exit_code == 1, strict.output
+    assert "not significant" in strict.output and "slower" in strict.output
+    assert "regression above 10%" in strict.output
+    lenient = CliRunner().invoke(app, ["compare", a, b, "--fail-above", "50"])
+    assert lenient.exit_code == 0, lenient.output
+    plain = CliRunner().invoke(app, ["compare", a, a])
+    assert plain.exit_code == 0 and "slower" not in plain.output
+
+
+def test_cells_missing_on_one_side(tmp_path):
+    write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=[5.0, 5.1, 4.9]))
+    write(tmp_path / "b", record("native-torch", "sam-fit", step_ms=[5.0, 5.1, 4.9]))
+    rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
+    assert sorted(r.verdict for r in rows) == ["only in A", "only in B"]
+
+
+def test_compare_user_errors(tmp_path):
+    missing = CliRunner().invoke(app, ["compare", str(tmp_path / "x"), str(tmp_path / "y")])
+    assert missing.exit_code == 2 and "no such file or directory" in missing.output
+    (tmp_path / "empty").mkdir()
+    empty = CliRunner().invoke(app, ["compare", str(tmp_path / "empty"), str(tmp_path / "empty")])
+    assert empty.exit_code == 1 and "no result files" in empty.output
+
+
+def test_holm_adjustment():
+    assert cmp.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert cmp.holm([]) == []
+
+
+def test_compare_through_real_entry_point_has_no_traceback(runs):
+    fwbench = Path(sys.executable).with_name("fwbench")
+    run = subprocess.run([str(fwbench), "compare", str(runs[0]), str(runs[1]), "--fail-above", "10"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "regression above 10%: sam-predict keras3-jax [xla]" in run.stderr
