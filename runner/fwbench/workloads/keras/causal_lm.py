@@ -1,0 +1,56 @@
+"""The causal-LM recipe shared by Gemma and Mistral on Keras 3 (KerasHub), as published:
+whole model in bfloat16, `backbone.enable_lora(rank=4)` (query and value projections);
+fit = Keras `fit` on token ids with next-token sparse cross-entropy and AdamW;
+generate = one whole greedy `generate()` call producing exactly `new_tokens` tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fwbench.workloads.keras.common import JIT_COMPILE, FitCell, keras, nlp_models, report_model, set_dtype_policy
+
+
+def build_causal_lm(ctx, make_backbone, task_class: str):
+    set_dtype_policy("bfloat16")
+    models = nlp_models()
+    backbone = make_backbone(models)
+    model = getattr(models, task_class)(backbone=backbone, preprocessor=None)
+    token_ids, padding_mask = ctx.arrays["token_ids"], ctx.arrays["padding_mask"]
+
+    if ctx.workload.task.kind == "fit":
+        backbone.enable_lora(rank=4)
+        report_model(ctx, model, "bfloat16")
+        ctx.info["seq_len"] = token_ids.shape[1]
+        # Next-token loss over the same positions as HF's internal shift: every token predicts the next
+        # one, and the last position (nothing to predict) has weight 0.
+        labels = np.concatenate([token_ids[:, 1:], np.zeros_like(token_ids[:, :1])], axis=1)
+        weights = np.concatenate([padding_mask[:, 1:], np.zeros_like(padding_mask[:, :1])], axis=1)
+        model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      weighted_metrics=[], jit_compile=JIT_COMPILE)
+        cell = FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
+                       ctx.total_steps, sample_weight=weights.astype("float32"))
+        return cell
+
+    report_model(ctx, model, "bfloat16")
+    model.compile(sampler="greedy", jit_compile=JIT_COMPILE)
+    new_tokens = ctx.workload.shapes["new_tokens"]
+    batch, prompt_len = token_ids.shape
+    ctx.info["prompt_len"] = prompt_len
+    # Without a preprocessor, generate() fills the positions whose padding mask is 0, up to the padded
+    # length: pad the prompt to prompt_len + new_tokens.
+    inputs = {"token_ids": np.pad(token_ids, ((0, 0), (0, new_tokens))),
+              "padding_mask": np.pad(padding_mask, ((0, 0), (0, new_tokens))).astype(bool)}
+
+    class Generate:
+        def step(self):
+            # stop_token_ids=None: never stop early at an end token.
+            output = model.generate(inputs, stop_token_ids=None)
+            generated = np.asarray(output["padding_mask"]).sum(axis=1) - prompt_len
+            if not (generated == new_tokens).all():
+                raise RuntimeError(f"generate produced {generated.tolist()} new tokens, expected {new_tokens}")
+            ctx.info["tokens_generated"] = int(generated[0])
+            return output
+
+    return Generate()

@@ -1,0 +1,110 @@
+"""Helpers shared by the Keras workloads of all four Keras stacks (no timing here: that is the harness's job).
+
+The same module runs Keras 3 on TensorFlow, JAX or PyTorch (backend chosen by KERAS_BACKEND, set by the
+engine) and Keras 2 (tf.keras, which KerasNLP/KerasCV 0.8 use when TensorFlow's Keras is Keras 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import keras as _keras
+
+KERAS3 = _keras.__version__.startswith("3.")
+if KERAS3:
+    keras = _keras
+    BACKEND = keras.backend.backend()
+else:
+    # KerasNLP/KerasCV 0.8 build on `tensorflow.keras`; models must come from the same Keras.
+    from tensorflow import keras  # noqa: F811
+
+    BACKEND = "tensorflow"
+
+# As published: XLA everywhere except Keras 3 on PyTorch, which runs eagerly.
+JIT_COMPILE = BACKEND != "torch"
+
+
+def set_dtype_policy(name: str) -> None:
+    if KERAS3:
+        keras.config.set_dtype_policy(name)
+    else:
+        keras.mixed_precision.set_global_policy(name)
+
+
+def report_model(ctx, model, dtype: str) -> None:
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    ctx.info.update(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
+                    jit_compile=JIT_COMPILE)
+
+
+def repeated_dataset(batch: Any, steps: int):
+    """The same shared batch `steps` times (tf.data: accepted by fit/predict on every Keras backend,
+    and it never materialises `steps` copies)."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensors(batch).repeat(steps)
+
+
+def _clock_callback(clock):
+    """Forwards Keras's per-batch hooks to the harness clock. `clock.end` syncs the device on the
+    batch's own outputs (the loss / the predictions), which only exist once the step has run: a
+    callback boundary alone is not a sync (JAX and TF dispatch asynchronously)."""
+
+    class ClockCallback(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            clock.begin()
+
+        def on_train_batch_end(self, batch, logs=None):
+            clock.end(logs)
+
+        def on_predict_batch_begin(self, batch, logs=None):
+            clock.begin()
+
+        def on_predict_batch_end(self, batch, logs=None):
+            clock.end(logs)
+
+    return ClockCallback()
+
+
+class FitCell:
+    """Keras's own `fit`: ONE call over exactly total_steps batches (each fit() call has a fixed
+    overhead of its own, which must not be spread over the steps)."""
+
+    def __init__(self, model, x, y, total_steps: int, sample_weight=None):
+        self.model, self.total_steps = model, total_steps
+        batch = (x, y) if sample_weight is None else (x, y, sample_weight)
+        self.dataset = repeated_dataset(batch, total_steps)
+
+    def drive(self, clock) -> None:
+        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
+                       callbacks=[_clock_callback(clock)])
+
+
+class PredictCell:
+    """Keras's own `predict` over exactly total_steps batches, in one call."""
+
+    def __init__(self, model, x, total_steps: int):
+        self.model, self.total_steps = model, total_steps
+        self.dataset = repeated_dataset(x, total_steps)
+
+    def drive(self, clock) -> None:
+        self.model.predict(self.dataset, steps=self.total_steps, verbose=0,
+                           callbacks=[_clock_callback(clock)])
+
+
+def compile_regression(model) -> None:
+    """Adam + MSE (the SAM and SD encoder fits)."""
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-4), loss="mse", jit_compile=JIT_COMPILE)
+
+
+def nlp_models():
+    """KerasHub on Keras 3; KerasNLP 0.8 (its predecessor, same class names mostly) on Keras 2."""
+    if KERAS3:
+        import keras_hub
+
+        return keras_hub.models
+    import keras_nlp
+
+    return keras_nlp.models

@@ -1,0 +1,144 @@
+"""End to end with a real Docker engine: build the CPU images, run bench-jax through compose,
+run a tiny cell in every other image through the runner's docker engine, and check the failure paths.
+
+Skipped where no Docker engine answers, unless FWBENCH_REQUIRE_DOCKER=1 (CI sets it), which turns
+a missing engine into a failure. Images are built with `docker-compose -f compose.cpu.yaml build`
+(layer cache makes a rebuild cheap).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fwbench import registry, results
+from tests.conftest import run_fwbench
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = os.environ.get("FWBENCH_REQUIRE_DOCKER") == "1"
+SERVICES = {"keras3-tensorflow": "bench-tensorflow", "keras3-jax": "bench-jax", "keras3-torch": "bench-torch",
+            "keras2-tensorflow": "bench-keras2", "native-torch": "bench-native"}
+
+
+def compose_command() -> list[str]:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return []
+
+
+def docker_ready() -> str | None:
+    """None if a Docker engine and a Compose client are usable, else why not."""
+    if not compose_command():
+        return "no Compose client"
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # no SDK, no daemon, no permission
+        return f"no Docker engine ({exc.__class__.__name__})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def compose_env(tmp_path_factory):
+    reason = docker_ready()
+    if reason:
+        if REQUIRED:
+            pytest.fail(f"FWBENCH_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("compose")
+    (work / "data").mkdir()
+    (work / "results").mkdir()
+    env = {**os.environ, "FWBENCH_UID": str(os.getuid()), "FWBENCH_GID": str(os.getgid()),
+           "FWBENCH_DATA": str(work / "data"), "FWBENCH_RESULTS": str(work / "results"),
+           "COMPOSE_PROJECT_NAME": "fwbench-e2e"}
+    return work, env
+
+
+def compose(env, *args, timeout=3600) -> subprocess.CompletedProcess:
+    return subprocess.run([*compose_command(), "-f", str(ROOT / "compose.cpu.yaml"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def images(compose_env):
+    _work, env = compose_env
+    built = compose(env, "build", "data", *SERVICES.values(), timeout=5400)
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
+    return env
+
+
+def rows_under(path: Path) -> list[dict]:
+    return [results.read_row(p) for p in sorted(path.rglob("*.parquet"))]
+
+
+def test_compose_up_bench_jax_end_to_end(compose_env, images):
+    work, env = compose_env
+    up = compose(env, "up", "bench-jax")
+    assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+    rows = [r for r in rows_under(work / "results") if r["stack"] == "keras3-jax"]
+    assert sorted(r["task"] for r in rows) == sorted(registry.TASKS)
+    for row in rows:
+        assert row["status"] == "ok", (row["task"], row["error_message"])
+        assert row["engine"] == "current" and row["preset"] == "tiny"
+    # Results belong to the invoking user, and no partial file is left behind.
+    assert all(p.stat().st_uid == os.getuid() for p in (work / "results").rglob("*.parquet"))
+    assert not list((work / "results").rglob("*.tmp"))
+    aggregate = compose(env, "run", "--rm", "aggregate")
+    assert aggregate.returncode == 0, aggregate.stdout[-3000:] + aggregate.stderr[-3000:]
+    assert (work / "results" / "report" / "report.md").is_file()
+    compose(env, "down", "--remove-orphans")
+
+
+@pytest.mark.parametrize("stack", ["native-torch", "keras3-tensorflow", "keras3-torch", "keras2-tensorflow"])
+def test_every_other_image_runs_a_tiny_cell_through_the_docker_engine(compose_env, images, stack, tmp_path):
+    work, _env = compose_env
+    done = run_fwbench("run", "--engine", "docker", "--stack", stack, "--task", "bert-predict", "--preset", "tiny",
+                       "--data", str(work / "data"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row] = rows_under(tmp_path)
+    assert row["status"] == "ok" and row["engine"] == "docker"
+    assert row["image_id"].startswith("sha256:")
+
+
+def test_docker_engine_timeout_and_oom_leave_status_rows(compose_env, images, tmp_path):
+    work, _env = compose_env
+    common = ["run", "--engine", "docker", "--stack", "native-torch", "--task", "bert-predict",
+              "--data", str(work / "data")]
+    slow = run_fwbench(*common, "--out", str(tmp_path / "slow"), "--inject-fault", "sleep:120", "--timeout", "5")
+    assert slow.returncode == 1
+    assert [r["status"] for r in rows_under(tmp_path / "slow")] == ["timeout"]
+    starved = run_fwbench(*common, "--out", str(tmp_path / "oom"), "--docker-memory", "96m")
+    assert starved.returncode == 1
+    [row] = rows_under(tmp_path / "oom")
+    assert row["status"] == "oom", row["error_message"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    import docker
+
+    leftovers = docker.from_env().containers.list(all=True, filters={"label": "io.fwbench.cell"})
+    assert leftovers == []  # every cell container was removed
+
+
+def test_images_carry_their_manifest_and_labels(compose_env, images):
+    import docker
+
+    client = docker.from_env()
+    for stack in SERVICES:
+        image = client.images.get(f"fwbench/{stack}:cpu")
+        labels = image.labels
+        assert labels["io.fwbench.stack"] == stack and labels["io.fwbench.variant"] == "cpu"
+        assert image.attrs["Config"]["User"] == "1000:1000"
+        manifest = json.loads(client.containers.run(image.id, entrypoint=["cat"], command=[labels["io.fwbench.manifest"]],
+                                                    remove=True))
+        lock = (ROOT / "images" / stack / "requirements-cpu.lock").read_bytes()
+        assert manifest["lock_sha256"] == hashlib.sha256(lock).hexdigest()
+        assert any(line.startswith("fwbench") for line in manifest["pip_freeze"])
