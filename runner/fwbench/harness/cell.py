@@ -59,6 +59,9 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "data_seed": spec.seed,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
     }
+    if stack and stack.family == "keras":
+        # As published: Keras compiles with XLA (jit_compile=True) except on the PyTorch backend (eager).
+        record["jit_compile"] = stack.id != "keras3-torch"
     if task and spec.preset in registry.PRESETS:
         record["batch_size"] = registry.workload(spec.task, spec.preset).batch_size
     return record

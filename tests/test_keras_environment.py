@@ -1,0 +1,57 @@
+"""How the engines prepare a Keras cell's process (no framework needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fwbench.engines import cell_environment
+from fwbench.harness import backends
+from fwbench.harness.cell import base_record
+from fwbench.spec import CellSpec
+
+
+def spec(stack: str) -> CellSpec:
+    return CellSpec(stack=stack, task="bert-fit", preset="tiny", compile_mode="xla", data_dir="/d", steps=1)
+
+
+@pytest.mark.parametrize("stack, backend", [("keras3-tensorflow", "tensorflow"), ("keras3-jax", "jax"),
+                                            ("keras3-torch", "torch")])
+def test_keras3_backend_is_chosen_before_import(stack, backend, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "something-else")
+    env = cell_environment(spec(stack))
+    assert env["KERAS_BACKEND"] == backend
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "TF_USE_LEGACY_KERAS" not in env
+
+
+def test_keras2_uses_legacy_keras_and_no_backend_switch(monkeypatch):
+    # KerasNLP/KerasCV 0.8 would switch to multi-backend keras_core if KERAS_BACKEND were set.
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    env = cell_environment(spec("keras2-tensorflow"))
+    assert "KERAS_BACKEND" not in env and env["TF_USE_LEGACY_KERAS"] == "1"
+
+
+def test_native_torch_gets_no_keras_switches(monkeypatch):
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    env = cell_environment(spec("native-torch"))
+    assert "KERAS_BACKEND" not in env and "TF_USE_LEGACY_KERAS" not in env
+
+
+@pytest.mark.parametrize("stack, jit", [("keras3-tensorflow", True), ("keras3-jax", True),
+                                        ("keras2-tensorflow", True), ("keras3-torch", False)])
+def test_every_keras_row_records_jit_compile(stack, jit):
+    assert base_record(spec(stack))["jit_compile"] is jit
+
+
+def test_native_torch_rows_have_no_jit_compile():
+    assert "jit_compile" not in base_record(spec("native-torch"))
+
+
+def test_sync_sees_every_leaf_of_keras_logs():
+    assert backends._leaves({"loss": 1, "outputs": [2, (3, None)]}) == [1, 2, 3]
+    assert backends._leaves(None) == []
+
+
+def test_unknown_stack_has_no_backend():
+    with pytest.raises(NotImplementedError):
+        backends.backend_for("no-such-stack")

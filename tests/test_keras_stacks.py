@@ -1,0 +1,95 @@
+"""The four Keras stacks at the tiny preset, each in its real environment (integration).
+
+All four `fwbench run` invocations start together (each builds its environment on first use): on a
+2-core machine most of a cell is single-threaded XLA compilation and imports, so overlapping them
+roughly halves the wall time. The tests check statuses and provenance, not speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fwbench import data, registry, results
+
+pytestmark = pytest.mark.integration
+
+KERAS_STACKS = ["keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow"]
+KERAS2_UNSUPPORTED = {"gemma-fit", "gemma-generate-bs32", "gemma-generate-bs1",
+                      "mistral-fit", "mistral-generate-bs32", "mistral-generate-bs1"}
+
+
+@pytest.fixture(scope="module")
+def stack_results(tmp_path_factory, shared_data):
+    out = tmp_path_factory.mktemp("keras-stacks")
+    processes = {}
+    for stack in KERAS_STACKS:
+        log = open(out / f"{stack}.log", "w")
+        processes[stack] = (subprocess.Popen(
+            [sys.executable, "-m", "fwbench.cli", "run", "--stack", stack, "--preset", "tiny",
+             "--out", str(out / stack), "--data", str(shared_data)],
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)), log)
+    codes = {}
+    for stack, (process, log) in processes.items():
+        codes[stack] = process.wait(timeout=3600)
+        log.close()
+    return out, codes
+
+
+def rows(out, stack):
+    return {row["task"]: row for row in (results.read_row(p) for p in sorted((out / stack).rglob("*.parquet")))}
+
+
+@pytest.mark.parametrize("stack", KERAS_STACKS)
+def test_every_task_has_a_row_with_the_expected_status(stack, stack_results, shared_data):
+    out, codes = stack_results
+    log = (out / f"{stack}.log").read_text()[-3000:]
+    got = rows(out, stack)
+    assert sorted(got) == sorted(registry.TASKS), log
+    for task, row in got.items():
+        expected = "unsupported" if stack == "keras2-tensorflow" and task in KERAS2_UNSUPPORTED else "ok"
+        assert row["status"] == expected, (task, row["status"], row["error_message"], log)
+        if expected == "unsupported":
+            assert row["error_message"] and "Keras" in row["error_message"]
+            continue
+        assert row["ms_per_step"] > 0 and len(row["step_ms"]) == row["timed_steps"] == 5
+        assert row["first_step_s"] > 0 and row["setup_s"] > 0
+        assert row["peak_mem_bytes"] > 0 and row["peak_mem_kind"] == "process_peak_rss"
+        assert row["jit_compile"] is (stack != "keras3-torch")
+        assert row["family"] == "keras" and row["device"] == "cpu" and row["threads"] >= 1
+        # Same bytes as every other stack (native-torch included) read for this task.
+        _arrays, digest, _seed = data.load(shared_data, "tiny", task)
+        assert row["input_sha256"] == digest
+    assert codes[stack] == 0, log
+
+
+@pytest.mark.parametrize("stack", ["keras3-tensorflow", "keras3-jax", "keras3-torch"])
+def test_keras3_llm_rows(stack, stack_results):
+    out, _codes = stack_results
+    for task, row in rows(out, stack).items():
+        if row["model"] not in ("gemma", "mistral"):
+            continue
+        assert row["dtype"] == "bfloat16"
+        if row["task_kind"] == "generate":
+            assert row["tokens_generated"] == registry.workload(task, "tiny").shapes["new_tokens"]
+            assert row["prompt_len"] == 5
+        else:  # rank-4 LoRA: only the adapters train
+            assert 0 < row["params_trainable"] < row["params_total"] / 10
+
+
+def test_backend_switches_are_recorded(stack_results):
+    import json
+
+    out, _codes = stack_results
+    expected = {"keras3-tensorflow": "tensorflow", "keras3-jax": "jax", "keras3-torch": "torch",
+                "keras2-tensorflow": None}
+    for stack, backend in expected.items():
+        row = rows(out, stack)["bert-predict"]
+        environment = json.loads(row["extra"])["keras_environment"]
+        assert environment["KERAS_BACKEND"] == backend
+        assert environment["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+        assert (environment["TF_USE_LEGACY_KERAS"] == "1") is (stack == "keras2-tensorflow")
+        assert row["framework_version"].startswith("2.15" if stack == "keras2-tensorflow" else "3.15")
