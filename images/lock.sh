@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 tools="$(mktemp -d)"; trap 'rm -rf "$tools"' EXIT
 python3 -m venv "$tools/venv" && "$tools/venv/bin/pip" install -q uv==0.13.9
-stacks=("$@"); [ ${#stacks[@]} -gt 0 ] || stacks=(native-torch keras3-tensorflow keras3-jax keras3-torch keras2-tensorflow)
+stacks=("$@"); [ ${#stacks[@]} -gt 0 ] || stacks=(native-torch keras3-tensorflow keras3-jax keras3-torch keras2-tensorflow runner)
 for stack in "${stacks[@]}"; do
   for variant in cpu gpu; do
     input="$stack/requirements.txt"; [ "$variant" = gpu ] && input="$stack/requirements-gpu.txt"

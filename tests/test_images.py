@@ -42,8 +42,10 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("stack", list(registry.STACKS))
-@pytest.mark.parametrize("variant", ["cpu", "gpu"])
+LOCKS = [(stack, variant) for stack in registry.STACKS for variant in ("cpu", "gpu")] + [("runner", "cpu")]
+
+
+@pytest.mark.parametrize("stack, variant", LOCKS)
 def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
     requirements = IMAGES / stack / ("requirements.txt" if variant == "cpu" else "requirements-gpu.txt")
     lock = IMAGES / stack / f"requirements-{variant}.lock"
