@@ -58,8 +58,10 @@ def compose_env(tmp_path_factory):
     work = tmp_path_factory.mktemp("compose")
     (work / "data").mkdir()
     (work / "results").mkdir()
+    (work / "report").mkdir()
     env = {**os.environ, "FWBENCH_UID": str(os.getuid()), "FWBENCH_GID": str(os.getgid()),
            "FWBENCH_DATA": str(work / "data"), "FWBENCH_RESULTS": str(work / "results"),
+           "FWBENCH_REPORT": str(work / "report"),
            "COMPOSE_PROJECT_NAME": "fwbench-e2e"}
     return work, env
 
@@ -95,7 +97,7 @@ def test_compose_up_bench_jax_end_to_end(compose_env, images):
     assert not list((work / "results").rglob("*.tmp"))
     aggregate = compose(env, "run", "--rm", "aggregate")
     assert aggregate.returncode == 0, aggregate.stdout[-3000:] + aggregate.stderr[-3000:]
-    assert (work / "results" / "report" / "report.md").is_file()
+    assert (work / "report" / "report.md").is_file() and (work / "report" / "report.html").is_file()
     compose(env, "down", "--remove-orphans")
 
 
