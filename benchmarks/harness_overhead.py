@@ -1,6 +1,7 @@
 """Harness overhead: the harness's ms/step vs a minimal hand-written synced loop, same model, same process.
 
-    python benchmarks/harness_overhead.py [--stack native-torch] [--task bert-predict] [--steps 50]
+    python benchmarks/harness_overhead.py [--stack native-torch] [--task TASK] [--steps 50]
+    python benchmarks/harness_overhead.py --stack keras3-jax        # a Keras backend
 
 Runs itself inside the stack's local environment (built if needed). Rounds alternate harness and
 hand loop so drift (thermal, other load) hits both alike; prints the medians and their ratio.
@@ -24,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="native-torch")
-    parser.add_argument("--task", default="bert-predict")
+    parser.add_argument("--task", default=None,
+                        help="a task the harness loops itself (default: bert-predict on torch, "
+                             "stable_diffusion-predict on Keras, whose fit/predict loop is Keras's own)")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -98,6 +101,8 @@ def measure(args) -> None:
 
 def main() -> int:
     args = parse_args()
+    if args.task is None:
+        args.task = "bert-predict" if args.stack == "native-torch" else "stable_diffusion-predict"
     if args.inside:
         measure(args)
         return 0

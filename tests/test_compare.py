@@ -74,3 +74,28 @@ def test_compare_through_real_entry_point_has_no_traceback(runs):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert "regression above 10%: sam-predict keras3-jax [xla]" in run.stderr
+
+
+@pytest.mark.integration
+def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
+    """Real native-torch cells: run B adds 150 ms to every timed step of one task (the hidden
+    --inject-fault step-sleep), and compare must call that cell slower and fail --fail-above."""
+    from tests.conftest import run_fwbench
+
+    env_ready = run_fwbench("env", "path", "native-torch")
+    if env_ready.returncode != 0:
+        pytest.skip("the native-torch local environment is not built (see tests/test_native_torch.py)")
+    common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data)]
+    for out in ("a", "b"):
+        done = run_fwbench(*common, "--task", "bert-predict", "--out", str(tmp_path / out))
+        assert done.returncode == 0, done.stdout[-2000:]
+    done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "a"))
+    assert done.returncode == 0, done.stdout[-2000:]
+    done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "b"),
+                       "--inject-fault", "step-sleep:150")
+    assert done.returncode == 0, done.stdout[-2000:]
+    rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
+    verdicts = {r.task: r.verdict for r in rows}
+    assert verdicts["sam-predict"] == "slower", verdicts
+    compared = run_fwbench("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-above", "50")
+    assert compared.returncode == 1 and "Traceback" not in compared.stdout + compared.stderr
