@@ -139,8 +139,9 @@ def test_images_carry_their_manifest_and_labels(compose_env, images):
         labels = image.labels
         assert labels["io.fwbench.stack"] == stack and labels["io.fwbench.variant"] == "cpu"
         assert image.attrs["Config"]["User"] == "1000:1000"
-        manifest = json.loads(client.containers.run(image.id, entrypoint=["cat"], command=[labels["io.fwbench.manifest"]],
-                                                    remove=True))
+        # print() ends the output with a newline: Docker's log stream may drop an unterminated last line.
+        read = ["import sys; print(open(sys.argv[1]).read())", labels["io.fwbench.manifest"]]
+        manifest = json.loads(client.containers.run(image.id, entrypoint=["python", "-c"], command=read, remove=True))
         lock = (ROOT / "images" / stack / "requirements-cpu.lock").read_bytes()
         assert manifest["lock_sha256"] == hashlib.sha256(lock).hexdigest()
         assert any(line.startswith("fwbench") for line in manifest["pip_freeze"])

@@ -41,11 +41,10 @@ class CellOutcome:
         return "\n".join(text[-lines:])
 
 
-def cell_environment(spec: CellSpec) -> dict[str, str]:
-    """Environment of a cell process: pinned thread counts, and no hub access."""
-    env = dict(os.environ)
+def cell_settings(spec: CellSpec) -> dict[str, str]:
+    """The variables fwbench sets for a cell: pinned thread counts, no hub access, framework switches."""
     threads = str(spec.threads)
-    env.update({
+    return {
         # Oversubscribed OpenMP pools made steps 10-25x slower here: pin every pool we know of.
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
@@ -57,8 +56,13 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
-    })
-    env.update(keras_environment(spec.stack))
+        **keras_environment(spec.stack),
+    }
+
+
+def cell_environment(spec: CellSpec) -> dict[str, str]:
+    """Environment of a local cell process: this process's environment plus the cell settings."""
+    env = {**os.environ, **cell_settings(spec)}
     if spec.stack == "keras2-tensorflow":
         # KerasNLP/KerasCV 0.8 switch to multi-backend keras_core when KERAS_BACKEND is set.
         env.pop("KERAS_BACKEND", None)

@@ -13,12 +13,10 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from fwbench.engines import CellOutcome, EngineError, cell_environment, write_spec
+from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
 from fwbench.spec import CellSpec
 
 DEFAULT_IMAGE = "fwbench/{stack}:{variant}"
-# Environment a container must not inherit from the host.
-_HOST_ONLY = ("PATH", "HOME", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "PIP_CONFIG_FILE")
 
 
 def host_has_gpu() -> bool:
@@ -83,11 +81,10 @@ class DockerEngine:
         cell_dir = record_path.parent
         inner = replace(spec, data_dir="/data")
         spec_path = write_spec(inner, cell_dir)
-        environment = {k: v for k, v in cell_environment(spec).items()
-                       if k not in os.environ or k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        environment = {k: v for k, v in environment.items() if k not in _HOST_ONLY}
+        # Only fwbench's own settings cross into the container, never the host's environment.
         # Any uid can run the image: caches go to /tmp.
-        environment.update(HOME="/tmp", XDG_CACHE_HOME="/tmp/cache", KERAS_HOME="/tmp/keras")
+        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache",
+                       "KERAS_HOME": "/tmp/keras"}
         device_requests = ([docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
                            if self.use_gpu else None)
         container = self.client.containers.run(
