@@ -82,9 +82,8 @@ def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
     --inject-fault step-sleep), and compare must call that cell slower and fail --fail-above."""
     from tests.conftest import run_fwbench
 
-    env_ready = run_fwbench("env", "path", "native-torch")
-    if env_ready.returncode != 0:
-        pytest.skip("the native-torch local environment is not built (see tests/test_native_torch.py)")
+    built = run_fwbench("env", "build", "native-torch")  # reused if already built
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data)]
     for out in ("a", "b"):
         done = run_fwbench(*common, "--task", "bert-predict", "--out", str(tmp_path / out))
