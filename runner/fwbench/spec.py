@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -28,7 +28,6 @@ class CellSpec:
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
     # "step-sleep:<ms>", "memory-hog". Lets tests prove failure paths without a broken framework.
     fault: str | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def cell_id(self) -> str:
