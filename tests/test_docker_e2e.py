@@ -92,6 +92,7 @@ def test_compose_up_bench_jax_end_to_end(compose_env, images):
     for row in rows:
         assert row["status"] == "ok", (row["task"], row["error_message"])
         assert row["engine"] == "current" and row["preset"] == "tiny"
+        assert json.loads(row["extra"])["image_manifest"]["stack"] == "keras3-jax"  # which image ran it
     # Results belong to the invoking user, and no partial file is left behind.
     assert all(p.stat().st_uid == os.getuid() for p in (work / "results").rglob("*.parquet"))
     assert not list((work / "results").rglob("*.tmp"))

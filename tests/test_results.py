@@ -51,3 +51,14 @@ def test_docs_list_every_column():
     documented = re.findall(r"^\| `([a-z0-9_]+)` \|", columns_section, flags=re.M)
     assert documented == list(COLUMN_NAMES)
     assert f"schema_version` is {SCHEMA_VERSION}" in doc
+
+
+def test_image_manifest_facts_are_read_without_the_freeze(tmp_path, monkeypatch):
+    from fwbench.harness import envinfo
+
+    path = tmp_path / "manifest.json"
+    path.write_text('{"stack": "keras3-jax", "lock_sha256": "ab", "pip_freeze": ["x==1"]}\n')
+    monkeypatch.setenv("FWBENCH_IMAGE_MANIFEST", str(path))
+    assert envinfo.image_manifest() == {"stack": "keras3-jax", "lock_sha256": "ab"}
+    monkeypatch.setenv("FWBENCH_IMAGE_MANIFEST", str(tmp_path / "absent.json"))
+    assert envinfo.image_manifest() is None

@@ -146,6 +146,9 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     if result.get("device") == "cpu":
         result["device_name"] = environment["cpu_model"]
     extra: dict[str, Any] = {}
+    manifest = envinfo.image_manifest()
+    if manifest:
+        extra["image_manifest"] = manifest
     if stack.family == "torch":
         stats = backend.compile_stats()
         extra["graph_break_reasons"] = stats.pop("graph_break_reasons")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -62,6 +63,22 @@ def nvml_info() -> dict[str, Any]:
         }
     finally:
         pynvml.nvmlShutdown()
+
+
+IMAGE_MANIFEST = "/opt/fwbench/manifest.json"
+
+
+def image_manifest(path: str | None = None) -> dict[str, Any] | None:
+    """Build facts of the fwbench image this cell runs in (None outside an image): stack, variant,
+    pin set, git revision, base image, lock-file hash. A container cannot see its own image id; the
+    docker engine records that from outside."""
+    path = path or os.environ.get("FWBENCH_IMAGE_MANIFEST", IMAGE_MANIFEST)
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return {key: value for key, value in manifest.items() if key != "pip_freeze"}
 
 
 def environment() -> dict[str, Any]:
