@@ -182,12 +182,14 @@ def _result_line(result) -> str:
 
 
 def _summary_table(outcomes) -> Table:
-    variants = list(dict.fromkeys(f"{r.spec.stack} [{r.spec.compile_mode}]" for r in outcomes))
+    def variant_of(r) -> str:
+        return f"{r.spec.stack} [{r.spec.compile_mode}]"
+
+    variants = list(dict.fromkeys(variant_of(r) for r in outcomes))
     tasks = list(dict.fromkeys(r.spec.task for r in outcomes))
     cells: dict[tuple[str, str], list] = {}
     for r in outcomes:
-        row = r.row if r.row else (_existing_row(r.path))
-        cells.setdefault((r.spec.task, f"{r.spec.stack} [{r.spec.compile_mode}]"), []).append(row)
+        cells.setdefault((r.spec.task, variant_of(r)), []).append(r.row)
     table = Table(title="ms per step (median over repeats)")
     table.add_column("task")
     for variant in variants:
@@ -206,12 +208,6 @@ def _summary_table(outcomes) -> Table:
                 values.append("")
         table.add_row(task_id, *values)
     return table
-
-
-def _existing_row(path: Path):
-    from fwbench import results
-
-    return results.read_row(path)
 
 
 @app.command("demo")

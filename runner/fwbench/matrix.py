@@ -19,7 +19,7 @@ from fwbench.spec import CellSpec
 class CellResult:
     spec: CellSpec
     path: Path
-    row: dict | None  # None when skipped by --resume
+    row: dict | None  # the cell's row (for a --resume skip, the ok row already there)
     skipped: bool = False
 
 
@@ -93,7 +93,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
         spec = replace(spec, run_id=run_id, engine=engine.name)
         path = spec.result_path(out_dir)
         if resume and results.has_ok_row(path):
-            result = CellResult(spec, path, None, skipped=True)
+            result = CellResult(spec, path, results.read_row(path), skipped=True)
         else:
             on_start(spec)
             record_path = work_dir / f"{spec.cell_id}.r{spec.repeat}.record.json"
