@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from tests.aggregator_rows import CENTRES, record, tree_digest, write, write_matrix
 from fwbench.cli import app
+from fwbench.schema import SCHEMA_VERSION
 from fwbench_aggregator import loading, stats
 from fwbench_aggregator.aggregate import aggregate
 from fwbench_aggregator.summary import speedup_percent
@@ -162,13 +163,13 @@ def _bad_files(root: Path) -> dict[str, str]:
     data = good.read_bytes()
     (root / "truncated.parquet").write_bytes(data[: len(data) // 2])
     pq.write_table(pa.table({"a": [1], "b": ["x"]}), root / "foreign.parquet")
-    future = pq.read_table(good).set_column(0, pa.field("schema_version", pa.int64()), pa.array([2]))
+    future = pq.read_table(good).set_column(0, pa.field("schema_version", pa.int64()), pa.array([SCHEMA_VERSION + 1]))
     pq.write_table(future.append_column("new_column", pa.array(["x"])), root / "future.parquet")
     (root / "renamed.parquet").write_text("schema_version,stack,task\n1,native-torch,bert-fit\n")
     (root / ".hidden.parquet.1234.tmp").write_bytes(b"half")  # the writer's temp file: silently ignored
     return {"empty.parquet": "empty file", "truncated.parquet": "truncated Parquet",
             "foreign.parquet": "not an fwbench result file: missing columns",
-            "future.parquet": "newer than the supported 1", "renamed.parquet": "CSV renamed"}
+            "future.parquet": f"newer than the supported {SCHEMA_VERSION}", "renamed.parquet": "CSV renamed"}
 
 
 def test_each_malformed_file_is_skipped_with_one_line(tmp_path):

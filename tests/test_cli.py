@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
 from fwbench import results
 from fwbench.harness.cell import base_record
+from fwbench.harness.envinfo import cpu_model
 from fwbench.spec import CellSpec
 
 FWBENCH = [sys.executable, "-m", "fwbench.cli"]
@@ -66,13 +69,20 @@ def test_a_cell_over_its_timeout_is_killed_and_leaves_a_timeout_row(tmp_path):
     assert not list((tmp_path / "results").rglob("*.tmp"))
 
 
+def current_engine_spec(tmp_path, **changes) -> CellSpec:
+    """The spec `fwbench run --engine current` outside an image gives a tiny cell with default options."""
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
+                    data_dir=str(tmp_path / "data"), steps=5, warmup=2, threads=os.cpu_count(),
+                    image_variant="host", device_model=cpu_model())
+    return replace(spec, **changes)
+
+
 def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
     out = tmp_path / "results"
-    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
-                    data_dir=str(tmp_path / "data"), steps=5)
+    spec = current_engine_spec(tmp_path)
     ok_path = spec.result_path(out)
     results.write_row(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, ok_path)
-    failed = CellSpec(**{**spec.__dict__, "task": "bert-fit"})
+    failed = replace(spec, task="bert-fit")
     results.write_row(base_record(failed) | {"status": "error", "error_message": "x"}, failed.result_path(out))
     before = ok_path.read_bytes()
 
@@ -83,6 +93,39 @@ def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
     assert ok_path.read_bytes() == before  # untouched
     assert results.read_row(failed.result_path(out))["error_message"].startswith("injected fault")
     assert len(list(out.rglob("*.parquet"))) == 2  # retried in place, never duplicated
+
+
+@pytest.mark.parametrize("option, token", [(["--steps", "7"], "steps-7"), (["--tf32", "on"], "tf32-on"),
+                                           (["--threads", "1" if os.cpu_count() > 1 else "2"], "threads-")])
+def test_resume_reruns_a_cell_whose_settings_changed_and_keeps_both_rows(tmp_path, option, token):
+    out = tmp_path / "results"
+    spec = current_engine_spec(tmp_path)
+    ok_path = spec.result_path(out)
+    results.write_row(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, ok_path)
+    before = ok_path.read_bytes()
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--out", str(out), "--data", str(tmp_path / "data"), "--inject-fault", "raise", "--resume",
+                   *option)
+    assert "skip" not in done.stdout and "injected fault" in done.stdout
+    assert ok_path.read_bytes() == before  # the other identity's row is kept
+    files = sorted(p.name for p in out.rglob("*.parquet"))
+    assert len(files) == 2 and any(token in name for name in files), files
+
+
+def test_a_row_of_another_identity_is_never_replaced(tmp_path):
+    """Same readable name (e.g. another device or image variant): the new row gets a settings-hash name."""
+    out = tmp_path / "results"
+    other = current_engine_spec(tmp_path, device_model="Some Other CPU")
+    taken = other.result_path(out)
+    results.write_row(base_record(other) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, taken)
+    before = taken.read_bytes()
+    fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current", "--out", str(out),
+            "--data", str(tmp_path / "data"), "--inject-fault", "raise")
+    assert taken.read_bytes() == before
+    ours = current_engine_spec(tmp_path)
+    hashed = results.hashed_path(ours, out)
+    assert ".id-" in hashed.name and results.read_row(hashed)["status"] == "error"
+    assert results.read_row(hashed)["settings_id"] == ours.identity.settings_id
 
 
 def test_list_and_data_commands(tmp_path):

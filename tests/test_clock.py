@@ -45,10 +45,27 @@ def test_sync_before_every_clock_read_in_window():
 def test_window_only_sync_has_no_per_step_times():
     sync = RecordingSync()
     clock = StepClock(sync, warmup=0, steps=3, per_step_sync=False)
-    run_loop(clock, lambda: 1)
+    run_loop(clock, lambda: time.sleep(0.01))
     assert clock.step_ms() is None
     assert len(sync.calls) == 2  # first step, and the end of the window
-    assert clock.ms_per_step() >= 0
+    assert clock.ms_per_step() >= 10  # the window still holds all three sleeping steps
+
+
+def test_probe_brackets_exactly_the_timed_window():
+    events = []
+
+    class Probe:
+        def start(self):
+            events.append(("start", clock._index))
+
+        def stop(self):
+            events.append(("stop", clock._index))
+
+    clock = StepClock(lambda out: None, warmup=2, steps=3, probe=Probe())
+    run_loop(clock, lambda: events.append(("step", clock._index)))
+    # started as step 3 (the first timed one) begins, stopped as the last one ends
+    assert events.index(("start", 3)) == events.index(("step", 3)) - 1
+    assert events[-1] == ("stop", 5)
 
 
 def test_a_slow_device_is_charged_to_the_step():

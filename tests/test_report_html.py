@@ -43,7 +43,8 @@ class _Collector(HTMLParser):
 def html_report(tmp_path_factory):
     root = tmp_path_factory.mktemp("html")
     write_matrix(root / "res", CENTRES, repeats=2, steps=10)
-    write(root / "res", record("keras3-torch", "gemma-fit", status="timeout", error_message="cell exceeded 900 s"))
+    write(root / "res", record("keras3-torch", "gemma-fit", status="timeout", error_message="cell exceeded 900 s",
+                               timed_steps=10))
     return aggregate([root / "res"], root / "report")
 
 

@@ -31,7 +31,8 @@ def check_report_dir(result_dirs: list[Path], report_dir: Path) -> None:
         raise AggregateUsageError(f"report dir {report_dir} exists and is not a directory")
 
 
-def aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False) -> AggregateOutcome:
+def aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False,
+              include_busy: bool = False) -> AggregateOutcome:
     result_dirs = [Path(p) for p in result_dirs]
     report_dir = Path(report_dir)
     if not result_dirs:
@@ -48,7 +49,7 @@ def aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False) -
     for stale in [*report_dir.glob("ms_per_step-*.png"), *report_dir.glob("speedup-*.png")]:
         stale.unlink()  # plots of a preset no longer in the results must not linger next to the new report
     merged = loading.write_merged(loaded.table, report_dir / "merged.parquet")
-    doc, summaries = build_document(loaded, report_dir)
+    doc, summaries = build_document(loaded, report_dir, include_busy)
     report_md = report_dir / "report.md"
     report_md.write_text(document.to_markdown(doc, report_dir), encoding="utf-8")
     report_html = report_dir / "report.html"

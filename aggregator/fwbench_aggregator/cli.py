@@ -44,7 +44,8 @@ def _print_main_tables(summaries) -> None:
         console.print(table)
 
 
-def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False) -> Path:
+def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False,
+                  include_busy: bool = False) -> Path:
     """Validate + merge results, write the report; print the main table. Returns report.md's path.
 
     On a user error prints one line to stderr and raises typer.Exit (2 = bad path, 1 = nothing usable
@@ -54,7 +55,7 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
     from fwbench_aggregator.errors import AggregateError
 
     try:
-        outcome = aggregate(result_dirs, report_dir, strict)
+        outcome = aggregate(result_dirs, report_dir, strict, include_busy)
     except AggregateError as exc:
         _print_skipped(exc.skipped)
         raise _fail(str(exc), exc.exit_code) from None
@@ -81,9 +82,10 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
         raise _fail(str(exc), exc.exit_code) from None
     _print_skipped(side_a.skipped + side_b.skipped)
     rows = cmp.compare(side_a, side_b, alpha, min_effect)
-    table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); "
-                        f"Mann-Whitney U, Holm-adjusted, alpha {alpha:g}, min effect {min_effect:g}%")
-    for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "change", "p (Holm)", "verdict"):
+    table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); cells paired by "
+                        f"identity; test: Welch t on repeats, Holm-adjusted, alpha {alpha:g}, min effect {min_effect:g}%")
+    for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "95% CI", "change", "p (Holm)", "unit",
+                   "busy", "verdict"):
         table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")
     styles = {"slower": "red", "faster": "green"}
     for r in rows:
@@ -91,14 +93,29 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
                       "—" if r.median_a is None else f"{r.median_a:.4g}",
                       "—" if r.median_b is None else f"{r.median_b:.4g}",
                       "—" if r.ratio is None else f"{r.ratio:.3f}",
+                      f"{r.ratio_low:.3f}–{r.ratio_high:.3f}" if r.has_interval else "—",
                       "—" if r.change_pct is None else f"{r.change_pct:+.1f}%",
                       "—" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
+                      {cmp.METHOD_REPEATS: "repeats", cmp.METHOD_STEPS: "steps"}.get(r.method, "—"),
+                      r.busy or "",
                       f"[{styles[r.verdict]}]{r.verdict}[/]" if r.verdict in styles else escape(r.verdict))
-    Console(width=160).print(table)
+    Console(width=200).print(table)
+    untestable = [r for r in rows if r.method == cmp.METHOD_STEPS]
+    if untestable:
+        print(f"note: {len(untestable)} cell(s) have a single repeat on a side: steps of one process are not "
+              "independent samples, so no significance test is possible (their interval covers step noise only); "
+              "run both sides with --repeats 2 or more", file=sys.stderr)
+    if any(r.busy for r in rows):
+        print("warning: some rows were measured on a busy machine (column busy): their times are not comparable",
+              file=sys.stderr)
     if fail_above is not None:
-        failing = cmp.regressions_above(rows, fail_above)
+        try:
+            failing = cmp.regressions_above(rows, fail_above)
+        except cmp.GateRefused as exc:
+            raise _fail(str(exc), 2) from None
         if failing:
-            names = ", ".join(f"{r.task} {r.variant.label} ({r.change_pct:+.1f}%)" for r in failing)
+            names = ", ".join(f"{r.task} {r.variant.label} ({r.change_pct:+.1f}%, CI from "
+                              f"{(r.ratio_low - 1) * 100:+.1f}%)" for r in failing)
             print(f"regression above {fail_above:g}%: {names}", file=sys.stderr)
             return 1
     return 0
@@ -112,9 +129,11 @@ def register(app: typer.Typer) -> None:
         result_dirs: List[Path] = typer.Argument(..., help="Results directories (searched recursively) or files."),
         output: Path = typer.Option(..., "-o", "--output", help="Report directory (outside the results dirs)."),
         strict: bool = typer.Option(False, help="Exit 1 (and write nothing) if any result file is skipped."),
+        include_busy: bool = typer.Option(False, "--include-busy",
+                                          help="Count rows measured on a busy machine in tables and rankings."),
     ) -> None:
         """Validate and merge result files; write merged.parquet, report.md, report.html and plots."""
-        report_md = run_aggregate(list(result_dirs), output, strict)
+        report_md = run_aggregate(list(result_dirs), output, strict, include_busy)
         print(f"report: {report_md} (also report.html, merged.parquet and the PNG plots)")
 
     @app.command("compare")
@@ -122,11 +141,12 @@ def register(app: typer.Typer) -> None:
         a: Path = typer.Argument(..., help="Baseline results (dir, file, or a report dir's merged.parquet)."),
         b: Path = typer.Argument(..., help="Candidate results."),
         fail_above: Optional[float] = typer.Option(
-            None, "--fail-above", help="Exit 1 if a significant slow-down exceeds this many percent."),
+            None, "--fail-above", help="Exit 1 if a cell is slower by more than this many percent with its whole "
+                                       "95% interval beyond it (exit 2 if a cell has too few samples to judge)."),
         alpha: float = typer.Option(0.05, help="Family-wise significance level (Holm-adjusted)."),
         min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
     ) -> None:
-        """Per cell: B/A ratio of median ms/step, Mann-Whitney U test, 'not significant' when it is not."""
+        """Per cell (paired by identity): B/A ratio with a 95% interval, a test over repeats when both sides have 2+."""
         for name, value in (("--alpha", alpha),):
             if not 0 < value < 1:
                 raise _fail(f"{name} must be between 0 and 1, got {value}", 2)

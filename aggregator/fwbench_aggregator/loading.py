@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fwbench import registry
+from fwbench.identity import SAFE_NAME, CellIdentity
 from fwbench.results import SCHEMA
-from fwbench.schema import COLUMN_NAMES, SCHEMA_VERSION, STATUSES
+from fwbench.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
 
@@ -116,6 +118,11 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
                                      f"{SCHEMA_VERSION} (upgrade fwbench to read it)")
         if newest is None or min(int(v) for v in versions) < 1 or len(versions) < table.num_rows:
             return SkippedFile(path, "missing or invalid schema_version (not an fwbench result file)")
+        if newest == 1:  # version 2 only added columns: read them as empty
+            for name in ADDED_IN_V2:
+                if name not in names:
+                    table = table.append_column(SCHEMA.field(name), pa.nulls(table.num_rows, SCHEMA.field(name).type))
+            names = set(table.column_names)
     missing = [name for name in COLUMN_NAMES if name not in names]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -133,11 +140,40 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
     ok = pc.equal(table.column("status"), "ok")
     if pc.any(pc.and_(ok, pc.is_null(table.column("ms_per_step")))).as_py():
         return SkippedFile(path, "a row has status ok but no ms_per_step")
+    ms = pc.fill_null(table.column("ms_per_step"), 1.0)
+    usable = pc.and_(pc.is_finite(ms), pc.greater(ms, 0.0))
+    if pc.any(pc.and_(ok, pc.invert(usable))).as_py():
+        return SkippedFile(path, "a row has status ok but ms_per_step is not a positive finite number")
     empty = [name for name in REQUIRED_VALUES if pc.any(pc.is_null(table.column(name))).as_py()]
     if empty:
         return SkippedFile(path, f"a row has no value in {', '.join(empty)}")
+    problem = _identity_problem(table)
+    if problem:
+        return SkippedFile(path, problem)
     return table.append_column(pa.field(SOURCE_COLUMN, pa.string()),
                                pa.array([str(path)] * table.num_rows, pa.string()))
+
+
+def _identity_problem(table: pa.Table) -> str | None:
+    """Result files are untrusted input: every identity field must be a known value or match a strict
+    pattern (row content is shown in reports, and must never be able to name a file)."""
+    known = {"stack": registry.STACKS, "task": registry.TASKS, "preset": registry.PRESETS,
+             "tf32_setting": ("default", "on", "off")}
+    for row in table.select(["stack", "task", "preset", "compile_mode", "tf32_setting", "pin_set",
+                             "image_variant", "repeat", "cell_id"]).to_pylist():
+        for column, values in known.items():
+            if row[column] is not None and row[column] not in values:
+                return f"unknown {column} {str(row[column])[:40]!r}"
+        if row["compile_mode"] not in registry.STACKS[row["stack"]].compile_modes:
+            return f"unknown compile_mode {str(row['compile_mode'])[:40]!r} for stack {row['stack']}"
+        for column in ("pin_set", "image_variant"):
+            if row[column] is not None and not SAFE_NAME.match(str(row[column])):
+                return f"invalid {column} {str(row[column])[:40]!r}"
+        if row["repeat"] is None or not 0 <= row["repeat"] < 10_000:
+            return f"invalid repeat {row['repeat']!r}"
+        if row["cell_id"] != CellIdentity(row["stack"], row["task"], row["preset"], row["compile_mode"], ()).cell_key:
+            return f"cell_id {str(row['cell_id'])[:80]!r} does not match the row's stack, task, preset and compile mode"
+    return None
 
 
 def _looks_like_text(head: bytes) -> bool:
@@ -154,9 +190,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
-    """One row per record_id, then one per (cell_id, repeat): the newest started_at wins."""
+    """One row per record_id, then one per (cell identity, repeat): the newest started_at wins.
+
+    Rows of different identities (another TF32 setting, thread count, device...) are all kept."""
     notes: list[str] = []
-    rows = table.select(["record_id", "cell_id", "repeat", "started_at", SOURCE_COLUMN]).to_pylist()
+    rows = table.to_pylist()
     first_by_record: dict[str, int] = {}
     for index, row in enumerate(rows):
         if row["record_id"] in first_by_record:
@@ -167,9 +205,10 @@ def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
     by_cell: dict[tuple, list[int]] = {}
     for index in first_by_record.values():
         row = rows[index]
-        by_cell.setdefault((row["cell_id"], row["repeat"]), []).append(index)
+        by_cell.setdefault((CellIdentity.of_row(row), row["repeat"]), []).append(index)
     keep: list[int] = []
-    for (cell_id, repeat), indices in by_cell.items():
+    for (identity, repeat), indices in by_cell.items():
+        cell_id = f"{identity.cell_key} (settings {identity.settings_id})"
         # Missing started_at sorts oldest; ties go to the later file name so the choice is stable.
         ranked = sorted(indices, key=lambda i: (rows[i]["started_at"] is not None, rows[i]["started_at"]
                                                 or 0, rows[i][SOURCE_COLUMN]))

@@ -13,7 +13,8 @@ import pandas as pd
 
 from fwbench_aggregator.variants import Variant, task_order
 
-PROVENANCE_HEADERS = ("preset", "task", "stack", "compile", "repeat", "status", "ms/step", "env", "framework",
+PROVENANCE_HEADERS = ("preset", "task", "stack", "compile", "repeat", "status", "busy", "ms/step", "settings id",
+                      "env", "framework",
                       "pin set", "engine", "image", "device", "TF32 (setting / matmul / effective)",
                       "matmul precision", "compile took effect", "compiled graphs", "graph breaks",
                       "cudagraph skips", "threads", "started (UTC)", "source file")
@@ -44,6 +45,11 @@ def _flag(value) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
         return "—"
     return "yes" if bool(value) else "no"
+
+
+def _busy(row) -> str:
+    flag = _flag(row.get("busy"))
+    return f"yes: {row.get('busy_reasons') or '?'}" if flag == "yes" else flag
 
 
 def environment_sets(frame: pd.DataFrame) -> tuple[list[EnvironmentSet], dict]:
@@ -82,7 +88,8 @@ def provenance_rows(frame: pd.DataFrame) -> list[list[str]]:
         started = row.get("started_at")
         rows.append([
             _text(row["preset"]), _text(row["task"]), _text(row["stack"]), _text(row["compile_mode"]),
-            _number(row["repeat"]), _text(row["status"]), "—" if ms is None or pd.isna(ms) else f"{ms:.3f}",
+            _number(row["repeat"]), _text(row["status"]), _busy(row),
+            "—" if ms is None or pd.isna(ms) else f"{ms:.3f}", _text(row.get("settings_id")),
             env_of[index], framework, _text(row.get("pin_set")), _text(row.get("engine")), _text(image),
             device, tf32, _text(row.get("matmul_precision")), _flag(row.get("compile_took_effect")),
             _number(row.get("compiled_graphs")), _number(row.get("graph_breaks")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from fwbench import registry
 from fwbench.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
@@ -29,6 +30,8 @@ def _status_word(summary: PresetSummary, task: str, variant) -> str:
     status = summary.statuses.get((task, variant))
     if status is None:
         return "—"  # not run
+    if status.busy and status.busy == status.counts.get("ok"):
+        return "busy"  # ran ok, but only on a busy machine: see "Busy rows"
     return ", ".join(f"{s}" for s in STATUSES if status.counts.get(s)) or "?"
 
 
@@ -59,7 +62,7 @@ def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
-    headers = ["task", "variant"] + list(STATUSES) + ["messages"]
+    headers = ["task", "variant"] + list(STATUSES) + ["of which busy", "messages"]
     rows = []
     for task in summary.tasks:
         for variant in summary.variants:
@@ -67,7 +70,7 @@ def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
             if status is None:
                 continue
             counts = [str(status.counts.get(s, 0)) for s in STATUSES]
-            rows.append([task, variant.label] + counts + ["; ".join(status.messages) or ""])
+            rows.append([task, variant.label] + counts + [str(status.busy), "; ".join(status.messages) or ""])
     return headers, rows
 
 
@@ -124,8 +127,10 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
     warnings = noise_warnings(summary)
     if warnings:
         blocks += [d.Heading(f"Noise warnings ({p})", 3), d.BulletList(warnings, "warning")]
+    # File names come from the registry's own preset id, never from row content (rows are untrusted).
+    file_key = registry.get_preset(p).id
     for name, chart in (("ms_per_step", plots.ms_per_step_chart), ("speedup", plots.speedup_chart)):
-        path = chart(summary, report_dir / f"{name}-{p}.png")
+        path = chart(summary, report_dir / f"{name}-{file_key}.png")
         if path is not None:
             blocks.append(d.Image(path, f"{name.replace('_', ' ')} chart, preset {p}"))
     blocks += _published_section(summary, reference)
@@ -134,9 +139,27 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
     return blocks
 
 
-def build_document(loaded: LoadedResults, report_dir: Path) -> tuple[d.Document, list[PresetSummary]]:
+def _busy_section(frame, include_busy: bool) -> list:
+    from fwbench_aggregator.summary import is_busy
+
+    busy = frame[is_busy(frame) & (frame["status"] == "ok")]
+    if busy.empty:
+        return []
+    what = ("They are included in the tables (--include-busy)." if include_busy else
+            "They are left out of the tables, rankings and plots; `fwbench aggregate --include-busy` puts them back.")
+    lines = [f"{row['cell_id']} repeat {int(row['repeat'])}: {row.get('busy_reasons') or 'busy'}"
+             for _, row in busy.sort_values(["cell_id", "repeat"]).iterrows()]
+    return [d.Heading("Busy rows"),
+            d.Paragraph(f"{len(busy)} ok row(s) were measured while something competed with the cell (other CPU "
+                        f"load, other fwbench cells or other GPU processes): their times are not comparable. {what}",
+                        "warning"),
+            d.BulletList(lines, "warning")]
+
+
+def build_document(loaded: LoadedResults, report_dir: Path,
+                   include_busy: bool = False) -> tuple[d.Document, list[PresetSummary]]:
     frame = loaded.frame()
-    summaries = summarise(frame)
+    summaries = summarise(frame, include_busy)
     reference = published.load_published()
     doc = d.Document("fwbench report")
     doc.add(d.Paragraph(
@@ -148,6 +171,7 @@ def build_document(loaded: LoadedResults, report_dir: Path) -> tuple[d.Document,
         doc.add(d.Heading("Skipped files"), d.BulletList([s.line() for s in loaded.skipped], "warning"))
     if loaded.notes:
         doc.add(d.Heading("De-duplication"), d.BulletList(loaded.notes, "note"))
+    doc.add(*_busy_section(frame, include_busy))
     compile_notes = provenance.compile_warnings(frame)
     if compile_notes:
         doc.add(d.Heading("Compilation warnings"), d.BulletList(compile_notes, "warning"))

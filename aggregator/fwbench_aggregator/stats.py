@@ -32,6 +32,12 @@ class Estimate:
         return (self.high - self.low) / 2
 
 
+def median(values) -> float:
+    """fwbench's one median (the mean of the two middle values for an even count): the report, compare
+    and `fwbench run`'s summary all use this."""
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
 def repeat_samples(step_ms, ms_per_step: float) -> np.ndarray:
     """Per-step samples of one repeat; the window mean stands in when per-step times were not kept."""
     if step_ms is not None and len(step_ms) > 0:
@@ -49,9 +55,9 @@ def estimate(repeats: list[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
     if not repeats:
         raise ValueError("no samples")
     pooled = np.concatenate(repeats)
-    median = float(np.median(pooled))
+    centre = median(pooled)
     if pooled.size == 1:
-        return Estimate(median, median, median, len(repeats), 1)
+        return Estimate(centre, centre, centre, len(repeats), 1)
     rng = np.random.default_rng(seed)
     counts = np.array([r.size for r in repeats])
     width = counts.max()
@@ -65,7 +71,7 @@ def estimate(repeats: list[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
     medians = np.nanmedian(draws.reshape(resamples, -1), axis=1)
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
-    return Estimate(median, float(low), float(high), len(repeats), int(pooled.size))
+    return Estimate(centre, float(low), float(high), len(repeats), int(pooled.size))
 
 
 def cis_overlap_too_much(a: Estimate, b: Estimate) -> bool:

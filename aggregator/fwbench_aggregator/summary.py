@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from fwbench_aggregator import stats
-from fwbench_aggregator.variants import KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, ordered, task_order
+from fwbench_aggregator.variants import (KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, assign_variants, ordered,
+                                        task_order)
 
 # The published speed-up baselines: (column label, variant key).
 SPEEDUP_BASELINES = (("PyTorch eager", NATIVE_EAGER), ("PyTorch compiled", NATIVE_COMPILED),
@@ -19,6 +20,7 @@ SPEEDUP_BASELINES = (("PyTorch eager", NATIVE_EAGER), ("PyTorch compiled", NATIV
 class CellStatus:
     counts: Counter = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)  # distinct first lines of error messages
+    busy: int = 0  # ok rows measured while something competed (left out of the estimate unless included)
 
 
 @dataclass
@@ -36,11 +38,21 @@ class PresetSummary:
                       if v.is_keras3 and (task, v) in self.estimates]
         return min(candidates, key=lambda item: item[1].median) if candidates else None
 
+    def baseline(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> stats.Estimate | None:
+        """The estimate of a baseline column: the one with the same settings, else the only one there is."""
+        exact = self.estimates.get((task, Variant(*baseline_key, settings)))
+        if exact is not None:
+            return exact
+        candidates = [e for (t, v), e in self.estimates.items() if t == task and v.key == baseline_key]
+        return candidates[0] if len(candidates) == 1 else None
+
     def speedup(self, task: str, baseline_key: tuple[str, str]) -> float | None:
         """Keras 3 best over a baseline as the page computes it: (baseline_ms / keras_ms - 1) x 100%."""
         best = self.keras3_best(task)
-        baseline = self.estimates.get((task, Variant(*baseline_key)))
-        if best is None or baseline is None:
+        if best is None:
+            return None
+        baseline = self.baseline(task, baseline_key, best[0].settings)
+        if baseline is None:
             return None
         return speedup_percent(baseline.median, best[1].median)
 
@@ -53,21 +65,27 @@ def speedup_percent(baseline_ms: float, candidate_ms: float) -> float:
     return (baseline_ms / candidate_ms - 1) * 100
 
 
-def summarise(frame: pd.DataFrame) -> list[PresetSummary]:
-    """One summary per preset (sizes differ between presets, so they never share a table)."""
+def is_busy(frame: pd.DataFrame) -> pd.Series:
+    return frame["busy"].fillna(False).astype(bool) if "busy" in frame else pd.Series(False, index=frame.index)
+
+
+def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSummary]:
+    """One summary per preset (sizes differ between presets, so they never share a table). Each
+    (task, variant) pools only rows of one cell identity; busy rows count only with include_busy."""
     summaries = []
+    frame = assign_variants(frame)
     for preset in _preset_order(frame["preset"].dropna().unique()):
         rows = frame[frame["preset"] == preset]
         estimates, statuses, batches = {}, {}, {}
-        for (task, stack, mode), cell in rows.groupby(["task", "stack", "compile_mode"], dropna=False):
-            variant = Variant(str(stack), str(mode))
-            status = CellStatus(Counter(cell["status"]))
+        for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
+            busy = is_busy(cell) & (cell["status"] == "ok")
+            status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
             for message in cell.loc[cell["status"] != "ok", "error_message"].dropna():
                 first = str(message).strip().splitlines()[0][:300] if str(message).strip() else ""
                 if first and first not in status.messages:
                     status.messages.append(first)
             statuses[(task, variant)] = status
-            ok = cell[cell["status"] == "ok"]
+            ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
             batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
             if len(ok):
                 samples = [stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])]

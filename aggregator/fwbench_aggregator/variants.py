@@ -1,14 +1,20 @@
-"""Variants (stack + compile mode): labels, column order like the published table, families.
+"""Variants (stack + compile mode + settings): labels, column order like the published table, families.
 
 A "variant" is what the published table calls a column: e.g. native PyTorch eager and compiled are
-two columns of one stack.
+two columns of one stack. Rows of different cell identities are never pooled: a variant also carries
+the identity settings worth naming (those off their default, and those that vary in the data), so
+`--tf32 on` rows become their own column, "native-torch [none, tf32=on]".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
 
 from fwbench import registry
+from fwbench.identity import CellIdentity, describe, differing_settings
 
 # Published column order: Keras 3 backends, Keras 2, then native PyTorch eager and compiled.
 _STACK_ORDER = ("keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow", "native-torch")
@@ -19,14 +25,21 @@ NATIVE_COMPILED = ("native-torch", "reduce-overhead")
 KERAS2 = ("keras2-tensorflow", "xla")
 
 
+# Shorter names for settings in labels.
+SETTING_NAMES = {"pin_set": "pins", "image_variant": "image", "per_step_sync": "sync", "data_seed": "seed",
+                 "device_model": "device"}
+
+
 @dataclass(frozen=True, order=True)
 class Variant:
     stack: str
     compile_mode: str
+    settings: tuple[tuple[str, Any], ...] = ()  # the named identity settings (see module doc)
 
     @property
     def label(self) -> str:
-        return f"{self.stack} [{self.compile_mode}]"
+        named = tuple((SETTING_NAMES.get(k, k), v) for k, v in self.settings)
+        return f"{self.stack} [{', '.join([self.compile_mode, describe(named)]) if named else self.compile_mode}]"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -40,7 +53,32 @@ class Variant:
         stack_rank = _STACK_ORDER.index(self.stack) if self.stack in _STACK_ORDER else len(_STACK_ORDER)
         mode_rank = (_NATIVE_COMPILE_ORDER.index(self.compile_mode)
                      if self.compile_mode in _NATIVE_COMPILE_ORDER else len(_NATIVE_COMPILE_ORDER))
-        return (stack_rank, self.stack, mode_rank, self.compile_mode)
+        return (stack_rank, self.stack, mode_rank, self.compile_mode, tuple(map(str, self.settings)))
+
+
+def identities(frame: pd.DataFrame) -> list[CellIdentity]:
+    return [CellIdentity.of_row(row) for row in frame.to_dict("records")]
+
+
+def assign_variants(frame: pd.DataFrame) -> pd.DataFrame:
+    """Adds `_identity` (full cell identity) and `_variant` (its column in the tables) to every row.
+
+    Settings are named when off their fixed default (TF32, per-step sync, data seed, pin set) or when they
+    take more than one value within a preset (any setting: threads, steps, device...)."""
+    ids = identities(frame)
+    frame = frame.assign(_identity=ids)
+    variants = []
+    varying: dict[str, set[str]] = {}
+    for preset, rows in frame.groupby("preset"):
+        names = set()
+        for index, (name, _) in enumerate(ids[0].settings if ids else ()):
+            if len({i.settings[index][1] for i in rows["_identity"]}) > 1:
+                names.add(name)
+        varying[str(preset)] = names
+    for identity in ids:
+        shown = differing_settings(identity, {}, varying.get(identity.preset, set()))
+        variants.append(Variant(identity.stack, identity.compile_mode, shown))
+    return frame.assign(_variant=variants)
 
 
 def ordered(variants) -> list[Variant]:

@@ -21,7 +21,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
 env_app = typer.Typer(no_args_is_help=True, help="Manage the per-stack environments of the local engine.")
 app.add_typer(env_app, name="env")
-console = Console()
+# Piped or logged output has no terminal width to fit: do not squash stack and task names.
+console = Console() if Console().is_terminal else Console(width=200)
 
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "unsupported": "dim"}
 
@@ -133,9 +134,35 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    outcomes = execute(specs, make_engine(engine, image, gpus, docker_memory), out, resume)
+    runner = make_engine(engine, image, gpus, docker_memory)
+    check_out_dir(out)
+    outcomes = execute(specs, runner, out, resume)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
         raise typer.Exit(1)
+
+
+def check_out_dir(out: Path) -> None:
+    """The results folder must be (or become) a writable directory, before any cell runs."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".fwbench-write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--out {out} cannot be used as a results folder: {reason}") from None
+
+
+def warn_if_busy() -> None:
+    """Timings on a busy machine are meaningless (CPU cells ran up to 100x slower here): say so up front."""
+    from fwbench.harness.contention import BUSY_OTHER_CPU_CORES, host_load
+
+    cores, top = host_load(sample_s=0.5)
+    if cores is not None and cores > BUSY_OTHER_CPU_CORES:
+        console.print(f"[yellow]warning:[/] the machine is busy ({cores:.1f} CPU cores in use by other processes"
+                      f"{': ' + escape(', '.join(top)) if top else ''}); timings will be flagged busy "
+                      "on their rows", highlight=False)
 
 
 def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
@@ -147,6 +174,7 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
         with console.status(f"preparing the {stack_id} environment ({runner.name} engine)…"):
             runner.prepare(stack_id)
 
+    warn_if_busy()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         bar = progress.add_task("cells", total=len(specs))
@@ -168,7 +196,7 @@ def _result_line(result) -> str:
     spec = result.spec
     name = escape(f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}")
     if result.skipped:
-        return f"[dim]skip[/] {name}: ok row exists"
+        return f"[dim]skip[/] {name}: an ok row with the same settings exists"
     row = result.row
     status = row["status"]
     style = STATUS_STYLE.get(status, "red")
@@ -176,12 +204,16 @@ def _result_line(result) -> str:
         detail = f"{row['ms_per_step']:.2f} ms/step (first step {row['first_step_s']:.2f} s)"
         if row.get("compiled_graphs"):
             detail += f", {row['compiled_graphs']} compiled graphs"
+        if row.get("busy"):
+            detail += f" [yellow]busy: {escape(row.get('busy_reasons') or '')}[/]"
     else:
         detail = escape((row.get("error_message") or " ").splitlines()[0][:200])
     return f"[{style}]{status}[/] {name}: {detail}"
 
 
 def _summary_table(outcomes) -> Table:
+    from fwbench_aggregator.stats import median  # one definition of the median, shared with the report
+
     def variant_of(r) -> str:
         return f"{r.spec.stack} [{r.spec.compile_mode}]"
 
@@ -198,9 +230,9 @@ def _summary_table(outcomes) -> Table:
         values = []
         for variant in variants:
             rows = [row for row in cells.get((task_id, variant), []) if row]
-            ok = sorted(row["ms_per_step"] for row in rows if row["status"] == "ok")
+            ok = [row["ms_per_step"] for row in rows if row["status"] == "ok"]
             if ok:
-                values.append(f"{ok[len(ok) // 2]:.2f}")
+                values.append(f"{median(ok):.2f}")
             elif rows:
                 status = rows[0]["status"]
                 values.append(f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]")
@@ -230,6 +262,7 @@ def demo_cmd(
     if compiled and "native-torch" in stacks:
         specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
+    check_out_dir(results_dir)
     execute(specs, make_engine("local"), results_dir, resume)
     from fwbench_aggregator.cli import run_aggregate
 

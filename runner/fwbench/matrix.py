@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 from fwbench import data, registry, results
 from fwbench.engines import CellOutcome
 from fwbench.harness.cell import base_record
+from fwbench.identity import CellIdentity
 from fwbench.spec import CellSpec
 
 
@@ -88,21 +89,26 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
     out_dir = Path(out_dir)
     run_id = uuid.uuid4().hex[:12]
     work_dir = out_dir / ".work"
+    device_model = engine.device_model()
     outcomes = []
     for spec in specs:
-        spec = replace(spec, run_id=run_id, engine=engine.name)
-        path = spec.result_path(out_dir)
-        if resume and results.has_ok_row(path):
-            result = CellResult(spec, path, results.read_row(path), skipped=True)
+        # The engine and the host complete the identity: image variant and device model.
+        spec = replace(spec, run_id=run_id, engine=engine.name, image_variant=engine.variant,
+                       device_model=device_model)
+        existing = results.matching_ok_row(spec, out_dir) if resume else None
+        if existing is not None:
+            result = CellResult(spec, existing[0], existing[1], skipped=True)
         else:
             on_start(spec)
-            record_path = work_dir / f"{spec.cell_id}.r{spec.repeat}.record.json"
+            name = f"{spec.cell_id}.{spec.identity.settings_id}.r{spec.repeat}"
+            record_path = work_dir / f"{name}.record.json"
             record_path.parent.mkdir(parents=True, exist_ok=True)
             record_path.unlink(missing_ok=True)
-            log_path = out_dir / "logs" / f"{spec.cell_id}.r{spec.repeat}.log"
-            outcome = engine.run_cell(spec, record_path, log_path)
+            outcome = engine.run_cell(spec, record_path, out_dir / "logs" / f"{name}.log")
             record = outcome_record(spec, outcome)
             record.setdefault("run_id", run_id)
+            # The row's own identity decides where it goes (the device it really ran on may differ).
+            path = results.target_path(spec, out_dir, CellIdentity.of_row(results.normalise(record)))
             results.write_row(record, path)
             record_path.unlink(missing_ok=True)
             result = CellResult(spec, path, results.read_row(path))

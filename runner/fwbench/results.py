@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fwbench.identity import CellIdentity, file_tokens
 from fwbench.schema import COLUMNS, SCHEMA_VERSION
 
 _TYPES = {
@@ -41,6 +42,8 @@ def normalise(record: dict[str, Any]) -> dict[str, Any]:
         if key not in SCHEMA.names:
             extra[key] = record.pop(key)
     record["extra"] = extra
+    # Derived here, in the one place every row passes, from the columns the identity is made of.
+    record["settings_id"] = CellIdentity.of_row(record).settings_id
     row: dict[str, Any] = {}
     for name, kind, _ in COLUMNS:
         value = record.get(name)
@@ -85,3 +88,54 @@ def read_row(path: Path) -> dict[str, Any] | None:
 def has_ok_row(path: Path) -> bool:
     row = read_row(path)
     return bool(row and row.get("status") == "ok" and row.get("schema_version") == SCHEMA_VERSION)
+
+
+# -- where a cell-repeat's file lives --------------------------------------------------------------
+# <out>/<preset>/<stack>/<task>.compile-<mode>[.<tokens>][.id-<settings hash>].r<repeat>.parquet
+# Tokens name the non-default settings readably. The hash is added only when the readable name is
+# already taken by a row of another identity (another device, image variant or host default), so a
+# second run into the same folder never replaces a different measurement.
+
+def host_defaults(preset: str) -> dict[str, Any]:
+    """Defaults that depend on the preset and the host: they give no file-name token."""
+    from fwbench import registry
+
+    p = registry.get_preset(preset)
+    return {"threads": os.cpu_count() or 1, "warmup": p.warmup, "steps": p.steps}
+
+
+def readable_path(spec, out_dir: Path) -> Path:
+    tokens = file_tokens(spec.identity, host_defaults(spec.preset))
+    stem = ".".join([spec.task, f"compile-{spec.compile_mode}", *tokens])
+    return Path(out_dir) / spec.preset / spec.stack / f"{stem}.r{spec.repeat}.parquet"
+
+
+def hashed_path(spec, out_dir: Path, identity: CellIdentity | None = None) -> Path:
+    readable = readable_path(spec, out_dir)
+    stem = readable.name.removesuffix(f".r{spec.repeat}.parquet")
+    settings_id = (identity or spec.identity).settings_id
+    return readable.with_name(f"{stem}.id-{settings_id}.r{spec.repeat}.parquet")
+
+
+def row_identity(row: dict[str, Any] | None) -> CellIdentity | None:
+    return None if row is None else CellIdentity.of_row(row)
+
+
+def matching_ok_row(spec, out_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """An ok row of the current schema with exactly this spec's identity, if one is on disk (--resume)."""
+    for path in (readable_path(spec, out_dir), hashed_path(spec, out_dir)):
+        row = read_row(path)
+        if (row and row.get("status") == "ok" and row.get("schema_version") == SCHEMA_VERSION
+                and row_identity(row) == spec.identity and row.get("repeat") == spec.repeat):
+            return path, row
+    return None
+
+
+def target_path(spec, out_dir: Path, identity: CellIdentity) -> Path:
+    """Where a new row of `identity` goes: the readable name, unless that file holds (readable) a row
+    of another identity, which must not be replaced."""
+    readable = readable_path(spec, out_dir)
+    existing = read_row(readable)
+    if existing is None or row_identity(existing) == identity:
+        return readable
+    return hashed_path(spec, out_dir, identity)

@@ -6,7 +6,10 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Columns added in version 2; rows of version 1 are read with these left empty.
+ADDED_IN_V2 = ("settings_id", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
+               "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
 
@@ -16,7 +19,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("fwbench_version", "string", "fwbench package version that produced the row."),
     ("run_id", "string", "One id per `fwbench run` invocation."),
     ("record_id", "string", "Unique id of this row."),
-    ("cell_id", "string", "stack.task.preset.compile-<mode>: identifies a cell across repeats."),
+    ("cell_id", "string", "stack.task.preset.compile-<mode>: the readable part of the cell identity."),
+    ("settings_id", "string", "Hash of the identity settings (pin set, image variant, TF32, threads, warm-up, "
+                              "steps, per-step sync, data seed, device model): equal cell_id and settings_id = "
+                              "repeats of one measurement."),
     ("stack", "string", "native-torch, keras3-tensorflow, keras3-jax, keras3-torch, keras2-tensorflow."),
     ("family", "string", "Workload family that ran it: torch or keras."),
     ("framework", "string", "Library that identifies the stack (torch, keras, tensorflow)."),
@@ -36,6 +42,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("image_id", "string", "Docker image id (docker engine only)."),
     ("image_digest", "string", "Registry digest of the image, when it came from a registry."),
     ("pin_set", "string", "Library pin set: current or paper-2024."),
+    ("image_variant", "string", "Where the libraries came from: cpu or gpu image, venv (local engine), host (current "
+                                "engine outside an image)."),
     ("started_at", "timestamp", "UTC start of the cell process."),
     ("wall_s", "float64", "Wall time of the whole cell process, seconds."),
     ("setup_s", "float64", "Model build + data to device, seconds (never in ms_per_step)."),
@@ -61,13 +69,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU)."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
-    ("threads", "int64", "Intra-op CPU threads the framework used."),
+    ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
+                         "reports another number."),
     ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
     ("tf32_matmul", "bool", "Framework flag allowing TF32 for matmuls."),
     ("tf32_effective", "bool", "True only if TF32 was allowed and the GPU supports it."),
     ("matmul_precision", "string", "Framework float32 matmul precision setting."),
     ("device", "string", "cpu or cuda (gpu)."),
     ("device_name", "string", "GPU name, or CPU model on CPU."),
+    ("device_model", "string", "Identity: the GPU model (NVML name) the cell ran on, or the CPU model."),
     ("device_count", "int64", "Visible accelerators."),
     ("gpu_driver", "string", "NVIDIA driver version (NVML)."),
     ("cuda_driver", "string", "CUDA version supported by the driver (NVML)."),
@@ -77,6 +87,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("hostname", "string", "Host name."),
     ("python_version", "string", "Python version in the cell."),
     ("platform", "string", "OS / libc platform string."),
+    ("busy", "bool", "True if something competed with the cell (see busy_reasons); left out of rankings."),
+    ("busy_reasons", "string", "Why the row counts as busy: other CPU load, other fwbench cells, other GPU processes."),
+    ("load_avg_1m", "float64", "Host 1-minute load average when the timed window began."),
+    ("cpu_share", "float64", "The cell process's CPU time in the timed window / (window wall time x threads)."),
+    ("other_cpu_cores", "float64", "CPU used by other processes while the cell was timed, in cores (/proc/stat)."),
+    ("concurrent_cells", "int64", "Other fwbench cell processes running on the host during the timed window."),
+    ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
+    ("gpu_other_mem_bytes", "int64", "GPU memory those other processes held (NVML; null on the CPU)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes)."),
 )

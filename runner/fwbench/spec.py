@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fwbench.identity import CellIdentity
+
 
 @dataclass(frozen=True)
 class CellSpec:
@@ -25,19 +27,29 @@ class CellSpec:
     engine: str = "local"
     run_id: str = ""
     pin_set: str = "current"
+    # Filled in by the runner from the engine and the host (part of the identity).
+    image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
+    device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
-    # "step-sleep:<ms>", "memory-hog". Lets tests prove failure paths without a broken framework.
+    # "step-sleep:<ms>". Lets tests prove failure paths without a broken framework.
     fault: str | None = None
 
     @property
     def cell_id(self) -> str:
-        """Identifies the cell (not the repeat): stack, task, preset and variant."""
-        return f"{self.stack}.{self.task}.{self.preset}.compile-{self.compile_mode}"
+        """The readable part of the identity: stack, task, preset and compile mode."""
+        return self.identity.cell_key
+
+    @property
+    def identity(self) -> CellIdentity:
+        return CellIdentity.of_spec(self)
 
     def result_path(self, out_dir: Path) -> Path:
-        """Where this cell-repeat's one Parquet file lives; deterministic, so reruns overwrite."""
-        return (Path(out_dir) / self.preset / self.stack
-                / f"{self.task}.compile-{self.compile_mode}.r{self.repeat}.parquet")
+        """The readable file name of this cell-repeat: today's name for default settings, plus one
+        token per non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`). See
+        fwbench.results.target_path for when a settings hash is added to it."""
+        from fwbench import results  # the writer owns the naming rules
+
+        return results.readable_path(self, Path(out_dir))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -2,14 +2,23 @@
 
   * `local`:   the stack's own virtual environment, built from images/<stack>/requirements.txt
   * `current`: this interpreter (inside a stack's Docker image, or a dev env that has the frameworks)
-  * `docker`:  the stack's image (a later issue)
+  * `docker`:  the stack's image, one container per cell (engines/docker.py)
+
+Every engine also names the image variant its cells run with (cpu, gpu, venv, host) and the device
+model they are expected to run on: both are part of a cell's identity (fwbench.identity).
+
+A cell never outlives its runner: a runner killed with SIGKILL cannot clean up, so the local cell
+process asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), and a docker cell's
+container is watched by a small watchdog process that removes it (engines/watchdog.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,13 +99,30 @@ def keras_environment(stack: str) -> dict[str, str]:
     return env
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int):
+    """A preexec function: the child gets SIGKILL when the process that started it dies (Linux), and
+    exits at once if that already happened between fork and this call."""
+    def preexec() -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+    return preexec
+
+
 def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path: Path,
                    env: dict[str, str]) -> CellOutcome:
-    """Run a cell command with a timeout; on overrun kill its whole process group."""
+    """Run a cell command with a timeout; on overrun kill its whole process group. The cell dies
+    with the runner, even when the runner is killed with SIGKILL."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, start_new_session=True)
+                                   env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
         timed_out = False
         try:
             process.wait(timeout=spec.timeout_s)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,6 +56,11 @@ class DockerEngine:
         self.memory = memory
         self._images: dict[str, object] = {}
 
+    def device_model(self) -> str:
+        from fwbench.harness.envinfo import device_model
+
+        return device_model(self.use_gpu)
+
     def image_name(self, stack: str) -> str:
         return self.image_template.format(stack=stack, variant=self.variant)
 
@@ -95,7 +102,11 @@ class DockerEngine:
                      str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
             environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
             device_requests=device_requests, mem_limit=self.memory, detach=True,
-            labels={"io.fwbench.cell": spec.cell_id})
+            labels={"io.fwbench.cell": spec.cell_id, "io.fwbench.runner-pid": str(os.getpid())})
+        # Removes the container should this runner die without doing so (see engines/watchdog.py).
+        watchdog = subprocess.Popen([sys.executable, "-m", "fwbench.engines.watchdog", str(os.getpid()), container.id],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
         timed_out = False
         try:
             try:
@@ -112,5 +123,7 @@ class DockerEngine:
         finally:
             container.remove(force=True)
             spec_path.unlink(missing_ok=True)
+            watchdog.kill()
+            watchdog.wait()
         return CellOutcome(exit_code, timed_out, log_path, record_path, oom_killed=oom_killed,
                            row_fields=self.image_fields(spec.stack))

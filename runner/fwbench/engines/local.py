@@ -89,9 +89,15 @@ class StackEnvironment:
 class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
-    def __init__(self, name: str, interpreter_for: Callable[[str], Path]):
+    def __init__(self, name: str, interpreter_for: Callable[[str], Path], variant: str):
         self.name = name
+        self.variant = variant  # venv (local), or the image's variant / host (current)
         self._interpreter_for = interpreter_for
+
+    def device_model(self) -> str:
+        from fwbench.harness.envinfo import device_model, gpu_model
+
+        return device_model(gpu_model() is not None)
 
     def prepare(self, stack: str) -> None:
         self._interpreter_for(stack)
@@ -116,8 +122,11 @@ def local_engine(home: Path | None = None) -> PythonEngine:
             environments[stack] = environment
         return environments[stack].python
 
-    return PythonEngine("local", interpreter)
+    return PythonEngine("local", interpreter, "venv")
 
 
 def current_engine() -> PythonEngine:
-    return PythonEngine("current", lambda stack: Path(sys.executable))
+    from fwbench.harness.envinfo import image_manifest
+
+    manifest = image_manifest() or {}
+    return PythonEngine("current", lambda stack: Path(sys.executable), str(manifest.get("variant") or "host"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench import __version__, data, registry
-from fwbench.harness import backends, envinfo
+from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.schema import SCHEMA_VERSION
 from fwbench.spec import CellSpec
@@ -51,6 +51,8 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "repeat": spec.repeat,
         "engine": spec.engine,
         "pin_set": spec.pin_set,
+        "image_variant": spec.image_variant,
+        "device_model": spec.device_model,
         "warmup_steps": spec.warmup,
         "timed_steps": spec.steps,
         "per_step_sync": spec.per_step_sync,
@@ -110,7 +112,8 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
 
-    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync)
+    probe = contention.ContentionProbe(spec.threads, backend.on_gpu)
+    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, probe)
     if hasattr(cell, "drive"):
         cell.drive(clock)
     else:
@@ -135,7 +138,6 @@ def measure(spec: CellSpec) -> dict[str, Any]:
         "peak_mem_kind": peak_mem_kind,
         "input_sha256": input_sha256,
         "data_seed": seed,
-        "threads": backend.threads(),
         "framework_version": versions.get(stack.framework),
         "library_versions": versions,
         "compile_cache_warm": cache_warm,
@@ -145,7 +147,12 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     }
     if result.get("device") == "cpu":
         result["device_name"] = environment["cpu_model"]
+    # The identity names the device the cell really ran on, in the runner's words (envinfo.device_model).
+    result["device_model"] = envinfo.device_model(result.get("device") != "cpu")
+    result.update(probe.result())
     extra: dict[str, Any] = {}
+    if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
+        extra["threads_effective"] = backend.threads()
     manifest = envinfo.image_manifest()
     if manifest:
         extra["image_manifest"] = manifest

@@ -23,7 +23,7 @@ class ClockError(RuntimeError):
 
 
 class StepClock:
-    def __init__(self, sync: SyncFn, warmup: int, steps: int, per_step_sync: bool = True):
+    def __init__(self, sync: SyncFn, warmup: int, steps: int, per_step_sync: bool = True, probe: Any = None):
         if steps < 1 or warmup < 0:
             raise ClockError(f"need steps >= 1 and warmup >= 0, got steps={steps} warmup={warmup}")
         self._sync = sync
@@ -35,6 +35,8 @@ class StepClock:
         self._first_begin: float | None = None
         self.first_step_s: float | None = None
         self._marks: list[float] = []  # window start, then the end of each timed step
+        # Optional start()/stop() observer of the window (harness.contention): outside the clock reads.
+        self._probe = probe
 
     @property
     def done(self) -> bool:
@@ -49,6 +51,8 @@ class StepClock:
             self._first_begin = time.perf_counter()
         elif self._index == self.first_timed_index:
             # The step before the window was synced at its end, so nothing is still queued.
+            if self._probe is not None:
+                self._probe.start()
             self._marks.append(time.perf_counter())
 
     def end(self, output: Any = None) -> None:
@@ -63,6 +67,8 @@ class StepClock:
             if self.per_step_sync or last:
                 self._sync(output)
             self._marks.append(time.perf_counter())
+            if last and self._probe is not None:
+                self._probe.stop()
         elif index == self.first_timed_index - 1:
             self._sync(output)  # end of warm-up
         self._index += 1

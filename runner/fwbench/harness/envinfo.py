@@ -65,6 +65,35 @@ def nvml_info() -> dict[str, Any]:
         pynvml.nvmlShutdown()
 
 
+def gpu_model(index: int = 0) -> str | None:
+    """The NVML name of GPU `index` (pynvml, else nvidia-smi); None where there is no NVIDIA driver."""
+    names = nvml_info().get("gpu_names")
+    if names:
+        return names[index] if index < len(names) else names[0]
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(index)],
+                                 capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    return None
+
+
+def device_model(on_gpu: bool) -> str:
+    """The device part of a cell's identity: the GPU's model when it runs on one, else the CPU model.
+    Runner and cell both call this, so the expected and the recorded device read the same."""
+    if on_gpu:
+        from fwbench.harness.contention import visible_gpu_index
+
+        return gpu_model(visible_gpu_index()) or "unknown GPU"
+    return cpu_model()
+
+
 IMAGE_MANIFEST = "/opt/fwbench/manifest.json"
 
 

@@ -1,0 +1,204 @@
+"""What competed with a cell while it was timed: other CPU load, other fwbench cells, other GPU processes.
+
+On a 2-core machine a test suite running beside a cell made CPU torch steps up to 100x slower. Nothing
+in a step time says so, so every row records the competition it met, and a row that met some is
+`busy` (the report leaves busy rows out of rankings unless asked).
+
+CPU: /proc/stat counts every CPU's busy time (in clock ticks); the cell's own CPU time (all its
+threads) comes from getrusage. Their difference over the timed window is what other processes used.
+Clock ticks are 10 ms, too coarse for a 20 ms window, so a short window is topped up with an idle
+sample right after it (the cell does nothing then: whatever runs is someone else).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+CELL_MODULE = "fwbench.harness.cell"
+BUSY_OTHER_CPU_CORES = 0.5  # other processes using more than half a core count as competition
+MIN_SAMPLE_S = 0.5  # shortest span the CPU competition is measured over
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def system_busy_s() -> float | None:
+    """Busy CPU seconds of all CPUs since boot (user, nice, system, irq, softirq, steal)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) * _TICK_S
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def other_cells(exclude: set[int] | None = None) -> list[int]:
+    """Pids of other fwbench cell processes visible here (all of the host's, outside a container)."""
+    exclude = exclude or {os.getpid()}
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if CELL_MODULE.encode() in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def gpu_others(gpu_index: int = 0) -> tuple[int, int] | None:
+    """(other processes, their memory in bytes) on the GPU the cell uses, from NVML; None without NVML.
+
+    NVML reports host pids: inside a container the cell's own pid is not among them, so one process
+    (the largest memory user, the cell's own context) is assumed to be the cell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no pynvml, no driver: a CPU machine
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        processes = {}
+        for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+            for process in query(handle):
+                processes[process.pid] = int(process.usedGpuMemory or 0)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    if os.getpid() in processes:
+        processes.pop(os.getpid())
+    elif processes:
+        processes.pop(max(processes, key=processes.get))
+    return len(processes), sum(processes.values())
+
+
+def visible_gpu_index() -> int:
+    """NVML index of the first GPU this process may use (CUDA_VISIBLE_DEVICES names NVML indices)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+@dataclass
+class _Snapshot:
+    wall: float
+    own_cpu: float
+    system_busy: float | None
+
+
+def _snapshot() -> _Snapshot:
+    return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s())
+
+
+class ContentionProbe:
+    """start() just before the timed window, stop() just after it, then result() for the row."""
+
+    def __init__(self, threads: int, on_gpu: bool = False):
+        self.threads = max(int(threads), 1)
+        self.on_gpu = on_gpu
+        self._start: _Snapshot | None = None
+        self._stop: _Snapshot | None = None
+        self._cells: set[int] = set()
+        self.load_avg_1m: float | None = None
+
+    def start(self) -> None:
+        self._cells.update(other_cells())
+        self.load_avg_1m = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self._start = _snapshot()  # last, closest to the window's first clock read
+
+    def stop(self) -> None:
+        self._stop = _snapshot()  # first, closest to the window's last clock read
+        self._cells.update(other_cells())
+
+    def result(self) -> dict[str, Any]:
+        if self._start is None or self._stop is None:
+            return {}
+        start, stop = self._start, self._stop
+        window_s = max(stop.wall - start.wall, 1e-9)
+        row: dict[str, Any] = {
+            "load_avg_1m": self.load_avg_1m,
+            "cpu_share": (stop.own_cpu - start.own_cpu) / (window_s * self.threads),
+            "concurrent_cells": len(self._cells),
+        }
+        if start.system_busy is not None and stop.system_busy is not None:
+            end = stop
+            if window_s < MIN_SAMPLE_S:
+                time.sleep(MIN_SAMPLE_S - window_s)  # the idle top-up (see module doc)
+                end = _snapshot()
+            others = (end.system_busy - start.system_busy) - (end.own_cpu - start.own_cpu)
+            row["other_cpu_cores"] = max(others, 0.0) / (end.wall - start.wall)
+        if self.on_gpu:
+            gpu = gpu_others(visible_gpu_index())
+            if gpu is not None:
+                row["gpu_other_processes"], row["gpu_other_mem_bytes"] = gpu
+        reasons = busy_reasons(row)
+        row["busy"] = bool(reasons)
+        row["busy_reasons"] = "; ".join(reasons) or None
+        return row
+
+
+def busy_reasons(row: dict[str, Any]) -> list[str]:
+    reasons = []
+    other = row.get("other_cpu_cores")
+    if other is not None and other > BUSY_OTHER_CPU_CORES:
+        reasons.append(f"other processes used {other:.2f} CPU cores while the cell was timed")
+    if row.get("concurrent_cells"):
+        reasons.append(f"{row['concurrent_cells']} other fwbench cell(s) ran at the same time")
+    if row.get("gpu_other_processes"):
+        reasons.append(f"{row['gpu_other_processes']} other process(es) held "
+                       f"{(row.get('gpu_other_mem_bytes') or 0) / 2**20:.0f} MiB on the GPU")
+    return reasons
+
+
+def host_load(sample_s: float = 1.0, top: int = 3) -> tuple[float | None, list[str]]:
+    """CPU cores busy on the host over `sample_s` (the caller idles meanwhile) and the top consumers.
+
+    For `fwbench run`'s warning before a matrix starts."""
+    def per_process() -> dict[int, tuple[str, int]]:
+        ticks = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            name = text[text.find("(") + 1:text.rfind(")")]
+            fields = text[text.rfind(")") + 2:].split()
+            ticks[int(entry)] = (name, int(fields[11]) + int(fields[12]))  # utime + stime
+        return ticks
+
+    before_busy, before = system_busy_s(), per_process()
+    own_before = own_cpu_s()
+    time.sleep(sample_s)
+    after_busy, after = system_busy_s(), per_process()
+    own = own_cpu_s() - own_before
+    if before_busy is None or after_busy is None:
+        return None, []
+    cores = max((after_busy - before_busy) - own, 0.0) / sample_s
+    usage = sorted(((after[pid][1] - before[pid][1], after[pid][0]) for pid in after
+                    if pid in before and pid != os.getpid()), reverse=True)
+    consumers = [f"{name} {100 * ticks * _TICK_S / sample_s:.0f}%" for ticks, name in usage[:top] if ticks > 0]
+    return cores, consumers

@@ -1,0 +1,133 @@
+"""A cell's identity: the readable key plus every setting that changes what is measured.
+
+Two rows are repeats of one measurement (pooled into one estimate, skipped by `--resume`, paired by
+`compare`) only when their identities are equal. The same table serves the runner (from a CellSpec),
+the writer (file names) and the aggregator (from a row), so the three can never disagree.
+
+Plain Python: the cell process and the aggregator both import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# setting -> (row column, CellSpec attribute). The key fields (stack, task, preset, compile mode) are
+# the readable part; these are the settings beside them.
+SETTINGS: dict[str, tuple[str, str]] = {
+    "pin_set": ("pin_set", "pin_set"),
+    "image_variant": ("image_variant", "image_variant"),
+    "tf32": ("tf32_setting", "tf32"),
+    "threads": ("threads", "threads"),
+    "warmup": ("warmup_steps", "warmup"),
+    "steps": ("timed_steps", "steps"),
+    "per_step_sync": ("per_step_sync", "per_step_sync"),
+    "data_seed": ("data_seed", "seed"),
+    "device_model": ("device_model", "device_model"),
+}
+KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
+
+# Settings whose default does not depend on the host or the preset: shown in labels and file names
+# only when they differ from it.
+FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "tf32": "default", "per_step_sync": True, "data_seed": 0}
+# How a non-default setting reads in a file name (also a strict, path-safe token).
+_TOKEN = {
+    "pin_set": "pins-{}", "tf32": "tf32-{}", "threads": "threads-{}", "warmup": "warmup-{}",
+    "steps": "steps-{}", "data_seed": "seed-{}",
+}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+@dataclass(frozen=True, order=True)
+class CellIdentity:
+    stack: str
+    task: str
+    preset: str
+    compile_mode: str
+    settings: tuple[tuple[str, Any], ...]  # (name, value) in SETTINGS order
+
+    @property
+    def cell_key(self) -> str:
+        """The readable part: stack.task.preset.compile-<mode> (the `cell_id` column)."""
+        return f"{self.stack}.{self.task}.{self.preset}.compile-{self.compile_mode}"
+
+    def setting(self, name: str) -> Any:
+        return dict(self.settings)[name]
+
+    @property
+    def settings_id(self) -> str:
+        """Short hash of every setting: equal ids, equal measurement conditions."""
+        return settings_hash(dict(self.settings))
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> "CellIdentity":
+        values = {name: _plain(row.get(column)) for name, (column, _) in SETTINGS.items()}
+        if values["device_model"] is None:  # rows of schema v1 did not record it separately
+            values["device_model"] = _plain(row.get("device_name"))
+        return cls(*(str(row.get(f)) for f in KEY_FIELDS), tuple(values.items()))
+
+    @classmethod
+    def of_spec(cls, spec) -> "CellIdentity":
+        values = {name: _plain(getattr(spec, attribute)) for name, (_, attribute) in SETTINGS.items()}
+        return cls(*(getattr(spec, f) for f in KEY_FIELDS), tuple(values.items()))
+
+
+def settings_hash(settings: Mapping[str, Any]) -> str:
+    canonical = json.dumps({k: _plain(settings.get(k)) for k in SETTINGS}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def _plain(value: Any) -> Any:
+    """numpy/pandas scalars and NaN -> plain Python, so rows read back compare equal to specs."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and value != value:  # NaN (a missing value read through pandas)
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def file_tokens(identity: CellIdentity, defaults: Mapping[str, Any]) -> list[str]:
+    """Readable file-name tokens for the settings that differ from their defaults.
+
+    `defaults` adds the host- and preset-dependent defaults (threads, warmup, steps). Settings
+    without a token (device, image variant) are told apart by the settings hash when needed."""
+    tokens = []
+    all_defaults = {**FIXED_DEFAULTS, **defaults}
+    for name, value in identity.settings:
+        if name == "per_step_sync":
+            if value is False:
+                tokens.append("nosync")
+        elif name in _TOKEN and name in all_defaults and value != all_defaults[name]:
+            tokens.append(_TOKEN[name].format(_slug(value)))
+    return tokens
+
+
+def _slug(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", str(value))[:32]
+
+
+def differing_settings(identity: CellIdentity, defaults: Mapping[str, Any],
+                       varying: set[str]) -> tuple[tuple[str, Any], ...]:
+    """The settings worth naming in a label: those off their default, and those that vary in the data."""
+    all_defaults = {**FIXED_DEFAULTS, **defaults}
+    shown = []
+    for name, value in identity.settings:
+        if name in varying or (name in all_defaults and value != all_defaults[name]):
+            shown.append((name, value))
+    return tuple(shown)
+
+
+def describe(settings: tuple[tuple[str, Any], ...]) -> str:
+    """'tf32=on, threads=1' (booleans as on/off)."""
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return "?" if value is None else str(value)
+    return ", ".join(f"{name}={text(value)}" for name, value in settings)
