@@ -26,3 +26,19 @@ def shared_data(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("fwbench-data")
     data.generate(directory, "tiny")
     return directory
+
+
+HOG = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
+
+
+@pytest.fixture
+def cpu_hogs():
+    """One busy-looping process per core: whatever else runs, a cell beside them is competing."""
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(os.cpu_count() or 1)]
+    import time
+
+    time.sleep(0.3)
+    yield hogs
+    for hog in hogs:
+        hog.kill()
+        hog.wait()

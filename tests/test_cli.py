@@ -135,3 +135,75 @@ def test_list_and_data_commands(tmp_path):
     assert made.returncode == 0
     assert (tmp_path / "tiny" / "manifest.json").is_file()
     assert len(list(Path(tmp_path, "tiny").glob("*/*.npy"))) >= 24
+
+
+@pytest.mark.parametrize("make_bad", ["under_a_file", "unwritable"])
+def test_out_that_cannot_be_a_folder_is_one_line_before_any_cell(tmp_path, make_bad):
+    if make_bad == "under_a_file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "results"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root can write anywhere")  # the under-a-file case covers the error path
+        (tmp_path / "ro").mkdir(mode=0o500)
+        out = tmp_path / "ro" / "results"
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--out", str(out), "--data", str(tmp_path / "data"), "--inject-fault", "raise")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "cannot be used as a results folder" in done.stderr and "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "data").exists()  # nothing ran, not even the data step
+
+
+def _cell_pids(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"fwbench.harness.cell" in argv and any(marker.encode() in a for a in argv):
+                pids.append(int(entry))
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_a_cell_dies_with_its_runner_even_on_sigkill(tmp_path):
+    """A runner killed mid-matrix must not leave its cell running (it would compete with the next run)."""
+    import signal
+    import time
+
+    out = tmp_path / "results"
+    runner = subprocess.Popen([*FWBENCH, "run", "--stack", "native-torch", "--task", "bert-predict",
+                               "--engine", "current", "--out", str(out), "--data", str(tmp_path / "data"),
+                               "--inject-fault", "sleep:120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _cell_pids(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cells = _cell_pids(str(out))
+        assert cells, "the cell process never started"
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in cells) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in cells), f"cell {cells} outlived its runner"
+    finally:
+        runner.kill()
+        for pid in _cell_pids(str(out)):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_run_warns_when_the_machine_is_already_busy(tmp_path, cpu_hogs):
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--out", str(tmp_path / "r"), "--data", str(tmp_path / "data"), "--inject-fault", "raise")
+    assert "warning: the machine is busy" in done.stdout and "python" in done.stdout

@@ -69,3 +69,26 @@ def test_image_manifest_facts_are_read_without_the_freeze(tmp_path, monkeypatch)
     assert envinfo.image_manifest() == {"stack": "keras3-jax", "lock_sha256": "ab"}
     monkeypatch.setenv("FWBENCH_IMAGE_MANIFEST", str(tmp_path / "absent.json"))
     assert envinfo.image_manifest() is None
+
+
+def test_the_base_install_has_everything_the_cli_and_aggregator_import():
+    """`fwbench aggregate` must not end in ModuleNotFoundError without an extra: every third-party module
+    the runner's CLI side and the aggregator import is a base dependency."""
+    import ast
+    import sys
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    base = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
+    # Modules only the cell processes or optional engines import (frameworks, docker SDK, NVML).
+    cell_side = {"torch", "tensorflow", "jax", "keras", "keras_hub", "keras_nlp", "keras_cv", "transformers",
+                 "diffusers", "peft", "segment_anything", "docker", "requests", "pynvml", "tf_keras"}
+    imported = set()
+    for path in [*(root / "aggregator").rglob("*.py"), *(root / "runner" / "fwbench").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            imported.update(name.split(".")[0] for name in names)
+    third_party = imported - set(sys.stdlib_module_names) - {"fwbench", "fwbench_aggregator"} - cell_side
+    assert third_party <= base, f"imported but not in the base install: {sorted(third_party - base)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, speedup_percent
-from fwbench_aggregator.variants import NATIVE_EAGER, Variant
+from fwbench_aggregator.variants import NATIVE_EAGER
 
 LOG_SCALE_SPREAD = 20  # use a log axis when the slowest bar is this many times the fastest
 
@@ -56,7 +56,8 @@ def speedup_series(summary: PresetSummary) -> tuple[str, dict[str, list[float | 
     if any(v.is_keras3 for v in summary.variants):
         return ("Keras 3 best vs", {name: [summary.speedup(t, key) for t in summary.tasks]
                                     for name, key in SPEEDUP_BASELINES})
-    baseline = Variant(*NATIVE_EAGER) if Variant(*NATIVE_EAGER) in summary.variants else summary.variants[0]
+    eager = [v for v in summary.variants if v.key == NATIVE_EAGER]
+    baseline = eager[0] if eager else summary.variants[0]
     series = {}
     for variant in summary.variants:
         if variant == baseline:

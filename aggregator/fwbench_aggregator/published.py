@@ -65,7 +65,7 @@ def ratios(summary: PresetSummary, published: dict) -> list[RatioRow]:
     out = []
     for task in summary.tasks:
         for variant in summary.variants:
-            est, ref = summary.estimates.get((task, variant)), published.get((task, variant))
+            est, ref = summary.estimates.get((task, variant)), published.get((task, variant.published))
             if est is None or ref is None:
                 continue
             batches = ", ".join(str(b) for b in sorted(summary.batch_sizes.get((task, variant), ())))
@@ -91,12 +91,12 @@ def rankings(summary: PresetSummary, published: dict) -> list[RankRow]:
 
     out = []
     for task in summary.tasks:
-        common = [v for v, _ in summary.ranked(task) if (task, v) in published]
+        common = [v for v, _ in summary.ranked(task) if (task, v.published) in published]
         if len(common) < 2:
             continue
-        published_order = sorted(common, key=lambda v: published[(task, v)].ms_per_step)
+        published_order = sorted(common, key=lambda v: published[(task, v.published)].ms_per_step)
         measured_ranks = list(range(len(common)))
         published_ranks = [published_order.index(v) for v in common]
-        tau = float(kendalltau(measured_ranks, published_ranks).statistic) if len(common) > 1 else None
+        tau = float(kendalltau(measured_ranks, published_ranks).statistic)
         out.append(RankRow(task, common, published_order, tau))
     return out

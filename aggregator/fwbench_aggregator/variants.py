@@ -46,6 +46,11 @@ class Variant:
         return (self.stack, self.compile_mode)
 
     @property
+    def published(self) -> "Variant":
+        """The published table's column this variant is set against (the published run had no settings)."""
+        return Variant(self.stack, self.compile_mode)
+
+    @property
     def is_keras3(self) -> bool:
         return self.stack.startswith("keras3-")
 

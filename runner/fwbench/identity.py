@@ -115,11 +115,12 @@ def _slug(value: Any) -> str:
 
 def differing_settings(identity: CellIdentity, defaults: Mapping[str, Any],
                        varying: set[str]) -> tuple[tuple[str, Any], ...]:
-    """The settings worth naming in a label: those off their default, and those that vary in the data."""
+    """The settings worth naming in a label: those off their default, and those without a default that
+    vary in the data (threads, device...): "native-torch [none]" beside "native-torch [none, tf32=on]"."""
     all_defaults = {**FIXED_DEFAULTS, **defaults}
     shown = []
     for name, value in identity.settings:
-        if name in varying or (name in all_defaults and value != all_defaults[name]):
+        if (value != all_defaults[name]) if name in all_defaults else (name in varying):
             shown.append((name, value))
     return tuple(shown)
 

@@ -107,7 +107,12 @@ class PythonEngine:
         spec_path = write_spec(spec, record_path.parent)
         try:
             argv = [str(python), "-m", "fwbench.harness.cell", str(spec_path), str(record_path)]
-            return launch_process(argv, spec, record_path, log_path, cell_environment(spec))
+            env = cell_environment(spec)
+            if self.name == "local":
+                # Environments are cached per requirements hash and shared by every checkout: put this
+                # checkout's fwbench first, whichever checkout built the environment (its .pth).
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "runner"), env.get("PYTHONPATH")) if p)
+            return launch_process(argv, spec, record_path, log_path, env)
         finally:
             spec_path.unlink(missing_ok=True)
 

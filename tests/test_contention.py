@@ -1,0 +1,83 @@
+"""Contention on a row: other CPU load, other fwbench cells, other GPU processes (harness.contention)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from fwbench.harness import contention
+
+def test_other_cpu_load_makes_a_window_busy(cpu_hogs):
+    probe = contention.ContentionProbe(threads=1)
+    probe.start()
+    time.sleep(0.6)
+    probe.stop()
+    row = probe.result()
+    assert row["other_cpu_cores"] > contention.BUSY_OTHER_CPU_CORES, row
+    assert row["busy"] is True and "other processes used" in row["busy_reasons"]
+    assert row["load_avg_1m"] is not None and 0 <= row["cpu_share"] < 0.5  # the probe itself slept
+
+
+def test_a_short_window_is_topped_up_to_a_measurable_span(cpu_hogs):
+    probe = contention.ContentionProbe(threads=1)
+    probe.start()
+    probe.stop()  # a window far shorter than one clock tick
+    started = time.perf_counter()
+    row = probe.result()
+    assert time.perf_counter() - started >= contention.MIN_SAMPLE_S * 0.9
+    assert row["busy"] is True
+
+
+def test_other_fwbench_cells_are_counted():
+    fake_cell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fwbench.harness.cell"])
+    try:
+        time.sleep(0.2)
+        assert fake_cell.pid in contention.other_cells()
+        probe = contention.ContentionProbe(threads=1)
+        probe.start()
+        probe.stop()
+        row = probe.result()
+        assert row["concurrent_cells"] >= 1 and "other fwbench cell" in row["busy_reasons"]
+    finally:
+        fake_cell.kill()
+        fake_cell.wait()
+
+
+def test_busy_reasons_thresholds():
+    assert contention.busy_reasons({"other_cpu_cores": 0.1, "concurrent_cells": 0}) == []
+    assert contention.busy_reasons({"other_cpu_cores": None}) == []
+    assert len(contention.busy_reasons({"other_cpu_cores": 0.9, "concurrent_cells": 2,
+                                        "gpu_other_processes": 1, "gpu_other_mem_bytes": 2**30})) == 3
+
+
+class _Process:
+    def __init__(self, pid, memory):
+        self.pid, self.usedGpuMemory = pid, memory
+
+
+def _fake_nvml(processes):
+    """A stand-in for pynvml: the GPU is a boundary this machine cannot run (no GPU here)."""
+    return types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: processes,
+        nvmlDeviceGetGraphicsRunningProcesses=lambda handle: [])
+
+
+def test_gpu_neighbours_from_nvml(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(os.getpid(), 5 * 2**30), _Process(1, 2**30)]))
+    assert contention.gpu_others(0) == (1, 2**30)
+    # In a container NVML shows host pids: the largest user is taken to be the cell itself.
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(11, 5 * 2**30), _Process(12, 2**30)]))
+    assert contention.gpu_others(0) == (1, 2**30)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(11, 5 * 2**30)]))
+    assert contention.gpu_others(0) == (0, 0)
+
+
+def test_host_load_names_the_top_consumers(cpu_hogs):
+    cores, top = contention.host_load(sample_s=0.5)
+    assert cores > contention.BUSY_OTHER_CPU_CORES and any(name.startswith("python") for name in top), top

@@ -1,0 +1,195 @@
+"""Cell identity in the aggregator and compare: rows of different settings are never pooled or paired,
+and untrusted row content never names a file."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from fwbench.cli import app
+from fwbench.identity import CellIdentity
+from fwbench_aggregator import compare as cmp
+from fwbench_aggregator import loading
+from fwbench_aggregator.aggregate import aggregate
+from tests.aggregator_rows import record, tree_digest, write
+
+FWBENCH = Path(sys.executable).with_name("fwbench")
+STEPS = [5.0, 5.2, 4.9, 5.1, 5.0]
+
+
+def write_named(out: Path, rec: dict, name: str) -> Path:
+    """A row under its own file name (two identities must not share one)."""
+    from fwbench.results import write_row
+
+    return write_row(rec, Path(out) / rec["preset"] / rec["stack"] / name)
+
+
+def main_table_headers(md: str) -> list[str]:
+    header = next(line for line in md.splitlines() if line.startswith("| task |"))
+    return [cell.strip() for cell in header.strip("|").split("|")]
+
+
+@pytest.mark.parametrize("setting, values, labels", [
+    ("tf32_setting", ("default", "on"), ("native-torch [none]", "native-torch [none, tf32=on]")),
+    ("threads", (1, 2), ("native-torch [none, threads=1]", "native-torch [none, threads=2]")),
+    ("timed_steps", (5, 100), ("native-torch [none, steps=5]", "native-torch [none, steps=100]")),
+    ("device_model", ("CPU A", "GPU B"), ("native-torch [none, device=CPU A]", "native-torch [none, device=GPU B]")),
+])
+def test_rows_of_different_settings_are_separate_variants(tmp_path, setting, values, labels):
+    for i, value in enumerate(values):
+        write_named(tmp_path / "res", record("native-torch", "bert-fit", step_ms=STEPS, **{setting: value}), f"{i}.parquet")
+    outcome = aggregate([tmp_path / "res"], tmp_path / "rep")
+    assert outcome.loaded.table.num_rows == 2 and not outcome.loaded.notes  # both kept, nothing "de-duplicated"
+    headers = main_table_headers(outcome.report_md.read_text())
+    assert all(label in headers for label in labels), headers
+    (summary,) = outcome.summaries
+    assert len(summary.estimates) == 2 and all(e.repeats == 1 for e in summary.estimates.values())
+
+
+def test_the_same_identity_from_two_folders_is_deduplicated_not_pooled_twice(tmp_path):
+    write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=STEPS))
+    write(tmp_path / "b", record("native-torch", "bert-fit", step_ms=STEPS))
+    loaded = loading.load_results([tmp_path / "a", tmp_path / "b"])
+    assert loaded.table.num_rows == 1 and any("appears more than once" in n for n in loaded.notes)
+
+
+def test_identity_round_trips_through_a_parquet_row(tmp_path):
+    from fwbench.harness.cell import base_record
+    from fwbench.results import normalise, read_row, write_row
+    from fwbench.spec import CellSpec
+
+    spec = CellSpec(stack="keras3-jax", task="sam-fit", preset="tiny", compile_mode="xla", data_dir="/d", steps=7,
+                    tf32="off", threads=3, image_variant="cpu", device_model="Some CPU", seed=4)
+    path = write_row(base_record(spec) | {"status": "error"}, tmp_path / "x.parquet")
+    row = read_row(path)
+    assert CellIdentity.of_row(row) == spec.identity
+    assert row["settings_id"] == spec.identity.settings_id == CellIdentity.of_row(normalise(row)).settings_id
+
+
+# --- rows are untrusted input ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("ms_per_step", math.nan, "not a positive finite number"),
+    ("ms_per_step", math.inf, "not a positive finite number"),
+    ("ms_per_step", -3.0, "not a positive finite number"),
+    ("preset", "../../evil", "unknown preset"),
+    ("stack", "native-torch/../../x", "unknown stack"),
+    ("task", "bert-fit\nforged", "unknown task"),
+    ("compile_mode", "xla", "unknown compile_mode"),
+    ("tf32_setting", "sometimes", "unknown tf32_setting"),
+    ("pin_set", "../current", "invalid pin_set"),
+    ("cell_id", "native-torch.other.tiny.compile-none", "cell_id"),
+])
+def test_invalid_rows_are_skipped_with_one_line_naming_the_file(tmp_path, field, value, reason):
+    write(tmp_path / "res", record("native-torch", "bert-predict", step_ms=STEPS))  # one good file
+    rec = record("native-torch", "bert-fit", step_ms=STEPS)
+    rec[field] = value
+    bad = write_named(tmp_path / "res", rec | {"preset": "tiny", "stack": "native-torch"} | {field: value},
+                      "bad.parquet") if field not in ("preset", "stack") else _write_raw(tmp_path / "res", rec)
+    before = tree_digest(tmp_path)
+    run = subprocess.run([str(FWBENCH), "aggregate", str(tmp_path / "res"), "-o", str(tmp_path / "rep")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "Traceback" not in run.stderr + run.stdout, run.stderr
+    lines = [line for line in run.stderr.splitlines() if str(bad) in line]
+    assert len(lines) == 1 and reason in lines[0], run.stderr
+    written = set(tree_digest(tmp_path)) - set(before)
+    assert all(name.startswith("rep/") for name in written), written  # nothing outside the report folder
+
+
+def _write_raw(out: Path, rec: dict) -> Path:
+    """A row whose own stack/preset would make an unsafe path: written under a fixed, safe name."""
+    from fwbench.results import SCHEMA, normalise
+
+    path = Path(out) / "raw" / "bad.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([normalise(rec)], schema=SCHEMA), path)
+    return path
+
+
+def test_schema_v1_rows_are_still_read(tmp_path):
+    from fwbench.schema import ADDED_IN_V2
+
+    good = write(tmp_path / "v1", record("native-torch", "bert-fit", step_ms=STEPS))
+    table = pq.read_table(good)
+    table = table.drop_columns(list(ADDED_IN_V2)).set_column(0, table.schema.field("schema_version"), pa.array([1]))
+    pq.write_table(table, good)
+    loaded = loading.load_results([tmp_path / "v1"])
+    assert loaded.table.num_rows == 1 and not loaded.skipped
+
+
+# --- busy rows -------------------------------------------------------------------------------------------
+
+def test_busy_rows_are_flagged_and_left_out_of_rankings_unless_asked(tmp_path):
+    write(tmp_path / "res", record("native-torch", "bert-fit", step_ms=STEPS))
+    write(tmp_path / "res", record("keras3-jax", "bert-fit", step_ms=[v * 30 for v in STEPS], busy=True,
+                                   busy_reasons="other processes used 1.80 CPU cores while the cell was timed"))
+    outcome = aggregate([tmp_path / "res"], tmp_path / "rep")
+    md = outcome.report_md.read_text()
+    assert "## Busy rows" in md and "other processes used 1.80 CPU cores" in md
+    bert = next(line for line in md.splitlines() if line.startswith("| bert-fit |"))
+    assert "busy" in bert  # the keras3-jax cell shows "busy", not a number
+    (summary,) = outcome.summaries
+    assert [v.stack for v, _ in summary.ranked("bert-fit")] == ["native-torch"]
+    included = aggregate([tmp_path / "res"], tmp_path / "rep2", include_busy=True)
+    assert [v.stack for v, _ in included.summaries[0].ranked("bert-fit")] == ["native-torch", "keras3-jax"]
+    assert "included in the tables" in included.report_md.read_text()
+
+
+# --- compare -----------------------------------------------------------------------------------------------
+
+def _single_repeat_runs(tmp_path, slow_factor: float, steps=STEPS):
+    write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=steps))
+    write(tmp_path / "a", record("native-torch", "sam-fit", step_ms=steps))
+    write(tmp_path / "b", record("native-torch", "bert-fit", step_ms=[v * slow_factor for v in steps]))
+    write(tmp_path / "b", record("native-torch", "sam-fit", step_ms=steps))
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_single_repeat_compare_claims_no_significance_but_the_gate_fails_a_30x_slowdown(tmp_path):
+    a, b = _single_repeat_runs(tmp_path, 30.0)
+    rows = cmp.compare(loading.load_results([a]), loading.load_results([b]))
+    assert all(r.p_value is None and r.verdict.startswith("not testable: 1 repeat") for r in rows)
+    slowed = next(r for r in rows if r.task == "bert-fit")
+    assert slowed.ratio == pytest.approx(30) and slowed.ratio_low > 10
+    run = CliRunner().invoke(app, ["compare", str(a), str(b), "--fail-above", "10"])
+    assert run.exit_code == 1 and "regression above 10%: bert-fit native-torch [none]" in run.output
+    assert "no significance test is possible" in run.output
+    quiet = CliRunner().invoke(app, ["compare", str(a), str(a), "--fail-above", "10"])
+    assert quiet.exit_code == 0, quiet.output
+
+
+def test_gate_refuses_cells_with_too_few_samples(tmp_path):
+    a, b = _single_repeat_runs(tmp_path, 30.0, steps=[5.0, 5.1])
+    run = CliRunner().invoke(app, ["compare", str(a), str(b), "--fail-above", "10"])
+    assert run.exit_code == 2 and "cannot gate with --fail-above" in run.output
+    assert "--repeats 2" in run.output
+
+
+def test_compare_pairs_by_identity_and_names_cells_without_partner(tmp_path):
+    write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=STEPS, tf32_setting="off"))
+    write(tmp_path / "b", record("native-torch", "bert-fit", step_ms=STEPS, tf32_setting="on"))
+    rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
+    assert sorted((r.verdict, r.variant.label) for r in rows) == [
+        ("only in A", "native-torch [none, tf32=off]"), ("only in B", "native-torch [none, tf32=on]")]
+
+
+def test_repeats_are_the_unit_of_the_test(tmp_path):
+    """Three repeats a side: Welch on repeat medians; identical runs are not significant."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for side, factor in (("a", 1.0), ("b", 1.5), ("c", 1.0)):
+        for r in range(3):
+            write(tmp_path / side, record("native-torch", "bert-fit", repeat=r,
+                                         step_ms=5 * factor * np.exp(rng.normal(0, 0.02, 20))))
+    (slow,) = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
+    assert slow.method == cmp.METHOD_REPEATS and slow.verdict == "slower" and slow.ratio == pytest.approx(1.5, rel=0.05)
+    (same,) = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "c"]))
+    assert same.verdict.startswith("not significant")
