@@ -146,3 +146,38 @@ def test_images_carry_their_manifest_and_labels(compose_env, images):
         lock = (ROOT / "images" / stack / "requirements-cpu.lock").read_bytes()
         assert manifest["lock_sha256"] == hashlib.sha256(lock).hexdigest()
         assert any(line.startswith("fwbench") for line in manifest["pip_freeze"])
+
+
+def test_a_docker_cell_is_removed_when_its_runner_is_killed(compose_env, images, tmp_path):
+    """SIGKILL leaves the runner no chance to clean up: the watchdog must stop and remove the container."""
+    import signal
+    import sys
+    import time
+
+    import docker
+
+    work, _env = compose_env
+    client = docker.from_env()
+    runner = subprocess.Popen([sys.executable, "-m", "fwbench.cli", "run", "--engine", "docker", "--stack",
+                               "keras2-tensorflow", "--task", "bert-predict", "--data", str(work / "data"),
+                               "--out", str(tmp_path), "--inject-fault", "sleep:300"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cell_containers():
+        return client.containers.list(all=True, filters={"label": f"io.fwbench.runner-pid={runner.pid}"})
+
+    try:
+        deadline = time.monotonic() + 120
+        while not cell_containers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert cell_containers(), "the cell container never started"
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while cell_containers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not cell_containers(), "the cell container outlived its runner"
+    finally:
+        runner.kill()
+        for container in cell_containers():
+            container.remove(force=True)
