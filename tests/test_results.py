@@ -92,3 +92,14 @@ def test_the_base_install_has_everything_the_cli_and_aggregator_import():
             imported.update(name.split(".")[0] for name in names)
     third_party = imported - set(sys.stdlib_module_names) - {"fwbench", "fwbench_aggregator"} - cell_side
     assert third_party <= base, f"imported but not in the base install: {sorted(third_party - base)}"
+
+
+def test_project_docs_stand_alone():
+    """Users only get the repository: no doc or docstring may send them to the team's shared folder."""
+    root = Path(__file__).parents[1]
+    files = [p for p in root.rglob("*") if p.suffix in (".md", ".py", ".yaml", ".toml", ".sh")
+             and not any(part.startswith(".") for part in p.relative_to(root).parts)
+             and p.name != "test_results.py"]
+    offenders = [str(p.relative_to(root)) for p in files if re.search(r"\bshared/(design|reference|hooks)\b|\.\./shared",
+                                                                        p.read_text(errors="replace"))]
+    assert offenders == []

@@ -31,7 +31,11 @@ class TorchBackend:
     def configure(self, threads: int, tf32: str) -> None:
         torch = self.torch
         torch.set_num_threads(threads)
-        if tf32 == "on":
+        if tf32 in ("on", "off") and _has_fp32_precision_api(torch):
+            # torch >= 2.9: the new API only. Mixing it with the legacy flags makes later reads raise, and
+            # libraries (transformers' Trainer) use the new one.
+            torch.backends.fp32_precision = "tf32" if tf32 == "on" else "ieee"
+        elif tf32 == "on":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
             torch.set_float32_matmul_precision("high")
@@ -62,12 +66,17 @@ class TorchBackend:
         return info
 
     def precision_state(self) -> dict[str, Any]:
+        """TF32 state through the API the installed torch uses (read after the cell, whatever the workload
+        or its libraries set). A read that fails leaves its field empty: it never fails the cell."""
         torch = self.torch
-        matmul_tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
-        cudnn_tf32 = bool(torch.backends.cudnn.allow_tf32)
+        new_api = _has_fp32_precision_api(torch)
+        matmul_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cuda.matmul, torch.backends.cuda.matmul, new_api))
+        conv_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cudnn.conv, torch.backends.cudnn, new_api))
+        precision = _guarded(torch.get_float32_matmul_precision)
+        if precision is None and new_api:
+            precision = _guarded(lambda: f"fp32_precision={torch.backends.cuda.matmul.fp32_precision}")
         # TF32 only exists on Ampere+ GPUs; on the CPU the flags are recorded but have no effect.
-        return {"tf32_matmul": matmul_tf32, "tf32_conv": cudnn_tf32,
-                "matmul_precision": torch.get_float32_matmul_precision(),
+        return {"tf32_matmul": matmul_tf32, "tf32_conv": conv_tf32, "matmul_precision": precision,
                 "tf32_effective": bool(self.on_gpu and matmul_tf32 and _ampere_or_newer(torch))}
 
     def threads(self) -> int:
@@ -83,6 +92,28 @@ class TorchBackend:
             "graph_break_reasons": sorted(str(r)[:200] for r in counters["graph_break"])[:20],
             "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
         }
+
+
+def _has_fp32_precision_api(torch) -> bool:
+    """torch >= 2.9 sets TF32 with `fp32_precision` ("tf32"/"ieee"/"none") per backend."""
+    return hasattr(torch.backends, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def _tf32_allowed(new_api_node, legacy_node, new_api: bool) -> bool:
+    """Is TF32 allowed for this op family? The new API's value when it has one ("none" = not set: the
+    legacy flag, which is then safe to read), else the legacy `allow_tf32` flag."""
+    if new_api:
+        value = getattr(new_api_node, "fp32_precision", "none")
+        if value in ("tf32", "ieee"):
+            return value == "tf32"
+    return bool(legacy_node.allow_tf32)
+
+
+def _guarded(read):
+    try:
+        return read()
+    except Exception:  # e.g. "mix of the legacy and new APIs": a state read must never fail a cell
+        return None
 
 
 def _ampere_or_newer(torch) -> bool:
