@@ -64,8 +64,9 @@ class DockerEngine:
         try:
             self._images[stack] = self.client.images.get(name)
         except docker.errors.ImageNotFound:
-            raise EngineError(f"image {name} not found: build it with `docker compose build` "
-                              f"(or docker build -f images/{stack}/Dockerfile .)") from None
+            raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
+                              f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
+                              f"--build-arg VARIANT={self.variant} -t {name} .)") from None
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
