@@ -57,7 +57,8 @@ class DockerEngine:
     def image_name(self, stack: str) -> str:
         return self.image_template.format(stack=stack, variant=self.variant)
 
-    def prepare(self, stack: str) -> None:
+    def prepare(self, stack: str, progress=None) -> None:
+        """Find the stack's image (never builds one: `progress` is for engines that build)."""
         import docker
 
         name = self.image_name(stack)
