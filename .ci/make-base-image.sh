@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# CI stand-in for the Dockerfiles' base image. No image registry is reachable from CI, so the base
+# CI stand-in for the base image of images/Dockerfile. No image registry is reachable from CI, so the base
 # (python:3.11-slim-bookworm on users' machines) is made here: a debootstrapped Debian bookworm with
 # python3, the host's CA bundle (so pip and apt inside builds can reach the package registries
-# through this network), imported under the same name. The Dockerfiles themselves are unchanged.
+# through this network), imported under the same name. The Dockerfile itself is unchanged.
 set -euo pipefail
 BASE_IMAGE="${1:-python:3.11-slim-bookworm}"
 if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then

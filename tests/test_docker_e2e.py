@@ -139,7 +139,9 @@ def test_images_carry_their_manifest_and_labels(compose_env, images):
         image = client.images.get(f"fwbench/{stack}:cpu")
         labels = image.labels
         assert labels["io.fwbench.stack"] == stack and labels["io.fwbench.variant"] == "cpu"
+        assert labels["org.opencontainers.image.title"] == f"fwbench-{stack}"  # built from images/Dockerfile
         assert image.attrs["Config"]["User"] == "1000:1000"
+        assert image.attrs["Config"]["Entrypoint"] == ["/opt/fwbench/entrypoint.sh"]
         # print() ends the output with a newline: Docker's log stream may drop an unterminated last line.
         read = ["import sys; print(open(sys.argv[1]).read())", labels["io.fwbench.manifest"]]
         manifest = json.loads(client.containers.run(image.id, entrypoint=["python", "-c"], command=read, remove=True))

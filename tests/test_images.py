@@ -26,11 +26,138 @@ def hadolint() -> str:
     return found
 
 
-@pytest.mark.parametrize("image", [*registry.STACKS, "runner"])
-def test_dockerfile_is_hadolint_clean(image):
-    dockerfile = IMAGES / image / "Dockerfile"
-    done = subprocess.run([hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True)
+IMAGES_BUILT = [*registry.STACKS, "runner"]  # every folder images/Dockerfile builds with STACK=<folder>
+DOCKERFILE = IMAGES / "Dockerfile"
+
+
+def test_dockerfile_is_hadolint_clean():
+    done = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_one_dockerfile_serves_every_image():
+    """images/<stack>/ holds only what differs (locks, requirements, apt packages), never a Dockerfile."""
+    assert sorted(p.parent.name for p in IMAGES.glob("*/requirements.txt")) == sorted(IMAGES_BUILT)
+    assert [p.relative_to(ROOT).as_posix() for p in IMAGES.rglob("Dockerfile*")] == ["images/Dockerfile"]
+    for image in IMAGES_BUILT:
+        files = {p.name for p in (IMAGES / image).iterdir()}
+        assert files <= {"requirements.txt", "requirements-gpu.txt", "requirements-cpu.lock",
+                         "requirements-gpu.lock", "apt-packages.txt"}, image
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile: continuation lines joined, comments dropped."""
+    found, pending = [], ""
+    for line in text.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        keyword, _, rest = pending.strip().partition(" ")
+        found.append((keyword.upper(), rest.strip()))
+        pending = ""
+    return found
+
+
+def expand(text: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), ""), text)
+
+
+def resolve(build_args: dict[str, str]) -> dict:
+    """What `docker build -f images/Dockerfile --build-arg ...` makes of the Dockerfile's build-time
+    variables: the files it copies in, its labels and its environment."""
+    values: dict[str, str] = {}
+    copies, labels, env = [], {}, {}
+    for keyword, rest in instructions(DOCKERFILE.read_text()):
+        if keyword == "ARG":
+            name, _, default = rest.partition("=")
+            values[name] = build_args.get(name, expand(default.strip('"'), values))
+        elif keyword == "COPY":
+            *sources, _target = expand(rest, values).split()
+            copies += sources
+        elif keyword in ("LABEL", "ENV"):
+            for key, value in re.findall(r'([\w.-]+)=("[^"]*"|\S+)', rest):
+                (labels if keyword == "LABEL" else env)[key] = expand(value.strip('"'), values)
+                if keyword == "ENV":
+                    values[key] = env[key]
+    return {"copies": copies, "labels": labels, "env": env}
+
+
+VARIANTS = [(stack, variant) for stack in registry.STACKS for variant in ("cpu", "gpu")] + [("runner", "cpu")]
+
+
+@pytest.mark.parametrize("stack, variant", VARIANTS)
+def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(stack, variant):
+    built = resolve({"STACK": stack, "VARIANT": variant, "PIN_SET": "current", "GIT_REVISION": "abc123"})
+    assert f"images/{stack}/requirements-{variant}.lock" in built["copies"]
+    assert f"images/{stack}/apt-packages.txt" in built["copies"]
+    for source in built["copies"]:
+        assert (ROOT / source).exists(), source
+    assert built["labels"]["org.opencontainers.image.title"] == f"fwbench-{stack}"
+    assert built["labels"]["org.opencontainers.image.revision"] == "abc123"
+    assert built["labels"]["org.opencontainers.image.base.name"] == "python:3.11-slim-bookworm"
+    assert (built["labels"]["io.fwbench.stack"], built["labels"]["io.fwbench.variant"]) == (stack, variant)
+    assert built["labels"]["io.fwbench.pin-set"] == "current"
+    assert built["labels"]["io.fwbench.manifest"] == "/opt/fwbench/manifest.json"
+    assert (built["env"]["FWBENCH_STACK"], built["env"]["FWBENCH_VARIANT"]) == (stack, variant)
+
+
+def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():
+    """Only the apt list and the lock file come before the heavy installs; build facts and fwbench after."""
+    steps = [(k, r) for k, r in instructions(DOCKERFILE.read_text()) if k in ("ARG", "COPY", "RUN", "LABEL")]
+    lock_install = next(i for i, (k, r) in enumerate(steps) if k == "RUN" and "--require-hashes" in r)
+    before = steps[:lock_install]
+    assert [r for k, r in before if k == "COPY"] == ["images/${STACK}/apt-packages.txt /opt/fwbench/apt-packages.txt",
+                                                     "images/${STACK}/requirements-${VARIANT}.lock "
+                                                     "/opt/fwbench/requirements.lock"]
+    assert not any(k == "LABEL" or r.startswith(("PIN_SET", "GIT_REVISION")) for k, r in before)
+    assert steps[-1] == ("RUN", "/opt/fwbench/install.sh")
+
+
+def first_run_command() -> str:
+    return next(rest for keyword, rest in instructions(DOCKERFILE.read_text()) if keyword == "RUN")
+
+
+@pytest.mark.parametrize("stack", ["", "keras3-jax"])
+def test_a_build_without_stack_fails_first_with_the_command_to_use(stack):
+    """ARG STACK has no default, and the first RUN stops a build that has none, saying what to run."""
+    assert ("ARG", "STACK") in instructions(DOCKERFILE.read_text())
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", first_run_command()], capture_output=True, text=True,
+                          env={"STACK": stack, "VARIANT": "gpu", "PATH": "/usr/bin:/bin"})
+    if stack:
+        assert done.returncode == 0 and done.stderr == ""
+    else:
+        assert done.returncode == 1
+        assert "--build-arg STACK=" in done.stderr and "images/Dockerfile" in done.stderr
+
+
+def apt_packages(image: str) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in (IMAGES / image / "apt-packages.txt").read_text().splitlines())
+    return [line for line in lines if line]
+
+
+@pytest.mark.parametrize("image", IMAGES_BUILT)
+def test_apt_packages(image):
+    """torch.compile (Inductor) compiles C++ at run time: the torch images carry a compiler and libc headers."""
+    expected = ["gcc", "g++", "libc6-dev"] if image in ("native-torch", "keras3-torch") else []
+    assert apt_packages(image) == expected
+
+
+@pytest.mark.parametrize("stack", [*registry.STACKS, "runner"])
+def test_entrypoint_runs_the_images_stack_by_default_and_fwbench_otherwise(stack, tmp_path):
+    fake = tmp_path / "fwbench"
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "FWBENCH_STACK": stack}
+    entrypoint = str(IMAGES / "entrypoint.sh")
+    default = subprocess.run([entrypoint], capture_output=True, text=True, env=env)
+    expected = ("--help" if stack == "runner"
+                else f"run --stack {stack} --engine current --data /data --out /results --resume")
+    assert default.returncode == 0 and default.stdout.strip() == expected
+    given = subprocess.run([entrypoint, "data", "--out", "/data"], capture_output=True, text=True, env=env)
+    assert given.stdout.strip() == "data --out /data"
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -42,10 +169,7 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-LOCKS = [(stack, variant) for stack in registry.STACKS for variant in ("cpu", "gpu")] + [("runner", "cpu")]
-
-
-@pytest.mark.parametrize("stack, variant", LOCKS)
+@pytest.mark.parametrize("stack, variant", VARIANTS)
 def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
     requirements = IMAGES / stack / ("requirements.txt" if variant == "cpu" else "requirements-gpu.txt")
     lock = IMAGES / stack / f"requirements-{variant}.lock"
@@ -61,8 +185,8 @@ def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
 
 
 def test_no_secrets_in_images_or_compose():
-    files = [*IMAGES.rglob("Dockerfile"), *IMAGES.glob("*.yaml"), *IMAGES.glob("*.sh"), ROOT / "compose.yaml",
-             ROOT / "compose.cpu.yaml"]
+    files = [DOCKERFILE, *IMAGES.glob("*/*.txt"), *IMAGES.glob("*.yaml"), *IMAGES.glob("*.sh"),
+             ROOT / "compose.yaml", ROOT / "compose.cpu.yaml"]
     for path in files:
         text = path.read_text()
         assert not re.search(r"(?i)(token|secret|password|api[_-]?key)\s*[:=]", text), path
@@ -97,3 +221,17 @@ def test_cpu_file_runs_the_same_services_without_a_gpu_at_tiny():
         assert "deploy" not in service
         assert service["environment"]["FWBENCH_PRESET"] == "tiny"
         assert service["build"]["args"]["VARIANT"] == "cpu" and service["image"].endswith(":cpu")
+
+
+@pytest.mark.parametrize("compose_file", ["compose.yaml", "compose.cpu.yaml"])
+def test_every_service_builds_its_own_stack_from_the_one_dockerfile(compose_file):
+    services = compose_config(compose_file)["services"]
+    variant = "cpu" if compose_file == "compose.cpu.yaml" else "gpu"
+    expected = {**{name: (stack, variant) for name, stack in BENCH_SERVICES.items()},
+                "data": ("runner", "cpu"), "aggregate": ("runner", "cpu")}  # the runner has only a cpu lock
+    for name, (stack, stack_variant) in expected.items():
+        build = services[name]["build"]
+        assert Path(build["context"]) == ROOT and build["dockerfile"] == "images/Dockerfile"
+        assert (build["args"]["STACK"], build["args"]["VARIANT"]) == (stack, stack_variant), name
+        assert {"PIN_SET", "GIT_REVISION"} <= set(build["args"])
+        assert services[name]["image"].startswith(f"fwbench/{stack}:")

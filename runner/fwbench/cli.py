@@ -168,11 +168,12 @@ def warn_if_busy() -> None:
 def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
     """Prepare environments and data, run every cell with live progress, print the summary."""
     from fwbench import matrix
+    from fwbench.build_status import build_status
 
     matrix.ensure_data(specs)
     for stack_id in dict.fromkeys(s.stack for s in specs):
-        with console.status(f"preparing the {stack_id} environment ({runner.name} engine)…"):
-            runner.prepare(stack_id)
+        with build_status(console, f"preparing {stack_id} ({runner.name} engine)") as report:
+            runner.prepare(stack_id, report)
 
     warn_if_busy()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -273,14 +274,15 @@ def demo_cmd(
 @env_app.command("build")
 def env_build(stack: List[str] = typer.Argument(..., help="Stack ids.")) -> None:
     """Build (or reuse) the local engine's virtual environment of each stack."""
+    from fwbench.build_status import build_status
     from fwbench.engines.local import StackEnvironment
 
     for stack_id in stack:
         registry.get_stack(stack_id)
         environment = StackEnvironment(stack_id)
-        with console.status(f"building {stack_id} in {environment.path} (log: {environment.log_path})…"):
-            environment.build()
-        console.print(f"{stack_id}: {environment.python}")
+        with build_status(console, f"building {stack_id}") as report:
+            environment.build(report)
+        console.print(f"{stack_id}: {environment.python}", highlight=False, soft_wrap=True)
 
 
 @env_app.command("path")

@@ -64,15 +64,17 @@ class DockerEngine:
     def image_name(self, stack: str) -> str:
         return self.image_template.format(stack=stack, variant=self.variant)
 
-    def prepare(self, stack: str) -> None:
+    def prepare(self, stack: str, progress=None) -> None:
+        """Find the stack's image (never builds one: `progress` is for engines that build)."""
         import docker
 
         name = self.image_name(stack)
         try:
             self._images[stack] = self.client.images.get(name)
         except docker.errors.ImageNotFound:
-            raise EngineError(f"image {name} not found: build it with `docker compose build` "
-                              f"(or docker build -f images/{stack}/Dockerfile .)") from None
+            raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
+                              f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
+                              f"--build-arg VARIANT={self.variant} -t {name} .)") from None
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]

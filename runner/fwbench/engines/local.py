@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
 from fwbench.spec import CellSpec
@@ -36,6 +38,70 @@ def requirements_file(stack: str) -> Path:
         raise EngineError(f"no requirements file for stack '{stack}' at {path} "
                           "(the local engine needs a source checkout of fwbench)")
     return path
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One report from an environment build: a step (creating the venv, installing N requirements, ...)
+    or, with step=False, a detail within the current step (the package pip is collecting now)."""
+
+    message: str
+    step: bool = True
+
+
+ProgressCallback = Callable[[BuildProgress], None]
+
+
+def requirement_count(path: Path) -> int:
+    """Requirements named in a requirements file (not comments, blank lines or pip options)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return sum(1 for line in lines if line and not line.startswith("-"))
+
+
+class PipProgress:
+    """Turns `pip install` output lines, as they stream, into progress reports (None: nothing to say).
+
+    Collecting/Downloading/Building lines become details naming the package; "Installing collected
+    packages" is a step of its own (the longest silent stretch of a build)."""
+
+    COLLECTING = re.compile(r"^(Collecting|Processing) (\S+)")  # Processing: a local wheel or directory
+    DOWNLOADING = re.compile(r"^\s*Downloading (\S+)(?: \(([^)]+)\))?")
+    CACHED = re.compile(r"^\s*Using cached (\S+)")
+    BUILDING = re.compile(r"^\s*Building wheel for (\S+)")
+    INSTALLING = re.compile(r"^Installing collected packages: (.+)$")
+    INSTALLED = re.compile(r"^Successfully installed (.+)$")
+
+    def __init__(self, requirements: int | None = None):
+        self.requirements = requirements
+        self.collected = 0
+
+    def feed(self, line: str) -> BuildProgress | None:
+        line = line.rstrip("\r\n")
+        if match := self.COLLECTING.match(line):
+            self.collected += 1
+            of = f"; {self.requirements} requested" if self.requirements else ""
+            return BuildProgress(f"collecting {os.path.basename(match.group(2))} (package {self.collected}{of})",
+                                 step=False)
+        if match := self.DOWNLOADING.match(line):
+            name, size = match.groups()
+            if name.endswith(".metadata"):  # a few kB per package: not worth a report
+                return None
+            return BuildProgress(f"downloading {name}" + (f" ({size})" if size else ""), step=False)
+        if match := self.CACHED.match(line):
+            if match.group(1).endswith(".metadata"):
+                return None
+            return BuildProgress(f"using cached {match.group(1)}", step=False)
+        if (match := self.BUILDING.match(line)) and "finished" not in line:
+            return BuildProgress(f"building a wheel for {match.group(1)}", step=False)
+        if match := self.INSTALLING.match(line):
+            names = [name.strip() for name in match.group(1).split(",") if name.strip()]
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            return BuildProgress(f"installing {len(names)} packages ({shown})")
+        if match := self.INSTALLED.match(line):
+            return BuildProgress(f"installed {len(match.group(1).split())} packages")
+        if line.startswith("ERROR:"):
+            return BuildProgress(line, step=False)
+        return None
 
 
 class StackEnvironment:
@@ -59,37 +125,59 @@ class StackEnvironment:
     def log_path(self) -> Path:
         return self.path.with_name(self.path.name + ".build.log")
 
-    def build(self) -> None:
-        """Create the environment (idempotent; a half-built one from an interrupted build is redone)."""
+    def build(self, progress: Optional[ProgressCallback] = None) -> None:
+        """Create the environment (idempotent; a half-built one from an interrupted build is redone).
+
+        `progress` hears each step (the first names the log file) and, as pip's output streams into
+        the log, the package pip is on. The log keeps all of pip's output."""
         if self.ready:
             return
+        report = progress or (lambda event: None)
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as log:
-            def run(*argv: str | Path) -> str:
+            def run(*argv: str | Path, parse: Optional[PipProgress] = None) -> str:
                 log.write(f"$ {' '.join(map(str, argv))}\n")
                 log.flush()
-                done = subprocess.run([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, stdin=subprocess.DEVNULL)
-                log.write(done.stdout)
-                if done.returncode != 0:
+                output = []
+                # Unbuffered, so pip's lines reach the log (and the progress) as it prints them.
+                with subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, stdin=subprocess.DEVNULL, bufsize=1,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}) as process:
+                    assert process.stdout is not None
+                    for line in process.stdout:
+                        log.write(line)
+                        log.flush()
+                        output.append(line)
+                        event = parse.feed(line) if parse is not None else None
+                        if event is not None:
+                            report(event)
+                    returncode = process.wait()
+                if returncode != 0:
                     raise EngineError(f"building the {self.stack} environment failed "
-                                      f"(exit {done.returncode}); see {self.log_path}")
-                return done.stdout
+                                      f"(exit {returncode}); see {self.log_path}")
+                return "".join(output)
 
+            report(BuildProgress(f"building the {self.stack} environment in {self.path} (log: {self.log_path})"))
+            report(BuildProgress("creating the virtual environment"))
             run(sys.executable, "-m", "venv", self.path)
-            run(self.python, "-m", "pip", "install", "--disable-pip-version-check", "-r", self.requirements)
+            count = requirement_count(self.requirements)
+            report(BuildProgress(f"installing {count} requirements from {self.requirements} (and their dependencies)"))
+            run(self.python, "-m", "pip", "install", "--disable-pip-version-check", "-r", self.requirements,
+                parse=PipProgress(count))
+            report(BuildProgress("linking this fwbench checkout and checking that the harness imports"))
             purelib = run(self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
             (Path(purelib.strip().splitlines()[-1]) / "fwbench-src.pth").write_text(f"{REPO_ROOT / 'runner'}\n")
             run(self.python, "-c", "import fwbench.harness.cell")
         (self.path / READY_MARKER).write_text(self.requirements.read_text())
+        report(BuildProgress(f"the {self.stack} environment is ready"))
 
 
 class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
-    def __init__(self, name: str, interpreter_for: Callable[[str], Path], variant: str):
+    def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str):
         self.name = name
         self.variant = variant  # venv (local), or the image's variant / host (current)
         self._interpreter_for = interpreter_for
@@ -99,11 +187,12 @@ class PythonEngine:
 
         return device_model(gpu_model() is not None)
 
-    def prepare(self, stack: str) -> None:
-        self._interpreter_for(stack)
+    def prepare(self, stack: str, progress: Optional[ProgressCallback] = None) -> None:
+        """Make the stack's interpreter ready (the local engine builds its environment, reporting to progress)."""
+        self._interpreter_for(stack, progress)
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
-        python = self._interpreter_for(spec.stack)
+        python = self._interpreter_for(spec.stack, None)
         spec_path = write_spec(spec, record_path.parent)
         try:
             argv = [str(python), "-m", "fwbench.harness.cell", str(spec_path), str(record_path)]
@@ -120,10 +209,10 @@ class PythonEngine:
 def local_engine(home: Path | None = None) -> PythonEngine:
     environments: dict[str, StackEnvironment] = {}
 
-    def interpreter(stack: str) -> Path:
+    def interpreter(stack: str, progress: Optional[ProgressCallback] = None) -> Path:
         if stack not in environments:
             environment = StackEnvironment(stack, home)
-            environment.build()
+            environment.build(progress)
             environments[stack] = environment
         return environments[stack].python
 
@@ -134,4 +223,5 @@ def current_engine() -> PythonEngine:
     from fwbench.harness.envinfo import image_manifest
 
     manifest = image_manifest() or {}
-    return PythonEngine("current", lambda stack: Path(sys.executable), str(manifest.get("variant") or "host"))
+    return PythonEngine("current", lambda stack, progress=None: Path(sys.executable),
+                        str(manifest.get("variant") or "host"))
