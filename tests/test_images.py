@@ -36,13 +36,13 @@ def test_dockerfile_is_hadolint_clean():
 
 
 def test_one_dockerfile_serves_every_image():
-    """images/<stack>/ holds only what differs (locks, requirements, apt packages), never a Dockerfile."""
+    """images/<stack>/ holds only what differs (locks, requirements, apt packages, runtime pins), never a Dockerfile."""
     assert sorted(p.parent.name for p in IMAGES.glob("*/requirements.txt")) == sorted(IMAGES_BUILT)
     assert [p.relative_to(ROOT).as_posix() for p in IMAGES.rglob("Dockerfile*")] == ["images/Dockerfile"]
     for image in IMAGES_BUILT:
         files = {p.name for p in (IMAGES / image).iterdir()}
         assert files <= {"requirements.txt", "requirements-gpu.txt", "requirements-cpu.lock",
-                         "requirements-gpu.lock", "apt-packages.txt"}, image
+                         "requirements-gpu.lock", "apt-packages.txt", "runtime-overrides.txt"}, image
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -175,7 +175,9 @@ def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
     lock = IMAGES / stack / f"requirements-{variant}.lock"
     assert requirements.is_file() and lock.is_file(), "run: bash images/lock.sh " + stack
     locked = pins(lock)
-    wanted = {**pins(requirements), **pins(IMAGES / "fwbench-runtime.txt")}
+    overrides = IMAGES / stack / "runtime-overrides.txt"  # the stack's pins win (lock.sh uses uv --override)
+    wanted = {**pins(requirements), **pins(IMAGES / "fwbench-runtime.txt"),
+              **(pins(overrides) if overrides.is_file() else {})}
     mismatched = {name: (version, locked.get(name)) for name, version in wanted.items() if locked.get(name) != version}
     assert not mismatched, f"{lock.name} is stale (bash images/lock.sh {stack}): {mismatched}"
     text = lock.read_text()
@@ -235,3 +237,12 @@ def test_every_service_builds_its_own_stack_from_the_one_dockerfile(compose_file
         assert (build["args"]["STACK"], build["args"]["VARIANT"]) == (stack, stack_variant), name
         assert {"PIN_SET", "GIT_REVISION"} <= set(build["args"])
         assert services[name]["image"].startswith(f"fwbench/{stack}:")
+
+
+@pytest.mark.parametrize("stack, variant", VARIANTS)
+def test_locked_pyarrow_imports_with_the_locked_numpy(stack, variant):
+    """The runner inside an image (compose) imports pyarrow: pyarrow >= 26 refuses numpy 1.x at import."""
+    locked = pins(IMAGES / stack / f"requirements-{variant}.lock")
+    numpy_major = int(locked["numpy"].split(".")[0]) if "numpy" in locked else 2
+    pyarrow_major = int(locked["pyarrow"].split(".")[0])
+    assert numpy_major >= 2 or pyarrow_major <= 25, f"pyarrow {locked['pyarrow']} with numpy {locked['numpy']}"
