@@ -127,3 +127,19 @@ def test_cell_classes_are_defined_at_module_level():
             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 nested += [f"{path.name}:{n.lineno} {n.name}" for n in ast.walk(function) if isinstance(n, ast.ClassDef)]
     assert not nested, nested
+
+
+def test_keras_sd_v1_references_are_architecture_fields_and_match_the_paper_preset():
+    # keras/stable_diffusion.py compares the preset with KerasCV's hard-coded SD v1 widths by attribute name:
+    # at `paper` and `small` it must take KerasCV's own classes.
+    tree = ast.parse((WORKLOADS / "keras" / "stable_diffusion.py").read_text())
+    references = {node.targets[0].id: {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
+                  for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                  and getattr(node.targets[0], "id", "").startswith("SD_V1_")}
+    assert set(references) == {"SD_V1_UNET", "SD_V1_VAE"}
+    for preset in ("paper", "small"):
+        arch = models.STABLE_DIFFUSION.arch(preset)
+        for reference in references.values():
+            assert all(getattr(arch, key) == value for key, value in reference.items()), (preset, reference)
+    tiny = models.STABLE_DIFFUSION.arch("tiny")
+    assert any(getattr(tiny, key) != value for key, value in references["SD_V1_UNET"].items())

@@ -112,3 +112,11 @@ def test_unsupported_models_are_stack_facts_with_a_reason():
     assert keras2.unsupported_reason("gemma") and "Keras 3" in keras2.unsupported_reason("gemma")
     assert keras2.unsupported_reason("mistral") and keras2.unsupported_reason("bert") is None
     assert all(not s.unsupported for s in registry.STACKS.values() if s.id != "keras2-tensorflow")
+
+
+def test_docker_engine_default_image_is_the_stacks_image_repository():
+    # engines/docker.py formats its template with the stack id; it must name the definition's repository.
+    from fwbench.engines.docker import DEFAULT_IMAGE
+
+    for stack in registry.STACKS.values():
+        assert DEFAULT_IMAGE.format(stack=stack.id, variant="cpu") == f"{stack.image_repository}:cpu"
