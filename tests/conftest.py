@@ -27,9 +27,9 @@ def locked_version(stack_id: str) -> str:
     raise AssertionError(f"images/{stack_id}/requirements.txt does not pin {framework}")
 
 
-def run_fwbench(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+def run_fwbench(*args: str, timeout: float = 3600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*FWBENCH, *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="session")

@@ -20,10 +20,16 @@ COMPILED_TASKS = ["bert-predict", "sam-predict", "gemma-generate-bs1"]
 @pytest.fixture(scope="module")
 def eager_results(tmp_path_factory, shared_data):
     out = tmp_path_factory.mktemp("native-eager")
+    # A private temporary directory, to see what the cells leave behind in it.
     done = run_fwbench("run", "--stack", "native-torch", "--preset", "tiny", "--out", str(out),
-                       "--data", str(shared_data))
+                       "--data", str(shared_data), env={"TMPDIR": str(tmp_path_factory.mktemp("native-tmp"))})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
+
+
+def test_trainer_fits_leave_no_temporary_directory(eager_results, tmp_path_factory):
+    tmp = tmp_path_factory.getbasetemp() / "native-tmp0"
+    assert tmp.is_dir() and not list(tmp.glob("fwbench-trainer-*"))
 
 
 def rows(out):
