@@ -151,19 +151,19 @@ def _task(task_id: str, model: str, kind: str, paper: int, small: int, tiny: int
 TASKS: dict[str, Task] = {
     t.id: t
     for t in (
-        #      id                          model               kind        paper small tiny
-        _task("sam-fit", "sam", "fit", 1, 1, 1),
-        _task("sam-predict", "sam", "predict", 4, 4, 2),
-        _task("stable_diffusion-fit", "stable_diffusion", "fit", 8, 4, 2),
-        _task("stable_diffusion-predict", "stable_diffusion", "predict", 13, 4, 2),
-        _task("bert-fit", "bert", "fit", 32, 16, 4),
-        _task("bert-predict", "bert", "predict", 256, 64, 8),
-        _task("gemma-fit", "gemma", "fit", 8, 4, 2),
-        _task("gemma-generate-bs32", "gemma", "generate", 32, 16, 4),
-        _task("gemma-generate-bs1", "gemma", "generate", 1, 1, 1),
-        _task("mistral-fit", "mistral", "fit", 8, 4, 2),
-        _task("mistral-generate-bs32", "mistral", "generate", 32, 16, 4),
-        _task("mistral-generate-bs1", "mistral", "generate", 1, 1, 1),
+        # id, model, kind, then the batch size at paper (= the published table), small, tiny
+        _task("sam-fit",                  "sam",              "fit",      1,   1,  1),
+        _task("sam-predict",              "sam",              "predict",  4,   4,  2),
+        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      8,   4,  2),
+        _task("stable_diffusion-predict", "stable_diffusion", "predict",  13,  4,  2),
+        _task("bert-fit",                 "bert",             "fit",      32,  16, 4),
+        _task("bert-predict",             "bert",             "predict",  256, 64, 8),
+        _task("gemma-fit",                "gemma",            "fit",      8,   4,  2),
+        _task("gemma-generate-bs32",      "gemma",            "generate", 32,  16, 4),
+        _task("gemma-generate-bs1",       "gemma",            "generate", 1,   1,  1),
+        _task("mistral-fit",              "mistral",          "fit",      8,   4,  2),
+        _task("mistral-generate-bs32",    "mistral",          "generate", 32,  16, 4),
+        _task("mistral-generate-bs1",     "mistral",          "generate", 1,   1,  1),
     )
 }
 
