@@ -52,7 +52,7 @@ def measure(args) -> None:
     from fwbench.harness import backends
     from fwbench.harness.clock import StepClock, run_loop
     from fwbench.spec import CellSpec
-    from fwbench.workloads import CellContext
+    from fwbench.workloads import CellContext, StepCell, check_cell
     import importlib
 
     stack = registry.get_stack(args.stack)
@@ -65,8 +65,9 @@ def measure(args) -> None:
     backend = backends.backend_for(stack.id)
     backend.configure(spec.threads, "default")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
-    cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
-    if not hasattr(cell, "step"):
+    cell = check_cell(module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)),
+                      module.CELLS, workload.task.kind, module.__name__)
+    if not isinstance(cell, StepCell):
         sys.exit(f"{args.task} is framework-driven (drive); pick a task with a plain step, e.g. bert-predict")
 
     def harness_ms() -> float:

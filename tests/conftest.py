@@ -11,11 +11,25 @@ from pathlib import Path
 import pytest
 
 FWBENCH = [sys.executable, "-m", "fwbench.cli"]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_fwbench(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+def locked_version(stack_id: str) -> str:
+    """The version of a stack's framework its environment installs (images/<stack>/requirements.txt pins
+    it; the local engine and the image install that file), so tests follow every lock refresh."""
+    from fwbench import registry
+
+    framework = registry.get_stack(stack_id).framework
+    for line in (REPO_ROOT / "images" / stack_id / "requirements.txt").read_text().splitlines():
+        name, _, version = line.split("#", 1)[0].strip().partition("==")
+        if name.strip().lower() == framework:
+            return version.strip()
+    raise AssertionError(f"images/{stack_id}/requirements.txt does not pin {framework}")
+
+
+def run_fwbench(*args: str, timeout: float = 3600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*FWBENCH, *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ def test_every_task_has_data_of_the_registry_sizes(tmp_path):
         assert digest == manifest["tasks"][task_id]["sha256"] and seed == 0
         assert all(a.shape[0] == wl.batch_size for a in arrays.values())
         if "token_ids" in arrays:
-            assert arrays["token_ids"].max() < wl.arch["vocab_size"]
+            assert arrays["token_ids"].max() < wl.arch.vocab_size
             assert arrays["token_ids"].dtype == np.int32
 
 
@@ -30,10 +30,14 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 
 
 def test_generation_lengths_at_paper_preset():
-    arrays = data.task_arrays("gemma-generate-bs32", "paper", 0)
-    assert arrays["token_ids"].shape == (32, 5)
-    sam = data.task_arrays("sam-fit", "tiny", 0)
-    assert sam["target_embeddings"].shape[1:] == (8, 8, 32)
+    wl = registry.workload("gemma-generate-bs32", "paper")
+    arrays = data.task_arrays(wl.task.id, "paper", 0)
+    assert wl.batch_size == wl.task.published_batch == 32  # the published table's batch
+    assert arrays["token_ids"].shape == (wl.batch_size, wl.shapes.prompt_len)
+    sam = registry.workload("sam-fit", "tiny")
+    embeddings = data.task_arrays("sam-fit", "tiny", 0)["target_embeddings"]
+    assert embeddings.shape == (sam.batch_size, sam.arch.grid, sam.arch.grid, sam.arch.prompt_dim)
+    assert sam.arch.grid == sam.arch.image_size // sam.arch.patch_size
 
 
 def test_corrupt_file_is_detected(tmp_path):

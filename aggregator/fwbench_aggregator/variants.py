@@ -16,8 +16,8 @@ import pandas as pd
 from fwbench import registry
 from fwbench.identity import CellIdentity, describe, differing_settings
 
-# Published column order: Keras 3 backends, Keras 2, then native PyTorch eager and compiled.
-_STACK_ORDER = ("keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow", "native-torch")
+# Published column order (the stack definitions' report order), then native PyTorch eager and compiled.
+_STACK_ORDER = registry.REPORT_ORDER
 _NATIVE_COMPILE_ORDER = ("none", "reduce-overhead", "default", "max-autotune")
 
 NATIVE_EAGER = ("native-torch", "none")
@@ -52,7 +52,8 @@ class Variant:
 
     @property
     def is_keras3(self) -> bool:
-        return self.stack.startswith("keras3-")
+        stack = registry.STACKS.get(self.stack)
+        return stack is not None and stack.keras_version == 3
 
     def sort_key(self) -> tuple:
         stack_rank = _STACK_ORDER.index(self.stack) if self.stack in _STACK_ORDER else len(_STACK_ORDER)

@@ -29,49 +29,15 @@ class DataError(RuntimeError):
 
 
 def task_arrays(task_id: str, preset: str, seed: int) -> dict[str, np.ndarray]:
-    """The inputs of one task, from a generator seeded by (seed, task_id) only."""
+    """The inputs of one task, from a generator seeded by (seed, task_id) only.
+
+    What the arrays are is the model's definition (fwbench.models); this module only seeds, writes,
+    hashes and verifies them."""
     wl = registry.workload(task_id, preset)
     # A per-task stream, so adding a task never changes another task's bytes.
     task_seed = int.from_bytes(hashlib.sha256(f"{seed}:{task_id}".encode()).digest()[:8], "little")
     rng = np.random.default_rng(task_seed)
-    b, arch, model, kind = wl.batch_size, wl.arch, wl.task.model, wl.task.kind
-
-    def normal(*shape: int) -> np.ndarray:
-        return rng.standard_normal(shape, dtype=np.float32)
-
-    def token_ids(*shape: int) -> np.ndarray:
-        # Ids 0..2 are reserved (pad / bos / eos in most vocabularies).
-        return rng.integers(3, arch["vocab_size"], size=shape, dtype=np.int32)
-
-    if model == "bert":
-        seq = wl.shapes["seq_len"]
-        arrays = {"token_ids": token_ids(b, seq), "padding_mask": np.ones((b, seq), np.int32)}
-        if kind == "fit":
-            arrays["labels"] = rng.integers(0, arch["num_classes"], size=(b,), dtype=np.int32)
-        return arrays
-    if model in ("gemma", "mistral"):
-        seq = wl.shapes["seq_len"] if kind == "fit" else wl.shapes["prompt_len"]
-        return {"token_ids": token_ids(b, seq), "padding_mask": np.ones((b, seq), np.int32)}
-    if model == "sam":
-        size, grid = arch["image_size"], arch["image_size"] // arch["patch_size"]
-        arrays = {"images": normal(b, size, size, 3)}
-        if kind == "fit":
-            arrays["target_embeddings"] = normal(b, grid, grid, arch["prompt_dim"])
-        else:
-            # Two foreground/background point prompts per image, in input-pixel coordinates.
-            arrays["points"] = rng.uniform(0, size, size=(b, 2, 2)).astype(np.float32)
-            arrays["point_labels"] = np.tile(np.array([[1, 0]], np.int32), (b, 1))
-        return arrays
-    if model == "stable_diffusion":
-        size = arch["image_size"]
-        latent = size // 8
-        if kind == "fit":
-            return {"images": normal(b, size, size, 3),
-                    "target_moments": normal(b, latent, latent, 2 * arch["latent_channels"])}
-        return {"latents": normal(b, latent, latent, arch["latent_channels"]),
-                "context": normal(b, arch["context_len"], arch["context_dim"]),
-                "unconditional_context": normal(b, arch["context_len"], arch["context_dim"])}
-    raise DataError(f"no data generator for model {model!r}")
+    return wl.model.inputs(preset, wl.task.kind, wl.batch_size, rng)
 
 
 def combined_digest(file_digests: dict[str, str]) -> str:

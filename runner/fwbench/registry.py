@@ -1,18 +1,32 @@
 """What can be benchmarked: stacks, tasks and presets (sizes).
 
-This module is the single source of the matrix. Workloads of every stack read their
-architecture sizes from here, so a `tiny` BERT on Keras and on native torch are the
-same network. See docs/workloads.md (from shared/design/workloads.md) for the contract.
+This module is the single source of the matrix and of every stack fact: which harness backend times a
+stack, its Keras backend and major version, the environment switches of its cell process, its XLA
+policy per task, its image repository and its place in the report. The runner, the harness, the
+engines, the workloads and the aggregator read these definitions; none of them compares a stack id to a
+stack name (tests/test_stack_facts.py checks that). Model sizes, input shapes and input generators are in
+fwbench.models, one definition per model. The contract every stack implements is docs/workloads.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from fwbench import models
 
 
 class RegistryError(ValueError):
     """An unknown stack, task, preset or variant (a user error: exit 2, no traceback)."""
+
+
+HARNESS_BACKENDS = ("torch", "jax", "tensorflow")
+
+# Allocate GPU memory as needed rather than grabbing it all up front, so the peak memory column means
+# something (JAX preallocates 75% by default; TF maps the whole GPU). Every Keras stack sets these.
+_KERAS_GPU_ALLOCATION = (("XLA_PYTHON_CLIENT_PREALLOCATE", "false"), ("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
+                         ("TF_CPP_MIN_LOG_LEVEL", "2"))
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,56 @@ class Stack:
     framework: str  # the library whose version identifies the stack
     compile_modes: tuple[str, ...]  # allowed --compile values; first one is the default
     description: str
+    harness_backend: str  # fwbench.harness.backends: torch, jax or tensorflow
+    report_rank: int  # position in the published column order (the report's order)
+    keras_version: int | None = None  # Keras major version (3, 2), None for native stacks
+    keras_backend: str | None = None  # KERAS_BACKEND of a Keras 3 stack (read once, at import)
+    xla: bool | None = None  # Keras jit_compile for every task (None: not a Keras stack)
+    # Per-task exceptions to `xla` (task id -> jit_compile), for tasks whose published run differed.
+    xla_overrides: tuple[tuple[str, bool], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # variables set in the cell's process
+    env_unset: tuple[str, ...] = ()  # variables removed from an inherited environment
+    # Models this stack cannot run faithfully (model id -> reason): `unsupported` rows, like the
+    # published table's NA.
+    unsupported: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.family not in ("torch", "keras"):
+            raise ValueError(f"stack {self.id}: unknown family {self.family!r}")
+        if self.harness_backend not in HARNESS_BACKENDS:
+            raise ValueError(f"stack {self.id}: unknown harness backend {self.harness_backend!r}")
+        if (self.family == "keras") != (self.keras_version is not None) or (self.xla is None) != (
+                self.keras_version is None):
+            raise ValueError(f"stack {self.id}: a Keras stack needs keras_version and xla, a native one neither")
+        for model_id, _reason in self.unsupported:
+            if model_id not in models.MODELS:
+                raise ValueError(f"stack {self.id}: unsupported model {model_id!r} is not a model")
+
+    def jit_compile(self, task_id: str) -> bool | None:
+        """Keras jit_compile (XLA) for this task, as published; None for a native (non-Keras) stack."""
+        return dict(self.xla_overrides).get(task_id, self.xla)
+
+    def environment(self) -> dict[str, str]:
+        """The framework switches this stack's cell process needs (Keras reads them at import time)."""
+        return dict(self.env)
+
+    def unsupported_reason(self, model_id: str) -> str | None:
+        return dict(self.unsupported).get(model_id)
+
+    @property
+    def image_repository(self) -> str:
+        """The Docker image repository of this stack (tagged with the image variant, e.g. cpu/gpu)."""
+        return f"fwbench/{self.id}"
+
+
+def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool) -> Stack:
+    """A Keras 3 stack: KERAS_BACKEND selects the backend (Keras reads it once, at import time)."""
+    names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+    policy = "jit_compile=True" if xla else "eager (as published)"
+    return Stack(f"keras3-{backend}", "keras", "keras", ("xla",) if xla else ("none",),
+                 f"Keras 3, {names[backend]} backend, {policy}", harness_backend=harness_backend,
+                 report_rank=report_rank, keras_version=3, keras_backend=backend, xla=xla,
+                 env=(("KERAS_BACKEND", backend), *_KERAS_GPU_ALLOCATION))
 
 
 STACKS: dict[str, Stack] = {
@@ -29,127 +93,78 @@ STACKS: dict[str, Stack] = {
     for s in (
         Stack("native-torch", "torch", "torch",
               ("none", "reduce-overhead", "default", "max-autotune"),
-              "PyTorch + HF Transformers/Diffusers/PEFT + Meta segment-anything"),
-        Stack("keras3-tensorflow", "keras", "keras", ("xla",), "Keras 3, TensorFlow backend, jit_compile=True"),
-        Stack("keras3-jax", "keras", "keras", ("xla",), "Keras 3, JAX backend, jit_compile=True"),
-        Stack("keras3-torch", "keras", "keras", ("none",), "Keras 3, PyTorch backend, eager (as published)"),
-        Stack("keras2-tensorflow", "keras", "tensorflow", ("xla",), "Keras 2 (tf.keras 2.15), XLA"),
+              "PyTorch + HF Transformers/Diffusers/PEFT + Meta segment-anything",
+              harness_backend="torch", report_rank=4),
+        _keras3("tensorflow", "tensorflow", report_rank=0, xla=True),
+        _keras3("jax", "jax", report_rank=1, xla=True),
+        # As published: eager on the PyTorch backend.
+        _keras3("torch", "torch", report_rank=2, xla=False),
+        Stack("keras2-tensorflow", "keras", "tensorflow", ("xla",), "Keras 2 (tf.keras 2.15), XLA",
+              harness_backend="tensorflow", report_rank=3, keras_version=2, xla=True,
+              # tf.keras is Keras 2 (tf-keras) even on TF >= 2.16; a no-op on 2.15, whose bundled Keras is 2.15.
+              env=(("TF_USE_LEGACY_KERAS", "1"), *_KERAS_GPU_ALLOCATION),
+              # KerasNLP/KerasCV 0.8 switch to multi-backend keras_core when KERAS_BACKEND is set.
+              env_unset=("KERAS_BACKEND",),
+              unsupported=(
+                  ("gemma", "KerasNLP 0.8.2 GemmaBackbone requires Keras 3: it refuses to build on Keras 2 "
+                            "(the published table reports Keras 2 Gemma as NA)"),
+                  ("mistral", "KerasNLP 0.8.2 Mistral on Keras 2 cannot run the published task: its "
+                              "bfloat16 (mixed_bfloat16) path fails inside attention, and enable_lora on Keras 2 "
+                              "freezes every weight without adding LoRA layers (the published table reports NA)"),
+              )),
     )
 }
+
+# Published column order: Keras 3 backends, Keras 2, then native PyTorch.
+REPORT_ORDER: tuple[str, ...] = tuple(s.id for s in sorted(STACKS.values(), key=lambda s: s.report_rank))
 
 
 @dataclass(frozen=True)
 class Task:
     id: str  # e.g. "gemma-generate-bs32"
-    model: str  # sam, stable_diffusion, bert, gemma, mistral
+    model: str  # sam, stable_diffusion, bert, gemma, mistral (a key of fwbench.models.MODELS)
     kind: str  # fit, predict, generate
-    published_batch: int  # batch size of the published v2 table (the `paper` preset)
+    batch: Mapping[str, int] = field(hash=False)  # preset -> batch size; `paper` = the published v2 table's
+
+    def __post_init__(self) -> None:
+        if self.model not in models.MODELS:
+            raise ValueError(f"task {self.id}: unknown model {self.model!r}")
+        if self.kind not in models.TASK_KINDS:
+            raise ValueError(f"task {self.id}: unknown kind {self.kind!r}")
+        if set(self.batch) != set(models.PRESET_IDS):
+            raise ValueError(f"task {self.id}: batch sizes for {sorted(self.batch)}, need {models.PRESET_IDS}")
+        object.__setattr__(self, "batch", MappingProxyType(dict(self.batch)))
+
+    @property
+    def published_batch(self) -> int:
+        return self.batch["paper"]
 
     @property
     def label(self) -> str:
         return f"{self.model} {self.kind}"
 
 
+def _task(task_id: str, model: str, kind: str, paper: int, small: int, tiny: int) -> Task:
+    return Task(task_id, model, kind, {"paper": paper, "small": small, "tiny": tiny})
+
+
 TASKS: dict[str, Task] = {
     t.id: t
     for t in (
-        Task("sam-fit", "sam", "fit", 1),
-        Task("sam-predict", "sam", "predict", 4),
-        Task("stable_diffusion-fit", "stable_diffusion", "fit", 8),
-        Task("stable_diffusion-predict", "stable_diffusion", "predict", 13),
-        Task("bert-fit", "bert", "fit", 32),
-        Task("bert-predict", "bert", "predict", 256),
-        Task("gemma-fit", "gemma", "fit", 8),
-        Task("gemma-generate-bs32", "gemma", "generate", 32),
-        Task("gemma-generate-bs1", "gemma", "generate", 1),
-        Task("mistral-fit", "mistral", "fit", 8),
-        Task("mistral-generate-bs32", "mistral", "generate", 32),
-        Task("mistral-generate-bs1", "mistral", "generate", 1),
+        # id, model, kind, then the batch size at paper (= the published table), small, tiny
+        _task("sam-fit",                  "sam",              "fit",      1,   1,  1),
+        _task("sam-predict",              "sam",              "predict",  4,   4,  2),
+        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      8,   4,  2),
+        _task("stable_diffusion-predict", "stable_diffusion", "predict",  13,  4,  2),
+        _task("bert-fit",                 "bert",             "fit",      32,  16, 4),
+        _task("bert-predict",             "bert",             "predict",  256, 64, 8),
+        _task("gemma-fit",                "gemma",            "fit",      8,   4,  2),
+        _task("gemma-generate-bs32",      "gemma",            "generate", 32,  16, 4),
+        _task("gemma-generate-bs1",       "gemma",            "generate", 1,   1,  1),
+        _task("mistral-fit",              "mistral",          "fit",      8,   4,  2),
+        _task("mistral-generate-bs32",    "mistral",          "generate", 32,  16, 4),
+        _task("mistral-generate-bs1",     "mistral",          "generate", 1,   1,  1),
     )
-}
-
-# ---------------------------------------------------------------------------------------------
-# Architectures. Keys are framework-neutral; each stack maps them onto its own constructors.
-# `paper` = the published A100 sizes (public configs, random weights).
-
-BERT = {
-    "paper": dict(vocab_size=28996, hidden=768, layers=12, heads=12, intermediate=3072, max_positions=512,
-                  num_classes=2),
-    "small": dict(vocab_size=28996, hidden=768, layers=12, heads=12, intermediate=3072, max_positions=512,
-                  num_classes=2),
-    "tiny": dict(vocab_size=1024, hidden=64, layers=2, heads=2, intermediate=128, max_positions=128,
-                 num_classes=2),
-}
-
-GEMMA = {
-    # intermediate = per-projection MLP width (HF); KerasHub's intermediate_dim is twice this.
-    "paper": dict(vocab_size=256000, hidden=3072, layers=28, heads=16, kv_heads=16, head_dim=256,
-                  intermediate=24576, max_positions=8192),
-    # Gemma-2B-shaped: fits a 16-24 GB GPU with LoRA in bf16.
-    "small": dict(vocab_size=256000, hidden=2048, layers=18, heads=8, kv_heads=1, head_dim=256,
-                  intermediate=16384, max_positions=8192),
-    "tiny": dict(vocab_size=1024, hidden=64, layers=2, heads=4, kv_heads=4, head_dim=16,
-                 intermediate=128, max_positions=256),
-}
-
-MISTRAL = {
-    "paper": dict(vocab_size=32000, hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128,
-                  intermediate=14336, max_positions=32768, sliding_window=4096),
-    # Same widths as 7B with 8 layers: ~1.9B parameters.
-    "small": dict(vocab_size=32000, hidden=4096, layers=8, heads=32, kv_heads=8, head_dim=128,
-                  intermediate=14336, max_positions=32768, sliding_window=4096),
-    "tiny": dict(vocab_size=1024, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
-                 intermediate=128, max_positions=256, sliding_window=64),
-}
-
-SAM = {
-    "paper": dict(image_size=1024, patch_size=16, embed_dim=1280, depth=32, heads=16,
-                  global_attn_indexes=[7, 15, 23, 31], window_size=14, prompt_dim=256,
-                  decoder_depth=2, decoder_heads=8, decoder_mlp_dim=2048),
-    # ViT-B sizes.
-    "small": dict(image_size=1024, patch_size=16, embed_dim=768, depth=12, heads=12,
-                  global_attn_indexes=[2, 5, 8, 11], window_size=14, prompt_dim=256,
-                  decoder_depth=2, decoder_heads=8, decoder_mlp_dim=2048),
-    "tiny": dict(image_size=128, patch_size=16, embed_dim=32, depth=2, heads=2,
-                 global_attn_indexes=[1], window_size=4, prompt_dim=32,
-                 decoder_depth=2, decoder_heads=2, decoder_mlp_dim=64),
-}
-
-STABLE_DIFFUSION = {
-    # SD v1.x. The first len(unet_channels)-1 UNet blocks have cross-attention, the last does not.
-    "paper": dict(image_size=512, unet_channels=[320, 640, 1280, 1280], layers_per_block=2,
-                  heads=8, context_dim=768, context_len=77, vae_channels=[128, 256, 512, 512],
-                  vae_layers_per_block=2, latent_channels=4, guidance_scale=7.5, denoising_steps=50),
-    "small": dict(image_size=256, unet_channels=[320, 640, 1280, 1280], layers_per_block=2,
-                  heads=8, context_dim=768, context_len=77, vae_channels=[128, 256, 512, 512],
-                  vae_layers_per_block=2, latent_channels=4, guidance_scale=7.5, denoising_steps=50),
-    # KerasCV needs a latent of at least 16x16, so 128 px. Four VAE blocks keep the /8 latent;
-    # channels stay multiples of 32 for SD's 32-group GroupNorm.
-    "tiny": dict(image_size=128, unet_channels=[32, 64], layers_per_block=1, heads=2,
-                 context_dim=32, context_len=77, vae_channels=[32, 32, 64, 64], vae_layers_per_block=1,
-                 latent_channels=4, guidance_scale=7.5, denoising_steps=50),
-}
-
-ARCHITECTURES = {"bert": BERT, "gemma": GEMMA, "mistral": MISTRAL, "sam": SAM,
-                 "stable_diffusion": STABLE_DIFFUSION}
-
-# Per-task shapes: batch sizes and sequence lengths per preset.
-_BATCH = {
-    "paper": {t.id: t.published_batch for t in TASKS.values()},
-    "small": {"sam-fit": 1, "sam-predict": 4, "stable_diffusion-fit": 4, "stable_diffusion-predict": 4,
-              "bert-fit": 16, "bert-predict": 64, "gemma-fit": 4, "gemma-generate-bs32": 16,
-              "gemma-generate-bs1": 1, "mistral-fit": 4, "mistral-generate-bs32": 16,
-              "mistral-generate-bs1": 1},
-    "tiny": {"sam-fit": 1, "sam-predict": 2, "stable_diffusion-fit": 2, "stable_diffusion-predict": 2,
-             "bert-fit": 4, "bert-predict": 8, "gemma-fit": 2, "gemma-generate-bs32": 4,
-             "gemma-generate-bs1": 1, "mistral-fit": 2, "mistral-generate-bs32": 4,
-             "mistral-generate-bs1": 1},
-}
-
-_SEQ = {  # bert sequence, LLM fit sequence, prompt length, new tokens
-    "paper": dict(bert_seq=512, lm_seq=128, prompt_len=5, new_tokens=45),
-    "small": dict(bert_seq=512, lm_seq=128, prompt_len=5, new_tokens=45),
-    "tiny": dict(bert_seq=64, lm_seq=32, prompt_len=5, new_tokens=10),
 }
 
 
@@ -170,6 +185,7 @@ PRESETS: dict[str, Preset] = {
         Preset("paper", 100, 2, 7200.0, "the published A100 sizes and batch sizes"),
     )
 }
+assert tuple(PRESETS) == models.PRESET_IDS
 
 
 @dataclass(frozen=True)
@@ -179,22 +195,19 @@ class Workload:
     task: Task
     preset: str
     batch_size: int
-    arch: dict[str, Any]
-    shapes: dict[str, Any] = field(default_factory=dict)
+    arch: Any  # the model's architecture class (fwbench.models), e.g. BertArch
+    shapes: Any  # the model's shapes class (fwbench.models), e.g. TextShapes
+
+    @property
+    def model(self) -> models.Model:
+        return models.MODELS[self.task.model]
 
 
 def workload(task_id: str, preset: str) -> Workload:
     task = get_task(task_id)
     get_preset(preset)
-    seq = _SEQ[preset]
-    if task.model == "bert":
-        shapes = {"seq_len": seq["bert_seq"]}
-    elif task.model in ("gemma", "mistral"):
-        shapes = ({"seq_len": seq["lm_seq"]} if task.kind == "fit"
-                  else {"prompt_len": seq["prompt_len"], "new_tokens": seq["new_tokens"]})
-    else:
-        shapes = {}
-    return Workload(task, preset, _BATCH[preset][task_id], dict(ARCHITECTURES[task.model][preset]), shapes)
+    model = models.MODELS[task.model]
+    return Workload(task, preset, task.batch[preset], model.archs[preset], model.shapes[preset])
 
 
 def _choose(kind: str, value: str, table: dict) -> Any:

@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fwbench import registry
 from fwbench.spec import CellSpec
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
@@ -70,33 +71,18 @@ def cell_settings(spec: CellSpec) -> dict[str, str]:
 
 
 def cell_environment(spec: CellSpec) -> dict[str, str]:
-    """Environment of a local cell process: this process's environment plus the cell settings."""
+    """Environment of a local cell process: this process's environment plus the cell settings, minus the
+    variables the stack's definition unsets."""
     env = {**os.environ, **cell_settings(spec)}
-    if spec.stack == "keras2-tensorflow":
-        # KerasNLP/KerasCV 0.8 switch to multi-backend keras_core when KERAS_BACKEND is set.
-        env.pop("KERAS_BACKEND", None)
+    for name in registry.get_stack(spec.stack).env_unset:
+        env.pop(name, None)
     return env
-
-
-# Keras 3 reads its backend once, at import time: it must be in the environment of the process.
-KERAS3_BACKENDS = {"keras3-tensorflow": "tensorflow", "keras3-jax": "jax", "keras3-torch": "torch"}
 
 
 def keras_environment(stack: str) -> dict[str, str]:
-    """Framework switches a Keras stack's cell needs (recorded on its rows by the cell)."""
-    env: dict[str, str] = {}
-    if stack in KERAS3_BACKENDS:
-        env["KERAS_BACKEND"] = KERAS3_BACKENDS[stack]
-    if stack == "keras2-tensorflow":
-        # tf.keras is Keras 2 (tf-keras) even on TF >= 2.16; a no-op on 2.15, whose bundled Keras is 2.15.
-        env["TF_USE_LEGACY_KERAS"] = "1"
-    if stack in ("keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow"):
-        # Allocate GPU memory as needed rather than grabbing it all up front, so the peak memory column
-        # means something (JAX preallocates 75% by default; TF maps the whole GPU).
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return env
+    """Framework switches a stack's cell needs (Keras reads them at import; recorded on its rows by the
+    cell): from the stack's definition, fwbench.registry.Stack.env."""
+    return registry.get_stack(stack).environment()
 
 
 PR_SET_PDEATHSIG = 1

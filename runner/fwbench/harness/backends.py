@@ -12,6 +12,8 @@ import resource
 from pathlib import Path
 from typing import Any
 
+from fwbench import registry
+
 
 def process_peak_rss_bytes() -> int:
     # ru_maxrss is in KiB on Linux.
@@ -153,7 +155,7 @@ def _limit_cpus(threads: int) -> None:
 
 
 class JaxBackend:
-    """keras3-jax. JAX dispatch is asynchronous on every device, the CPU included: a step returns
+    """Stacks whose harness backend is JAX (Keras 3 on JAX). JAX dispatch is asynchronous on every device, the CPU included: a step returns
     before its work is done, so sync must block on the step's own output arrays."""
 
     name = "jax"
@@ -204,7 +206,7 @@ class JaxBackend:
 
 
 class TensorFlowBackend:
-    """keras3-tensorflow and keras2-tensorflow. TF GPU kernels are queued on streams; fetching a step
+    """Stacks on TensorFlow (Keras 3 and Keras 2). TF GPU kernels are queued on streams; fetching a step
     output to the host waits for the work that produced it."""
 
     name = "tensorflow"
@@ -260,15 +262,16 @@ class TensorFlowBackend:
 
 
 def backend_for(stack_id: str, threads: int | None = None):
-    """The harness backend of a stack (Keras stacks use the backend of their framework).
+    """The harness backend of a stack, as its definition names it (fwbench.registry.Stack.harness_backend).
 
     `threads` is applied before the framework starts where that must happen first (JAX)."""
-    if stack_id in ("native-torch", "keras3-torch"):
-        return TorchBackend()
-    if stack_id == "keras3-jax":
-        if threads is not None:
-            _limit_cpus(threads)
-        return JaxBackend()
-    if stack_id in ("keras3-tensorflow", "keras2-tensorflow"):
-        return TensorFlowBackend()
-    raise NotImplementedError(f"no harness backend for stack {stack_id!r}")
+    stack = registry.STACKS.get(stack_id)
+    if stack is None:
+        raise NotImplementedError(f"no harness backend for stack {stack_id!r}")
+    if stack.harness_backend == "jax" and threads is not None:
+        _limit_cpus(threads)
+    return BACKENDS[stack.harness_backend]()
+
+
+# Stack.harness_backend -> the class that implements it.
+BACKENDS = {TorchBackend.name: TorchBackend, JaxBackend.name: JaxBackend, TensorFlowBackend.name: TensorFlowBackend}

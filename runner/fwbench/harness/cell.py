@@ -23,7 +23,7 @@ from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.schema import SCHEMA_VERSION
 from fwbench.spec import CellSpec
-from fwbench.workloads import CellContext, Unsupported
+from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
                      "TF_FORCE_GPU_ALLOW_GROWTH")
@@ -61,9 +61,9 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "data_seed": spec.seed,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
     }
-    if stack and stack.family == "keras":
-        # As published: Keras compiles with XLA (jit_compile=True) except on the PyTorch backend (eager).
-        record["jit_compile"] = stack.id != "keras3-torch"
+    jit_compile = stack.jit_compile(spec.task) if stack and task else None
+    if jit_compile is not None:  # Keras stacks: XLA or eager, per the stack definition
+        record["jit_compile"] = jit_compile
     if task and spec.preset in registry.PRESETS:
         record["batch_size"] = registry.workload(spec.task, spec.preset).batch_size
     return record
@@ -100,6 +100,9 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     registry.check_compile_mode(stack, spec.compile_mode)
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     _inject_fault_before_build(spec)
+    reason = stack.unsupported_reason(workload.task.model)
+    if reason:
+        raise Unsupported(reason)
 
     backend = backends.backend_for(stack.id, spec.threads)
     backend.configure(spec.threads, spec.tf32)
@@ -108,13 +111,13 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
 
     setup_start = time.perf_counter()
-    cell = module.build(ctx)
+    cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
 
     probe = contention.ContentionProbe(spec.threads, backend.on_gpu)
     clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, probe)
-    if hasattr(cell, "drive"):
+    if isinstance(cell, DrivenCell):
         cell.drive(clock)
     else:
         step = cell.step
@@ -167,7 +170,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     if stack.family == "keras":
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
-    result.update(ctx.info)
+    result.update(ctx.reported)
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
 

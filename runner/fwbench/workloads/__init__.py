@@ -1,25 +1,76 @@
-"""Workloads: one small module per model per family (torch, keras).
+"""Workloads: one small module per model per family (torch, keras), plus the family's common modules.
 
-A module exposes `build(ctx: CellContext)` and returns an object with either
-  * `step()` -> output: one step; the harness loops and times it, or
-  * `drive(clock)`: the framework loops (HF Trainer, Keras fit) and calls clock.begin()/end()
-    from its per-step callbacks.
-Workloads never read a clock themselves: all timing lives in fwbench.harness.
+A model module exposes
+  * `build(ctx: CellContext)`, which returns a cell, and
+  * `CELLS`: task kind -> the cell class `build` returns for that kind (read by the harness, which checks
+    the built cell against it, and by `python -m fwbench.stackdoc`, which documents it).
+
+A cell is one of two explicit kinds, each a class defined at module level:
+  * `StepCell`: `step()` -> output runs one step; the harness loops and times it;
+  * `DrivenCell`: `drive(clock)` lets the framework loop (HF Trainer, Keras fit) and call
+    clock.begin()/end() from its per-step callbacks.
+Every cell class declares the task kinds it serves (`kinds`) and, in one line, the exact call that is
+timed (`timed`). Workloads never read a clock themselves: all timing lives in fwbench.harness.
 """
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fwbench import registry
+from fwbench import models, registry
+from fwbench.schema import COLUMN_NAMES
 from fwbench.spec import CellSpec
 
 
 class Unsupported(Exception):
     """The stack cannot run this task faithfully; becomes a row with status `unsupported`."""
+
+
+class _Cell(abc.ABC):
+    kinds: ClassVar[tuple[str, ...]]  # the task kinds (fit, predict, generate) this cell serves
+    timed: ClassVar[str]  # one line: the exact call the clock times
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("abstract", False):
+            return
+        kinds, timed = getattr(cls, "kinds", None), getattr(cls, "timed", None)
+        if not kinds or not set(kinds) <= set(models.TASK_KINDS):
+            raise TypeError(f"cell class {cls.__qualname__}: `kinds` must name task kinds from {models.TASK_KINDS}")
+        if not isinstance(timed, str) or not timed.strip() or "\n" in timed:
+            raise TypeError(f"cell class {cls.__qualname__}: `timed` must be one line naming the timed call")
+
+
+class StepCell(_Cell):
+    """The harness calls `step()` once per step (first step, warm-up, timed steps) and syncs on its output."""
+
+    abstract = True
+
+    @abc.abstractmethod
+    def step(self) -> Any:
+        """One step; returns its output (what the device sync waits for)."""
+
+
+class DrivenCell(_Cell):
+    """The framework runs exactly `ctx.total_steps` steps in one call and calls clock.begin()/end() around
+    each of them."""
+
+    abstract = True
+
+    @abc.abstractmethod
+    def drive(self, clock: Any) -> None:
+        """Run every step, reporting each to `clock`."""
+
+
+CELL_KINDS = (StepCell, DrivenCell)
+
+
+class ReportError(KeyError):
+    """A workload reported a field that is not a result column."""
 
 
 @dataclass
@@ -28,12 +79,41 @@ class CellContext:
     workload: registry.Workload
     arrays: dict[str, np.ndarray]
     backend: Any
-    # Row fields a workload reports (tokens_generated, params_total, dtype, ...).
-    info: dict[str, Any] = field(default_factory=dict)
+    # Row fields a workload reported (tokens_generated, params_total, dtype, ...): see report().
+    _reported: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def report(self, **fields: Any) -> None:
+        """Record row fields for this cell's result. Only result columns (fwbench.schema) are accepted."""
+        unknown = sorted(set(fields) - set(COLUMN_NAMES))
+        if unknown:
+            raise ReportError(f"not result columns (see fwbench.schema): {', '.join(unknown)}")
+        self._reported.update(fields)
 
     @property
-    def arch(self) -> dict[str, Any]:
+    def reported(self) -> dict[str, Any]:
+        """A copy of every field reported so far (the harness merges it into the row)."""
+        return dict(self._reported)
+
+    @property
+    def stack(self) -> registry.Stack:
+        return registry.get_stack(self.spec.stack)
+
+    @property
+    def arch(self) -> Any:
         return self.workload.arch
+
+    @property
+    def shapes(self) -> Any:
+        return self.workload.shapes
+
+    @property
+    def kind(self) -> str:
+        return self.workload.task.kind
+
+    @property
+    def jit_compile(self) -> bool | None:
+        """Keras jit_compile for this task, from the stack definition (None on native stacks)."""
+        return self.stack.jit_compile(self.workload.task.id)
 
     @property
     def batch_size(self) -> int:
@@ -42,3 +122,17 @@ class CellContext:
     @property
     def total_steps(self) -> int:
         return 1 + self.spec.warmup + self.spec.steps
+
+
+def check_cell(cell: Any, cells: dict[str, type], kind: str, where: str) -> StepCell | DrivenCell:
+    """The cell `build()` returned, checked against the module's CELLS declaration and the task kind."""
+    if not isinstance(cell, CELL_KINDS):
+        raise TypeError(f"{where}.build() returned {type(cell).__name__}, which is neither a StepCell nor a "
+                        "DrivenCell (fwbench.workloads)")
+    declared = cells.get(kind)
+    if type(cell) is not declared:
+        raise TypeError(f"{where}.build() returned a {type(cell).__name__} for a {kind} task, but its CELLS "
+                        f"declares {getattr(declared, '__name__', None)}")
+    if kind not in type(cell).kinds:
+        raise TypeError(f"{type(cell).__name__} does not serve {kind} tasks (its kinds: {type(cell).kinds})")
+    return cell

@@ -1,34 +1,37 @@
 """BERT classifier (KerasHub BertBackbone + BertTextClassifier; KerasNLP 0.8 BertClassifier on Keras 2).
 
 fit: Keras `fit` with AdamW + sparse cross-entropy from logits; predict: Keras `predict`.
-Sizes come from the registry, so `tiny` here is the same network as native-torch's `tiny`.
+Sizes come from fwbench.models, so `tiny` here is the same network as native-torch's `tiny`.
 """
 
 from __future__ import annotations
 
-from fwbench.workloads.keras.common import (JIT_COMPILE, KERAS3, FitCell, PredictCell, keras, nlp_models,
+from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, keras, nlp_models,
                                             report_model)
+
+CELLS = {"fit": FitCell, "predict": PredictCell}
 
 
 def build(ctx):
+    check_stack(ctx)
     arch, models = ctx.arch, nlp_models()
     backbone = models.BertBackbone(
-        vocabulary_size=arch["vocab_size"], num_layers=arch["layers"], num_heads=arch["heads"],
-        hidden_dim=arch["hidden"], intermediate_dim=arch["intermediate"],
-        max_sequence_length=arch["max_positions"])
+        vocabulary_size=arch.vocab_size, num_layers=arch.layers, num_heads=arch.heads,
+        hidden_dim=arch.hidden, intermediate_dim=arch.intermediate,
+        max_sequence_length=arch.max_positions)
     classifier_class = models.BertTextClassifier if KERAS3 else models.BertClassifier
-    model = classifier_class(backbone, num_classes=arch["num_classes"], preprocessor=None)
+    model = classifier_class(backbone, num_classes=arch.num_classes, preprocessor=None)
     report_model(ctx, model, "float32")
-    ctx.info["seq_len"] = ctx.workload.shapes["seq_len"]
+    ctx.report(seq_len=ctx.shapes.seq_len)
     # BertBackbone also takes segment ids; single-segment inputs are all zeros (HF's default too).
     token_ids = ctx.arrays["token_ids"]
     x = {"token_ids": token_ids, "padding_mask": ctx.arrays["padding_mask"],
          "segment_ids": token_ids * 0}
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=JIT_COMPILE)
+                      jit_compile=ctx.jit_compile)
         return FitCell(model, x, ctx.arrays["labels"], ctx.total_steps)
-    model.compile(jit_compile=JIT_COMPILE)
+    model.compile(jit_compile=ctx.jit_compile)
     return PredictCell(model, x, ctx.total_steps)

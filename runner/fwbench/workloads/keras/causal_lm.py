@@ -8,49 +8,66 @@ from __future__ import annotations
 
 import numpy as np
 
-from fwbench.workloads.keras.common import JIT_COMPILE, FitCell, keras, nlp_models, report_model, set_dtype_policy
+from fwbench.workloads import StepCell
+from fwbench.workloads.keras.common import FitCell, check_stack, keras, nlp_models, report_model, set_dtype_policy
+
+
+def backbone_kwargs(arch) -> dict:
+    """The KerasHub backbone arguments Gemma and Mistral share (each adds its MLP width and extras)."""
+    return dict(vocabulary_size=arch.vocab_size, num_layers=arch.layers, num_query_heads=arch.heads,
+                num_key_value_heads=arch.kv_heads, hidden_dim=arch.hidden, head_dim=arch.head_dim)
+
+
+class GenerateCell(StepCell):
+    """One greedy generate() call on the padded prompts; checks it produced exactly new_tokens tokens."""
+
+    kinds = ("generate",)
+    timed = "model.generate(): one whole greedy generate call producing exactly new_tokens tokens"
+
+    def __init__(self, ctx, model, inputs, prompt_len: int, new_tokens: int):
+        self.ctx, self.model, self.inputs = ctx, model, inputs
+        self.prompt_len, self.new_tokens = prompt_len, new_tokens
+
+    def step(self):
+        # stop_token_ids=None: never stop early at an end token.
+        output = self.model.generate(self.inputs, stop_token_ids=None)
+        generated = np.asarray(output["padding_mask"]).sum(axis=1) - self.prompt_len
+        if not (generated == self.new_tokens).all():
+            raise RuntimeError(f"generate produced {generated.tolist()} new tokens, expected {self.new_tokens}")
+        self.ctx.report(tokens_generated=int(generated[0]))
+        return output
 
 
 def build_causal_lm(ctx, make_backbone, task_class: str):
+    """`make_backbone(models, arch)` builds the model's KerasHub backbone."""
+    check_stack(ctx)
     set_dtype_policy("bfloat16")
     models = nlp_models()
-    backbone = make_backbone(models)
+    backbone = make_backbone(models, ctx.arch)
     model = getattr(models, task_class)(backbone=backbone, preprocessor=None)
     token_ids, padding_mask = ctx.arrays["token_ids"], ctx.arrays["padding_mask"]
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         backbone.enable_lora(rank=4)
         report_model(ctx, model, "bfloat16")
-        ctx.info["seq_len"] = token_ids.shape[1]
+        ctx.report(seq_len=token_ids.shape[1])
         # Next-token loss over the same positions as HF's internal shift: every token predicts the next
         # one, and the last position (nothing to predict) has weight 0.
         labels = np.concatenate([token_ids[:, 1:], np.zeros_like(token_ids[:, :1])], axis=1)
         weights = np.concatenate([padding_mask[:, 1:], np.zeros_like(padding_mask[:, :1])], axis=1)
         model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      weighted_metrics=[], jit_compile=JIT_COMPILE)
-        cell = FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
+                      weighted_metrics=[], jit_compile=ctx.jit_compile)
+        return FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
                        ctx.total_steps, sample_weight=weights.astype("float32"))
-        return cell
 
     report_model(ctx, model, "bfloat16")
-    model.compile(sampler="greedy", jit_compile=JIT_COMPILE)
-    new_tokens = ctx.workload.shapes["new_tokens"]
-    batch, prompt_len = token_ids.shape
-    ctx.info["prompt_len"] = prompt_len
+    model.compile(sampler="greedy", jit_compile=ctx.jit_compile)
+    new_tokens = ctx.shapes.new_tokens
+    prompt_len = token_ids.shape[1]
+    ctx.report(prompt_len=prompt_len)
     # Without a preprocessor, generate() fills the positions whose padding mask is 0, up to the padded
     # length: pad the prompt to prompt_len + new_tokens.
     inputs = {"token_ids": np.pad(token_ids, ((0, 0), (0, new_tokens))),
               "padding_mask": np.pad(padding_mask, ((0, 0), (0, new_tokens))).astype(bool)}
-
-    class Generate:
-        def step(self):
-            # stop_token_ids=None: never stop early at an end token.
-            output = model.generate(inputs, stop_token_ids=None)
-            generated = np.asarray(output["padding_mask"]).sum(axis=1) - prompt_len
-            if not (generated == new_tokens).all():
-                raise RuntimeError(f"generate produced {generated.tolist()} new tokens, expected {new_tokens}")
-            ctx.info["tokens_generated"] = int(generated[0])
-            return output
-
-    return Generate()
+    return GenerateCell(ctx, model, inputs, prompt_len, new_tokens)

@@ -1,7 +1,9 @@
 """Helpers shared by the Keras workloads of all four Keras stacks (no timing here: that is the harness's job).
 
-The same module runs Keras 3 on TensorFlow, JAX or PyTorch (backend chosen by KERAS_BACKEND, set by the
-engine) and Keras 2 (tf.keras, which KerasNLP/KerasCV 0.8 use when TensorFlow's Keras is Keras 2).
+The same module runs Keras 3 on TensorFlow, JAX or PyTorch (backend chosen by KERAS_BACKEND, which the engine
+sets from the stack's definition) and Keras 2 (tf.keras, which KerasNLP/KerasCV 0.8 use when TensorFlow's
+Keras is Keras 2). Whether a model compiles with XLA is the stack definition's per-task policy
+(`ctx.jit_compile`), never derived from the backend here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import numpy as np
 
 import keras as _keras
 
+from fwbench.workloads import DrivenCell
+
 KERAS3 = _keras.__version__.startswith("3.")
 if KERAS3:
     keras = _keras
@@ -20,10 +24,17 @@ else:
     # KerasNLP/KerasCV 0.8 build on `tensorflow.keras`; models must come from the same Keras.
     from tensorflow import keras  # noqa: F811
 
-    BACKEND = "tensorflow"
+    BACKEND = None  # Keras 2 has no multi-backend switch
 
-# As published: XLA everywhere except Keras 3 on PyTorch, which runs eagerly.
-JIT_COMPILE = BACKEND != "torch"
+
+def check_stack(ctx) -> None:
+    """The Keras this process imported is the one the stack's definition names (the engine chose it
+    through the environment): otherwise the row would describe another stack."""
+    stack = ctx.stack
+    installed = 3 if KERAS3 else 2
+    if (installed, BACKEND) != (stack.keras_version, stack.keras_backend):
+        raise RuntimeError(f"stack {stack.id} expects Keras {stack.keras_version} with backend "
+                           f"{stack.keras_backend}, but this process runs Keras {installed} with backend {BACKEND}")
 
 
 def set_dtype_policy(name: str) -> None:
@@ -35,8 +46,8 @@ def set_dtype_policy(name: str) -> None:
 
 def report_model(ctx, model, dtype: str) -> None:
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-    ctx.info.update(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
-                    jit_compile=JIT_COMPILE)
+    ctx.report(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
+               jit_compile=ctx.jit_compile)
 
 
 def repeated_dataset(batch: Any, steps: int):
@@ -47,30 +58,34 @@ def repeated_dataset(batch: Any, steps: int):
     return tf.data.Dataset.from_tensors(batch).repeat(steps)
 
 
-def _clock_callback(clock):
+class ClockCallback(keras.callbacks.Callback):
     """Forwards Keras's per-batch hooks to the harness clock. `clock.end` syncs the device on the
     batch's own outputs (the loss / the predictions), which only exist once the step has run: a
     callback boundary alone is not a sync (JAX and TF dispatch asynchronously)."""
 
-    class ClockCallback(keras.callbacks.Callback):
-        def on_train_batch_begin(self, batch, logs=None):
-            clock.begin()
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
 
-        def on_train_batch_end(self, batch, logs=None):
-            clock.end(logs)
+    def on_train_batch_begin(self, batch, logs=None):
+        self.clock.begin()
 
-        def on_predict_batch_begin(self, batch, logs=None):
-            clock.begin()
+    def on_train_batch_end(self, batch, logs=None):
+        self.clock.end(logs)
 
-        def on_predict_batch_end(self, batch, logs=None):
-            clock.end(logs)
+    def on_predict_batch_begin(self, batch, logs=None):
+        self.clock.begin()
 
-    return ClockCallback()
+    def on_predict_batch_end(self, batch, logs=None):
+        self.clock.end(logs)
 
 
-class FitCell:
+class FitCell(DrivenCell):
     """Keras's own `fit`: ONE call over exactly total_steps batches (each fit() call has a fixed
     overhead of its own, which must not be spread over the steps)."""
+
+    kinds = ("fit",)
+    timed = "model.fit(): one Keras train step per batch, clocked by its batch callbacks"
 
     def __init__(self, model, x, y, total_steps: int, sample_weight=None):
         self.model, self.total_steps = model, total_steps
@@ -79,24 +94,26 @@ class FitCell:
 
     def drive(self, clock) -> None:
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
-                       callbacks=[_clock_callback(clock)])
+                       callbacks=[ClockCallback(clock)])
 
 
-class PredictCell:
+class PredictCell(DrivenCell):
     """Keras's own `predict` over exactly total_steps batches, in one call."""
+
+    kinds = ("predict",)
+    timed = "model.predict(): one Keras predict step per batch, clocked by its batch callbacks"
 
     def __init__(self, model, x, total_steps: int):
         self.model, self.total_steps = model, total_steps
         self.dataset = repeated_dataset(x, total_steps)
 
     def drive(self, clock) -> None:
-        self.model.predict(self.dataset, steps=self.total_steps, verbose=0,
-                           callbacks=[_clock_callback(clock)])
+        self.model.predict(self.dataset, steps=self.total_steps, verbose=0, callbacks=[ClockCallback(clock)])
 
 
-def compile_regression(model) -> None:
+def compile_regression(ctx, model) -> None:
     """Adam + MSE (the SAM and SD encoder fits)."""
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-4), loss="mse", jit_compile=JIT_COMPILE)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-4), loss="mse", jit_compile=ctx.jit_compile)
 
 
 def nlp_models():

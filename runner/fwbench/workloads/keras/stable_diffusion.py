@@ -7,7 +7,7 @@ are outside the step; the text embeddings come from the shared data, so no token
 
 At the SD v1 sizes (paper, small) the models are KerasCV's own ImageEncoder / DiffusionModel classes.
 Those hard-code SD v1's widths, so smaller presets (tiny) assemble the same topology from KerasCV's own
-blocks with the registry's widths.
+blocks with the preset's widths (fwbench.models).
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from keras_cv.src.models.stable_diffusion.attention_block import AttentionBlock
 from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
-from fwbench.workloads.keras.common import (JIT_COMPILE, FitCell, compile_regression, keras, report_model)
+from fwbench.workloads import StepCell
+from fwbench.workloads.keras.common import FitCell, check_stack, compile_regression, keras, report_model
 
-SD_V1_UNET = dict(unet_channels=[320, 640, 1280, 1280], layers_per_block=2, heads=8, context_dim=768)
-SD_V1_VAE = dict(vae_channels=[128, 256, 512, 512], vae_layers_per_block=2, latent_channels=4)
+# The widths KerasCV's own classes hard-code.
+SD_V1_UNET = dict(unet_channels=(320, 640, 1280, 1280), layers_per_block=2, heads=8, context_dim=768)
+SD_V1_VAE = dict(vae_channels=(128, 256, 512, 512), vae_layers_per_block=2, latent_channels=4)
 
 
 def _is(arch, reference) -> bool:
-    return all(arch[key] == value for key, value in reference.items())
+    return all(getattr(arch, key) == value for key, value in reference.items())
 
 
 def vae_encoder_to_moments(arch):
@@ -38,11 +40,11 @@ def vae_encoder_to_moments(arch):
         # conv_out(8), like diffusers' Encoder output (its 1x1 quant_conv belongs to AutoencoderKL).
         moments = [layer for layer in full.layers if isinstance(layer, PaddedConv2D)][-2]
         return keras.Model(full.inputs, moments.output)
-    size, channels = arch["image_size"], arch["vae_channels"]
+    size, channels = arch.image_size, arch.vae_channels
     inputs = keras.Input((size, size, 3))
     x = PaddedConv2D(channels[0], 3, padding=1)(inputs)
     for level, width in enumerate(channels):
-        for _ in range(arch["vae_layers_per_block"]):
+        for _ in range(arch.vae_layers_per_block):
             x = ResnetBlock(width)(x)
         if level < len(channels) - 1:
             x = PaddedConv2D(width, 3, padding=((0, 1), (0, 1)), strides=2)(x)
@@ -51,19 +53,19 @@ def vae_encoder_to_moments(arch):
     x = ResnetBlock(channels[-1])(x)
     x = keras.layers.GroupNormalization(epsilon=1e-5)(x)
     x = keras.layers.Activation("swish")(x)
-    return keras.Model(inputs, PaddedConv2D(2 * arch["latent_channels"], 3, padding=1)(x))
+    return keras.Model(inputs, PaddedConv2D(2 * arch.latent_channels, 3, padding=1)(x))
 
 
 def unet(arch):
     """SD v1's UNet: inputs [latent, timestep_embedding, context], output the predicted noise."""
-    size, context_len = arch["image_size"], arch["context_len"]
+    size, context_len = arch.image_size, arch.context_len
     if _is(arch, SD_V1_UNET):
         return diffusion_model.DiffusionModel(size, size, context_len, download_weights=False)
-    channels, heads, layers = arch["unet_channels"], arch["heads"], arch["layers_per_block"]
+    channels, heads, layers = arch.unet_channels, arch.heads, arch.layers_per_block
     ResBlock, SpatialTransformer = diffusion_model.ResBlock, diffusion_model.SpatialTransformer
-    context = keras.Input((context_len, arch["context_dim"]), name="context")
+    context = keras.Input((context_len, arch.context_dim), name="context")
     t_input = keras.Input((channels[0],), name="timestep_embedding")
-    latent = keras.Input((size // 8, size // 8, arch["latent_channels"]), name="latent")
+    latent = keras.Input((arch.latent_size, arch.latent_size, arch.latent_channels), name="latent")
     t_emb = keras.layers.Dense(4 * channels[0])(t_input)
     t_emb = keras.layers.Activation("swish")(t_emb)
     t_emb = keras.layers.Dense(4 * channels[0])(t_emb)
@@ -95,7 +97,7 @@ def unet(arch):
             x = diffusion_model.Upsample(width)(x)
     x = keras.layers.GroupNormalization(epsilon=1e-5)(x)
     x = keras.layers.Activation("swish")(x)
-    output = PaddedConv2D(arch["latent_channels"], 3, padding=1)(x)
+    output = PaddedConv2D(arch.latent_channels, 3, padding=1)(x)
     return keras.Model([latent, t_input, context], output)
 
 
@@ -107,42 +109,52 @@ def timestep_embedding(timestep: int, dim: int, max_period: float = 10000.0) -> 
     return np.concatenate([np.cos(args), np.sin(args)])[None].astype("float32")
 
 
+class DenoisingStep(StepCell):
+    """One classifier-free-guidance denoising step: the UNet on [uncond, cond], guidance, KerasCV's DDIM update."""
+
+    kinds = ("predict",)
+    timed = ("model.predict_on_batch() of the UNet on [uncond, cond] + guidance + DDIM update "
+             "(one denoising step)")
+
+    def __init__(self, model, arch, latents, context):
+        self.model, self.arch, self.latents, self.context = model, arch, latents, context
+        self.batch = latents.shape[0]
+        # KerasCV's schedule: timesteps 1, 1+k, ... and its alphas table, walked from the noisiest end.
+        self.timesteps = np.arange(1, 1000, 1000 // arch.denoising_steps)[::-1]
+        self.alphas = [constants._ALPHAS_CUMPROD[t] for t in self.timesteps]
+        self.index = 0
+
+    def step(self):
+        arch, batch = self.arch, self.batch
+        index = self.index % len(self.timesteps)
+        self.index += 1
+        t_emb = np.repeat(timestep_embedding(int(self.timesteps[index]), arch.unet_channels[0]), 2 * batch, 0)
+        # predict_on_batch runs the (jit-compiled) predict function and returns host arrays.
+        noise = np.asarray(self.model.predict_on_batch([np.concatenate([self.latents] * 2), t_emb, self.context]))
+        uncond, cond = noise[:batch], noise[batch:]
+        guided = uncond + arch.guidance_scale * (cond - uncond)
+        # KerasCV's DDIM update (StableDiffusion.generate_image).
+        a_t = self.alphas[index]
+        a_prev = self.alphas[index + 1] if index + 1 < len(self.alphas) else 1.0
+        pred_x0 = (self.latents - math.sqrt(1 - a_t) * guided) / math.sqrt(a_t)
+        self.latents = (guided * math.sqrt(1.0 - a_prev) + math.sqrt(a_prev) * pred_x0).astype("float32")
+        return self.latents
+
+
+CELLS = {"fit": FitCell, "predict": DenoisingStep}
+
+
 def build(ctx):
+    check_stack(ctx)
     arch = ctx.arch
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         encoder = vae_encoder_to_moments(arch)
         report_model(ctx, encoder, "float32")
-        compile_regression(encoder)
+        compile_regression(ctx, encoder)
         return FitCell(encoder, ctx.arrays["images"], ctx.arrays["target_moments"], ctx.total_steps)
 
     model = unet(arch)
     report_model(ctx, model, "float32")
-    model.compile(jit_compile=JIT_COMPILE)
-    guidance = arch["guidance_scale"]
-    # KerasCV's schedule: timesteps 1, 1+k, ... and its alphas table, walked from the noisiest end.
-    timesteps = np.arange(1, 1000, 1000 // arch["denoising_steps"])[::-1]
-    alphas = [constants._ALPHAS_CUMPROD[t] for t in timesteps]
+    model.compile(jit_compile=ctx.jit_compile)
     context = np.concatenate([ctx.arrays["unconditional_context"], ctx.arrays["context"]])
-    batch = ctx.arrays["latents"].shape[0]
-
-    class DenoisingStep:
-        def __init__(self):
-            self.latents = ctx.arrays["latents"]
-            self.index = 0
-
-        def step(self):
-            index = self.index % len(timesteps)
-            self.index += 1
-            t_emb = np.repeat(timestep_embedding(int(timesteps[index]), arch["unet_channels"][0]), 2 * batch, 0)
-            # predict_on_batch runs the (jit-compiled) predict function and returns host arrays.
-            noise = np.asarray(model.predict_on_batch([np.concatenate([self.latents] * 2), t_emb, context]))
-            uncond, cond = noise[:batch], noise[batch:]
-            guided = uncond + guidance * (cond - uncond)
-            # KerasCV's DDIM update (StableDiffusion.generate_image).
-            a_t = alphas[index]
-            a_prev = alphas[index + 1] if index + 1 < len(alphas) else 1.0
-            pred_x0 = (self.latents - math.sqrt(1 - a_t) * guided) / math.sqrt(a_t)
-            self.latents = (guided * math.sqrt(1.0 - a_prev) + math.sqrt(a_prev) * pred_x0).astype("float32")
-            return self.latents
-
-    return DenoisingStep()
+    return DenoisingStep(model, arch, ctx.arrays["latents"], context)

@@ -5,35 +5,47 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from fwbench.workloads.torch.common import maybe_compile, report_model, tensor, trainer_fit
+from fwbench.workloads import StepCell
+from fwbench.workloads.torch.common import maybe_compile, report_model, tensor
+from fwbench.workloads.torch.trainer import TrainerCell
+
+
+class ForwardCell(StepCell):
+    """The classifier's forward pass on the batch, under no_grad."""
+
+    kinds = ("predict",)
+    timed = "model(**inputs).logits: one forward pass (the compiled module when --compile is set)"
+
+    def __init__(self, forward, inputs: dict[str, torch.Tensor]):
+        self.forward, self.inputs = forward, inputs
+
+    @torch.no_grad()
+    def step(self):
+        return self.forward(**self.inputs).logits
+
+
+CELLS = {"fit": TrainerCell, "predict": ForwardCell}
 
 
 def build(ctx):
     arch, device = ctx.arch, ctx.backend.device
     config = BertConfig(
-        vocab_size=arch["vocab_size"], hidden_size=arch["hidden"], num_hidden_layers=arch["layers"],
-        num_attention_heads=arch["heads"], intermediate_size=arch["intermediate"],
-        max_position_embeddings=arch["max_positions"], num_labels=arch["num_classes"],
+        vocab_size=arch.vocab_size, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+        num_attention_heads=arch.heads, intermediate_size=arch.intermediate,
+        max_position_embeddings=arch.max_positions, num_labels=arch.num_classes,
         # Set up front: otherwise the first labelled call sets it and a compiled model recompiles.
         problem_type="single_label_classification",
     )
     model = BertForSequenceClassification(config).to(device)
     report_model(ctx, model, "float32")
-    ctx.info["seq_len"] = ctx.workload.shapes["seq_len"]
+    ctx.report(seq_len=ctx.shapes.seq_len)
     batch = {"input_ids": tensor(ctx.arrays["token_ids"], "cpu", torch.long),
              "attention_mask": tensor(ctx.arrays["padding_mask"], "cpu", torch.long)}
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         batch["labels"] = tensor(ctx.arrays["labels"], "cpu", torch.long)
-        return trainer_fit(ctx, model, batch)
+        return TrainerCell(ctx, model, batch)
 
     model.eval()
     forward = maybe_compile(model, ctx.spec.compile_mode)
-    inputs = {key: value.to(device) for key, value in batch.items()}
-
-    class Predict:
-        @torch.no_grad()
-        def step(self):
-            return forward(**inputs).logits
-
-    return Predict()
+    return ForwardCell(forward, {key: value.to(device) for key, value in batch.items()})

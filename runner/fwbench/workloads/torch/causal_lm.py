@@ -9,7 +9,37 @@ import copy
 
 import torch
 
-from fwbench.workloads.torch.common import report_model, tensor, trainer_fit
+from fwbench.workloads import StepCell
+from fwbench.workloads.torch.common import report_model, tensor
+from fwbench.workloads.torch.trainer import TrainerCell
+
+
+def config_kwargs(arch) -> dict:
+    """The HF config arguments Gemma and Mistral share (each adds its own token ids and extras)."""
+    return dict(vocab_size=arch.vocab_size, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+                num_attention_heads=arch.heads, num_key_value_heads=arch.kv_heads, head_dim=arch.head_dim,
+                intermediate_size=arch.intermediate, max_position_embeddings=arch.max_positions, pad_token_id=0)
+
+
+class GenerateCell(StepCell):
+    """One greedy generate() call; checks it produced exactly new_tokens tokens."""
+
+    kinds = ("generate",)
+    timed = "model.generate(): one whole greedy generate call producing exactly new_tokens tokens"
+
+    def __init__(self, ctx, model, prompt: torch.Tensor, mask: torch.Tensor, new_tokens: int):
+        self.ctx, self.model, self.prompt, self.mask, self.new_tokens = ctx, model, prompt, mask, new_tokens
+
+    @torch.no_grad()
+    def step(self):
+        output = self.model.generate(
+            input_ids=self.prompt, attention_mask=self.mask, max_new_tokens=self.new_tokens,
+            min_new_tokens=self.new_tokens, do_sample=False, pad_token_id=0)
+        generated = output.shape[1] - self.prompt.shape[1]
+        if generated != self.new_tokens:
+            raise RuntimeError(f"generate produced {generated} new tokens, expected {self.new_tokens}")
+        self.ctx.report(tokens_generated=generated)
+        return output
 
 
 def build_causal_lm(ctx, model_class, config):
@@ -19,37 +49,22 @@ def build_causal_lm(ctx, model_class, config):
     token_ids = tensor(ctx.arrays["token_ids"], "cpu", torch.long)
     padding_mask = tensor(ctx.arrays["padding_mask"], "cpu", torch.long)
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                  task_type="CAUSAL_LM"))
         report_model(ctx, model, "bfloat16")
-        ctx.info["seq_len"] = token_ids.shape[1]
+        ctx.report(seq_len=token_ids.shape[1])
         # Next-token loss: HF shifts labels inside the model.
         batch = {"input_ids": token_ids, "attention_mask": padding_mask, "labels": token_ids.clone()}
-        return trainer_fit(ctx, model, batch)
+        return TrainerCell(ctx, model, batch)
 
     model.eval()
     report_model(ctx, model, "bfloat16")
     if spec.compile_mode != "none":
         # generate() calls self.forward: compiling the module object would bypass this path.
         model.forward = torch.compile(model.forward, mode=spec.compile_mode)
-    new_tokens = ctx.workload.shapes["new_tokens"]
     prompt = token_ids.to(device)
-    mask = padding_mask.to(device)
-    ctx.info["prompt_len"] = prompt.shape[1]
-
-    class Generate:
-        @torch.no_grad()
-        def step(self):
-            output = model.generate(
-                input_ids=prompt, attention_mask=mask, max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-            generated = output.shape[1] - prompt.shape[1]
-            if generated != new_tokens:
-                raise RuntimeError(f"generate produced {generated} new tokens, expected {new_tokens}")
-            ctx.info["tokens_generated"] = generated
-            return output
-
-    return Generate()
+    ctx.report(prompt_len=prompt.shape[1])
+    return GenerateCell(ctx, model, prompt, padding_mask.to(device), ctx.shapes.new_tokens)

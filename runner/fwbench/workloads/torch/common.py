@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any
 
 import numpy as np
 import torch
+
+from fwbench.workloads import StepCell
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -36,11 +37,14 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
 
 def report_model(ctx, model: torch.nn.Module, dtype: str) -> None:
     total, trainable = count_params(model)
-    ctx.info.update(params_total=total, params_trainable=trainable, dtype=dtype)
+    ctx.report(params_total=total, params_trainable=trainable, dtype=dtype)
 
 
-class RegressionTrainStep:
+class RegressionTrainStep(StepCell):
     """One Adam step of `module` towards a fixed target with MSE (the SAM and SD encoder fits)."""
+
+    kinds = ("fit",)
+    timed = "one Adam step: zero_grad, MSE(module(inputs), target).backward(), optimizer.step()"
 
     def __init__(self, module: torch.nn.Module, compiled: Any, inputs: torch.Tensor, target: torch.Tensor):
         self.module, self.compiled, self.inputs, self.target = module, compiled, inputs, target
@@ -53,65 +57,3 @@ class RegressionTrainStep:
         loss.backward()
         self.optimizer.step()
         return loss
-
-
-def repeated_batch_dataset(batch: dict[str, torch.Tensor], repeats: int):
-    """A map-style dataset yielding the same shared batch `repeats` times (rows stay CPU tensors)."""
-
-    class _Dataset(torch.utils.data.Dataset):
-        def __len__(self) -> int:
-            return len(next(iter(batch.values()))) * repeats
-
-        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-            row = index % len(next(iter(batch.values())))
-            return {key: value[row] for key, value in batch.items()}
-
-    return _Dataset()
-
-
-def trainer_fit(ctx, model, batch: dict[str, torch.Tensor]):
-    """HF Trainer fit (as published), timed by the harness clock through a TrainerCallback."""
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    mode = ctx.spec.compile_mode
-    on_gpu = ctx.backend.on_gpu
-
-    class ClockCallback(TrainerCallback):
-        def __init__(self, clock):
-            self.clock = clock
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.clock.begin()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.clock.end(None)  # torch sync is global: cuda.synchronize()
-
-    args = TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="fwbench-trainer-"),
-        per_device_train_batch_size=ctx.batch_size,
-        max_steps=ctx.total_steps,
-        learning_rate=1e-4,
-        optim="adamw_torch",
-        use_cpu=not on_gpu,
-        bf16=False,  # the LLMs are bf16 themselves; no autocast on top
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        torch_compile=mode != "none",
-        torch_compile_mode=None if mode == "none" else mode,
-        seed=ctx.spec.seed,
-    )
-
-    class TrainerCell:
-        def __init__(self):
-            self.trainer = Trainer(model=model, args=args,
-                                   train_dataset=repeated_batch_dataset(batch, ctx.total_steps))
-
-        def drive(self, clock) -> None:
-            self.trainer.add_callback(ClockCallback(clock))
-            self.trainer.train()
-
-    return TrainerCell()

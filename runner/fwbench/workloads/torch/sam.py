@@ -13,29 +13,58 @@ import torch
 from segment_anything.modeling import (ImageEncoderViT, MaskDecoder, PromptEncoder, Sam,
                                        TwoWayTransformer)
 
+from fwbench.workloads import StepCell
 from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_model,
                                             tensor)
 
 
 def build_sam(arch) -> Sam:
     """The same construction as segment_anything.build_sam, with every size taken from the preset."""
-    grid = arch["image_size"] // arch["patch_size"]
     return Sam(
         image_encoder=ImageEncoderViT(
-            depth=arch["depth"], embed_dim=arch["embed_dim"], img_size=arch["image_size"], mlp_ratio=4,
-            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6), num_heads=arch["heads"],
-            patch_size=arch["patch_size"], qkv_bias=True, use_rel_pos=True,
-            global_attn_indexes=arch["global_attn_indexes"], window_size=arch["window_size"],
-            out_chans=arch["prompt_dim"]),
+            depth=arch.depth, embed_dim=arch.embed_dim, img_size=arch.image_size, mlp_ratio=4,
+            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6), num_heads=arch.heads,
+            patch_size=arch.patch_size, qkv_bias=True, use_rel_pos=True,
+            global_attn_indexes=list(arch.global_attn_indexes), window_size=arch.window_size,
+            out_chans=arch.prompt_dim),
         prompt_encoder=PromptEncoder(
-            embed_dim=arch["prompt_dim"], image_embedding_size=(grid, grid),
-            input_image_size=(arch["image_size"], arch["image_size"]), mask_in_chans=16),
+            embed_dim=arch.prompt_dim, image_embedding_size=(arch.grid, arch.grid),
+            input_image_size=(arch.image_size, arch.image_size), mask_in_chans=16),
         mask_decoder=MaskDecoder(
             num_multimask_outputs=3,
-            transformer=TwoWayTransformer(depth=arch["decoder_depth"], embedding_dim=arch["prompt_dim"],
-                                          mlp_dim=arch["decoder_mlp_dim"], num_heads=arch["decoder_heads"]),
-            transformer_dim=arch["prompt_dim"], iou_head_depth=3, iou_head_hidden_dim=256),
+            transformer=TwoWayTransformer(depth=arch.decoder_depth, embedding_dim=arch.prompt_dim,
+                                          mlp_dim=arch.decoder_mlp_dim, num_heads=arch.decoder_heads),
+            transformer_dim=arch.prompt_dim, iou_head_depth=3, iou_head_hidden_dim=256),
     )
+
+
+class SegmentCell(StepCell):
+    """Image encoder on the batch, then prompt encoder + mask decoder per image with its two points."""
+
+    kinds = ("predict",)
+    timed = ("sam.image_encoder(images), then sam.prompt_encoder + sam.mask_decoder per image "
+             "(segment_anything's own batching)")
+
+    def __init__(self, sam: Sam, images: torch.Tensor, points: torch.Tensor, labels: torch.Tensor):
+        self.sam, self.images, self.points, self.labels = sam, images, points, labels
+
+    @torch.no_grad()
+    def step(self):
+        sam, points, labels = self.sam, self.points, self.labels
+        embeddings = sam.image_encoder(self.images)
+        dense_pe = sam.prompt_encoder.get_dense_pe()
+        masks = []
+        for index in range(embeddings.shape[0]):
+            sparse, dense = sam.prompt_encoder(
+                points=(points[index:index + 1], labels[index:index + 1]), boxes=None, masks=None)
+            low_res_masks, _iou = sam.mask_decoder(
+                image_embeddings=embeddings[index:index + 1], image_pe=dense_pe,
+                sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense, multimask_output=True)
+            masks.append(low_res_masks)
+        return torch.cat(masks)
+
+
+CELLS = {"fit": RegressionTrainStep, "predict": SegmentCell}
 
 
 def build(ctx):
@@ -43,7 +72,7 @@ def build(ctx):
     sam = build_sam(ctx.arch).to(device)
     images = tensor(nchw(ctx.arrays["images"]), device)
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         encoder = sam.image_encoder
         report_model(ctx, encoder, "float32")
         target = tensor(nchw(ctx.arrays["target_embeddings"]), device)
@@ -54,22 +83,4 @@ def build(ctx):
     # Compile the modules that run (assigning a compiled module keeps sam.<name>(...) on the compiled path).
     sam.image_encoder = maybe_compile(sam.image_encoder, mode)
     sam.mask_decoder = maybe_compile(sam.mask_decoder, mode)
-    points = tensor(ctx.arrays["points"], device)
-    labels = tensor(ctx.arrays["point_labels"], device)
-
-    class Predict:
-        @torch.no_grad()
-        def step(self):
-            embeddings = sam.image_encoder(images)
-            dense_pe = sam.prompt_encoder.get_dense_pe()
-            masks = []
-            for index in range(embeddings.shape[0]):
-                sparse, dense = sam.prompt_encoder(
-                    points=(points[index:index + 1], labels[index:index + 1]), boxes=None, masks=None)
-                low_res_masks, _iou = sam.mask_decoder(
-                    image_embeddings=embeddings[index:index + 1], image_pe=dense_pe,
-                    sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense, multimask_output=True)
-                masks.append(low_res_masks)
-            return torch.cat(masks)
-
-    return Predict()
+    return SegmentCell(sam, images, tensor(ctx.arrays["points"], device), tensor(ctx.arrays["point_labels"], device))

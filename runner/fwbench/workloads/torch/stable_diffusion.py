@@ -11,29 +11,30 @@ from __future__ import annotations
 import torch
 from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 
+from fwbench.workloads import StepCell
 from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_model,
                                             tensor)
 
 
 def build_vae(arch) -> AutoencoderKL:
-    blocks = len(arch["vae_channels"])
+    blocks = len(arch.vae_channels)
     return AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=arch["latent_channels"],
+        in_channels=3, out_channels=3, latent_channels=arch.latent_channels,
         down_block_types=("DownEncoderBlock2D",) * blocks, up_block_types=("UpDecoderBlock2D",) * blocks,
-        block_out_channels=tuple(arch["vae_channels"]), layers_per_block=arch["vae_layers_per_block"],
-        sample_size=arch["image_size"])
+        block_out_channels=tuple(arch.vae_channels), layers_per_block=arch.vae_layers_per_block,
+        sample_size=arch.image_size)
 
 
 def build_unet(arch) -> UNet2DConditionModel:
-    blocks = len(arch["unet_channels"])
+    blocks = len(arch.unet_channels)
     return UNet2DConditionModel(
-        sample_size=arch["image_size"] // 8, in_channels=arch["latent_channels"],
-        out_channels=arch["latent_channels"], layers_per_block=arch["layers_per_block"],
-        block_out_channels=tuple(arch["unet_channels"]),
+        sample_size=arch.latent_size, in_channels=arch.latent_channels,
+        out_channels=arch.latent_channels, layers_per_block=arch.layers_per_block,
+        block_out_channels=tuple(arch.unet_channels),
         down_block_types=("CrossAttnDownBlock2D",) * (blocks - 1) + ("DownBlock2D",),
         up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (blocks - 1),
-        cross_attention_dim=arch["context_dim"],
-        attention_head_dim=arch["heads"],  # SD v1's config names the head *count* attention_head_dim
+        cross_attention_dim=arch.context_dim,
+        attention_head_dim=arch.heads,  # SD v1's config names the head *count* attention_head_dim
     )
 
 
@@ -44,10 +45,37 @@ def sd_v1_scheduler(steps: int) -> DDIMScheduler:
     return scheduler
 
 
+class DenoisingStep(StepCell):
+    """One classifier-free-guidance denoising step: the UNet on [uncond, cond], guidance, a DDIM step."""
+
+    kinds = ("predict",)
+    timed = "unet(cat([latents] * 2), t, context) + guidance + DDIMScheduler.step() (one denoising step)"
+
+    def __init__(self, unet_forward, scheduler: DDIMScheduler, guidance: float, latents: torch.Tensor,
+                 context: torch.Tensor):
+        self.unet_forward, self.scheduler, self.guidance = unet_forward, scheduler, guidance
+        self.latents, self.context = latents, context
+        self.index = 0
+
+    @torch.no_grad()
+    def step(self):
+        timesteps = self.scheduler.timesteps
+        timestep = timesteps[self.index % len(timesteps)]
+        self.index += 1
+        noise = self.unet_forward(torch.cat([self.latents] * 2), timestep, encoder_hidden_states=self.context).sample
+        uncond, cond = noise.chunk(2)
+        guided = uncond + self.guidance * (cond - uncond)
+        self.latents = self.scheduler.step(guided, timestep, self.latents).prev_sample
+        return self.latents
+
+
+CELLS = {"fit": RegressionTrainStep, "predict": DenoisingStep}
+
+
 def build(ctx):
     arch, device, mode = ctx.arch, ctx.backend.device, ctx.spec.compile_mode
 
-    if ctx.workload.task.kind == "fit":
+    if ctx.kind == "fit":
         encoder = build_vae(arch).encoder.to(device)
         report_model(ctx, encoder, "float32")
         images = tensor(nchw(ctx.arrays["images"]), device)
@@ -56,25 +84,7 @@ def build(ctx):
 
     unet = build_unet(arch).to(device).eval()
     report_model(ctx, unet, "float32")
-    unet_forward = maybe_compile(unet, mode)
-    scheduler = sd_v1_scheduler(arch["denoising_steps"])
-    guidance = arch["guidance_scale"]
     context = torch.cat([tensor(ctx.arrays["unconditional_context"], device),
                          tensor(ctx.arrays["context"], device)])
-
-    class DenoisingStep:
-        def __init__(self):
-            self.latents = tensor(nchw(ctx.arrays["latents"]), device)
-            self.index = 0
-
-        @torch.no_grad()
-        def step(self):
-            timestep = scheduler.timesteps[self.index % len(scheduler.timesteps)]
-            self.index += 1
-            noise = unet_forward(torch.cat([self.latents] * 2), timestep, encoder_hidden_states=context).sample
-            uncond, cond = noise.chunk(2)
-            guided = uncond + guidance * (cond - uncond)
-            self.latents = scheduler.step(guided, timestep, self.latents).prev_sample
-            return self.latents
-
-    return DenoisingStep()
+    return DenoisingStep(maybe_compile(unet, mode), sd_v1_scheduler(arch.denoising_steps), arch.guidance_scale,
+                         tensor(nchw(ctx.arrays["latents"]), device), context)

@@ -1,0 +1,78 @@
+"""HF Trainer fits (BERT, and the Gemma/Mistral LoRA fits), as published: the Trainer runs the loop and
+the harness clock times each optimizer step through a TrainerCallback. A module of its own so that the
+models that do not train with a Trainer (SAM, Stable Diffusion) never import transformers."""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from fwbench.workloads import DrivenCell
+
+
+class RepeatedBatch(torch.utils.data.Dataset):
+    """A map-style dataset yielding the same shared batch `repeats` times (rows stay CPU tensors)."""
+
+    def __init__(self, batch: dict[str, torch.Tensor], repeats: int):
+        self.batch, self.repeats = batch, repeats
+        self.rows = len(next(iter(batch.values())))
+
+    def __len__(self) -> int:
+        return self.rows * self.repeats
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        row = index % self.rows
+        return {key: value[row] for key, value in self.batch.items()}
+
+
+class ClockCallback(TrainerCallback):
+    """Forwards the Trainer's per-step hooks to the harness clock."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.clock.begin()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.clock.end(None)  # torch sync is global: cuda.synchronize()
+
+
+class TrainerCell(DrivenCell):
+    """HF Trainer fit (as published), timed by the harness clock through a TrainerCallback. The Trainer's
+    output directory is a temporary directory, removed when the fit ends (or when the cell is collected)."""
+
+    kinds = ("fit",)
+    timed = "trainer.train(): one Trainer optimizer step per clock step"
+
+    def __init__(self, ctx, model, batch: dict[str, torch.Tensor]):
+        mode = ctx.spec.compile_mode
+        self.output_dir = tempfile.TemporaryDirectory(prefix="fwbench-trainer-")
+        args = TrainingArguments(
+            output_dir=self.output_dir.name,
+            per_device_train_batch_size=ctx.batch_size,
+            max_steps=ctx.total_steps,
+            learning_rate=1e-4,
+            optim="adamw_torch",
+            use_cpu=not ctx.backend.on_gpu,
+            bf16=False,  # the LLMs are bf16 themselves; no autocast on top
+            report_to=[],
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            remove_unused_columns=False,
+            torch_compile=mode != "none",
+            torch_compile_mode=None if mode == "none" else mode,
+            seed=ctx.spec.seed,
+        )
+        self.trainer = Trainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
+
+    def drive(self, clock) -> None:
+        self.trainer.add_callback(ClockCallback(clock))
+        try:
+            self.trainer.train()
+        finally:
+            self.output_dir.cleanup()
