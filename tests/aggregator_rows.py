@@ -28,7 +28,7 @@ def record(stack: str, task: str, *, preset: str = "tiny", compile_mode: str | N
         framework_version="9.9", model=t.model, task=task, task_kind=t.kind, preset=preset,
         batch_size=registry.workload(task, preset).batch_size, compile_mode=compile_mode, repeat=repeat,
         status=status, error_type=None if status == "ok" else "RuntimeError", error_message=error_message,
-        engine="local", pin_set="current", image_variant="venv", device_model="Test CPU", threads=2, cpu_count=2,
+        engine="local", pin_set="current", jit_policy="published", image_variant="venv", device_model="Test CPU", threads=2, cpu_count=2,
         warmup_steps=2, data_seed=0,
         started_at=started_at or dt.datetime(2026, 1, 1, 12, 0, repeat, tzinfo=dt.timezone.utc),
         timed_steps=len(steps) if steps else 20,  # a failed row still carries its spec's steps

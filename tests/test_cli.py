@@ -33,6 +33,7 @@ def fwbench(*args, timeout=300, env=None):
     (["--stack", "keras3-jax", "--compile", "reduce-overhead"], "compile mode 'reduce-overhead' is not available"),
     (["--stack", "native-torch", "--engine", "cloud"], "error: unknown engine 'cloud'"),
     (["--stack", "native-torch", "--steps", "0"], "error: --steps must be at least 1"),
+    (["--stack", "keras3-jax", "--jit", "maybe"], "error: unknown --jit policy 'maybe'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     done = fwbench("run", *args, "--out", str(tmp_path / "r"))

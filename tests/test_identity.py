@@ -193,3 +193,18 @@ def test_repeats_are_the_unit_of_the_test(tmp_path):
     assert slow.method == cmp.METHOD_REPEATS and slow.verdict == "slower" and slow.ratio == pytest.approx(1.5, rel=0.05)
     (same,) = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "c"]))
     assert same.verdict.startswith("not significant")
+
+
+def test_jit_policy_is_part_of_the_identity_of_keras_cells_only():
+    import os
+
+    from fwbench import matrix
+    from fwbench.spec import CellSpec
+
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=5,
+                    threads=os.cpu_count(), jit="on")
+    specs = matrix.plan(["keras3-jax", "native-torch"], ["bert-fit"], "tiny", None, 1, base)
+    by_stack = {s.stack: s for s in specs}
+    assert by_stack["keras3-jax"].jit == "on" and by_stack["native-torch"].jit == "published"
+    assert by_stack["keras3-jax"].result_path(Path("r")).name == "bert-fit.compile-xla.jit-on.r0.parquet"
+    assert by_stack["native-torch"].result_path(Path("r")).name == "bert-fit.compile-none.r0.parquet"

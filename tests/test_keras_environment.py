@@ -55,3 +55,12 @@ def test_sync_sees_every_leaf_of_keras_logs():
 def test_unknown_stack_has_no_backend():
     with pytest.raises(NotImplementedError):
         backends.backend_for("no-such-stack")
+
+
+@pytest.mark.parametrize("task, policy, jit", [("sam-predict", "published", False), ("stable_diffusion-fit", "published", False),
+                                               ("sam-fit", "published", True), ("sam-predict", "on", True),
+                                               ("bert-fit", "off", False)])
+def test_keras2_rows_record_the_jit_compile_the_cell_uses(task, policy, jit):
+    row = base_record(CellSpec(stack="keras2-tensorflow", task=task, preset="tiny", compile_mode="xla",
+                               data_dir="/d", steps=1, jit=policy))
+    assert row["jit_compile"] is jit and row["jit_policy"] == policy

@@ -158,8 +158,8 @@ def _identity_problem(table: pa.Table) -> str | None:
     """Result files are untrusted input: every identity field must be a known value or match a strict
     pattern (row content is shown in reports, and must never be able to name a file)."""
     known = {"stack": registry.STACKS, "task": registry.TASKS, "preset": registry.PRESETS,
-             "tf32_setting": ("default", "on", "off")}
-    for row in table.select(["stack", "task", "preset", "compile_mode", "tf32_setting", "pin_set",
+             "tf32_setting": ("default", "on", "off"), "jit_policy": registry.JIT_POLICIES}
+    for row in table.select(["stack", "task", "preset", "compile_mode", "tf32_setting", "jit_policy", "pin_set",
                              "image_variant", "repeat", "cell_id"]).to_pylist():
         for column, values in known.items():
             if row[column] is not None and row[column] not in values:

@@ -69,7 +69,7 @@ def identities(frame: pd.DataFrame) -> list[CellIdentity]:
 def assign_variants(frame: pd.DataFrame) -> pd.DataFrame:
     """Adds `_identity` (full cell identity) and `_variant` (its column in the tables) to every row.
 
-    Settings are named when off their fixed default (TF32, per-step sync, data seed, pin set) or when they
+    Settings are named when off their fixed default (--jit, TF32, per-step sync, data seed, pin set) or when they
     take more than one value within a preset (any setting: threads, steps, device...)."""
     ids = identities(frame)
     frame = frame.assign(_identity=ids)

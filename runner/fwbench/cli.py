@@ -113,6 +113,7 @@ def run_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
     threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores)."),
     tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
+    jit: str = typer.Option("published", help="Keras XLA: published (each task as in the published run), on, off."),
     per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
     seed: int = typer.Option(0, help="Seed of the shared data."),
     inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
@@ -121,6 +122,8 @@ def run_cmd(
     preset_obj = registry.get_preset(preset)
     if tf32 not in ("default", "on", "off"):
         raise UsageError(f"unknown TF32 policy '{tf32}' (choose from: default, on, off)")
+    if jit not in registry.JIT_POLICIES:
+        raise UsageError(f"unknown --jit policy '{jit}' (choose from: {', '.join(registry.JIT_POLICIES)})")
     for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
@@ -129,7 +132,7 @@ def run_cmd(
     base = CellSpec(
         stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
         steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
-        seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, per_step_sync=per_step_sync,
+        seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, jit=jit, per_step_sync=per_step_sync,
         timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault)
     from fwbench import matrix
 

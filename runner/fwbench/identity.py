@@ -19,6 +19,7 @@ from typing import Any, Mapping
 # the readable part; these are the settings beside them.
 SETTINGS: dict[str, tuple[str, str]] = {
     "pin_set": ("pin_set", "pin_set"),
+    "jit": ("jit_policy", "jit"),
     "image_variant": ("image_variant", "image_variant"),
     "tf32": ("tf32_setting", "tf32"),
     "threads": ("threads", "threads"),
@@ -32,10 +33,10 @@ KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
-FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "tf32": "default", "per_step_sync": True, "data_seed": 0}
+FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "tf32": "default", "per_step_sync": True, "data_seed": 0}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
-    "pin_set": "pins-{}", "tf32": "tf32-{}", "threads": "threads-{}", "warmup": "warmup-{}",
+    "pin_set": "pins-{}", "jit": "jit-{}", "tf32": "tf32-{}", "threads": "threads-{}", "warmup": "warmup-{}",
     "steps": "steps-{}", "data_seed": "seed-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")

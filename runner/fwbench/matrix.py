@@ -38,8 +38,10 @@ def plan(stacks: Iterable[str], tasks: Iterable[str] | None, preset: str, compil
         for mode in modes:
             for task_id in task_ids:
                 for repeat in range(repeats):
+                    # --jit only means something to Keras stacks: native rows keep the default.
+                    jit = base.jit if stack.family == "keras" else "published"
                     specs.append(replace(base, stack=stack.id, task=task_id, preset=preset,
-                                         compile_mode=mode, repeat=repeat))
+                                         compile_mode=mode, repeat=repeat, jit=jit))
     return specs
 
 

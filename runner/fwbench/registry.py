@@ -22,6 +22,9 @@ class RegistryError(ValueError):
 
 
 HARNESS_BACKENDS = ("torch", "jax", "tensorflow")
+# --jit: `published` gives every Keras cell the XLA setting the published code gave it; `on` / `off` force
+# jit_compile on every Keras cell (the matched view). Native stacks have no such switch.
+JIT_POLICIES = ("published", "on", "off")
 
 # Allocate GPU memory as needed rather than grabbing it all up front, so the peak memory column means
 # something (JAX preallocates 75% by default; TF maps the whole GPU). Every Keras stack sets these.
@@ -61,8 +64,15 @@ class Stack:
             if model_id not in models.MODELS:
                 raise ValueError(f"stack {self.id}: unsupported model {model_id!r} is not a model")
 
-    def jit_compile(self, task_id: str) -> bool | None:
-        """Keras jit_compile (XLA) for this task, as published; None for a native (non-Keras) stack."""
+    def jit_compile(self, task_id: str, policy: str = "published") -> bool | None:
+        """Keras jit_compile (XLA) for this task under a --jit policy (default: as published); None for a
+        native (non-Keras) stack."""
+        if self.xla is None:
+            return None
+        if policy not in JIT_POLICIES:
+            raise RegistryError(f"unknown --jit policy '{policy}' (choose from: {', '.join(JIT_POLICIES)})")
+        if policy != "published":
+            return policy == "on"
         return dict(self.xla_overrides).get(task_id, self.xla)
 
     def environment(self) -> dict[str, str]:
@@ -105,6 +115,10 @@ STACKS: dict[str, Stack] = {
               env=(("TF_USE_LEGACY_KERAS", "1"), *_KERAS_GPU_ALLOCATION),
               # KerasNLP/KerasCV 0.8 switch to multi-backend keras_core when KERAS_BACKEND is set.
               env_unset=("KERAS_BACKEND",),
+              # As published (keras-benchmarks v0.0.5 on Keras 2.15, whose compile() defaults to
+              # jit_compile=None, i.e. no XLA): SAM predict runs the segmenter, which was never compiled
+              # (only its backbone was), and SD fit compiled without jit_compile.
+              xla_overrides=(("sam-predict", False), ("stable_diffusion-fit", False)),
               unsupported=(
                   ("gemma", "KerasNLP 0.8.2 GemmaBackbone requires Keras 3: it refuses to build on Keras 2 "
                             "(the published table reports Keras 2 Gemma as NA)"),

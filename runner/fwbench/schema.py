@@ -8,7 +8,7 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 2
 # Columns added in version 2; rows of version 1 are read with these left empty.
-ADDED_IN_V2 = ("settings_id", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
+ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
@@ -33,7 +33,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("preset", "string", "tiny, small or paper (paper = published sizes)."),
     ("batch_size", "int64", "Batch size actually used."),
     ("compile_mode", "string", "native-torch: none/reduce-overhead/default/max-autotune; Keras: xla or none."),
-    ("jit_compile", "bool", "Keras jit_compile flag (null for native-torch)."),
+    ("jit_compile", "bool", "Keras jit_compile flag the cell really used (null for native-torch)."),
+    ("jit_policy", "string", "--jit: published (each Keras cell's XLA setting as in the published run), on or off."),
     ("repeat", "int64", "Repeat index (each repeat is its own process)."),
     ("status", "string", "ok, error, timeout, oom or unsupported."),
     ("error_type", "string", "Exception class or failure kind when status is not ok."),

@@ -27,6 +27,7 @@ class CellSpec:
     engine: str = "local"
     run_id: str = ""
     pin_set: str = "current"
+    jit: str = "published"  # Keras jit_compile policy: published (per task, as published), on, off
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on

@@ -58,10 +58,11 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "per_step_sync": spec.per_step_sync,
         "threads": spec.threads,
         "tf32_setting": spec.tf32,
+        "jit_policy": spec.jit,
         "data_seed": spec.seed,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
     }
-    jit_compile = stack.jit_compile(spec.task) if stack and task else None
+    jit_compile = stack.jit_compile(spec.task, spec.jit) if stack and task else None
     if jit_compile is not None:  # Keras stacks: XLA or eager, per the stack definition
         record["jit_compile"] = jit_compile
     if task and spec.preset in registry.PRESETS:

@@ -113,7 +113,7 @@ class CellContext:
     @property
     def jit_compile(self) -> bool | None:
         """Keras jit_compile for this task, from the stack definition (None on native stacks)."""
-        return self.stack.jit_compile(self.workload.task.id)
+        return self.stack.jit_compile(self.workload.task.id, self.spec.jit)
 
     @property
     def batch_size(self) -> int:
