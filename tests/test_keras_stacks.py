@@ -64,7 +64,10 @@ def test_every_task_has_a_row_with_the_expected_status(stack, stack_results, sha
         assert row["ms_per_step"] > 0 and len(row["step_ms"]) == row["timed_steps"] == registry.PRESETS["tiny"].steps
         assert row["first_step_s"] > 0 and row["setup_s"] > 0
         assert row["peak_mem_bytes"] > 0 and row["peak_mem_kind"] == "process_peak_rss"
-        assert row["jit_compile"] is (stack != "keras3-torch")
+        # As published, per task (Keras 2: no XLA for SAM predict and SD fit), from the stack definition.
+        assert row["jit_compile"] is registry.get_stack(stack).jit_compile(task)
+        assert row["jit_compile"] is (stack != "keras3-torch" and not (
+            stack == "keras2-tensorflow" and task in ("sam-predict", "stable_diffusion-fit")))
         assert row["family"] == "keras" and row["device"] == "cpu" and row["threads"] >= 1
         # Same bytes as every other stack (native-torch included) read for this task.
         _arrays, digest, _seed = data.load(shared_data, "tiny", task)
