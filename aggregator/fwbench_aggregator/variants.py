@@ -82,7 +82,7 @@ def assign_variants(frame: pd.DataFrame) -> pd.DataFrame:
                 names.add(name)
         varying[str(preset)] = names
     for identity in ids:
-        shown = differing_settings(identity, {}, varying.get(identity.preset, set()))
+        shown = differing_settings(identity, varying.get(identity.preset, set()))
         variants.append(Variant(identity.stack, identity.compile_mode, shown))
     return frame.assign(_variant=variants)
 

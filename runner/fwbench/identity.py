@@ -114,14 +114,12 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", str(value))[:32]
 
 
-def differing_settings(identity: CellIdentity, defaults: Mapping[str, Any],
-                       varying: set[str]) -> tuple[tuple[str, Any], ...]:
+def differing_settings(identity: CellIdentity, varying: set[str]) -> tuple[tuple[str, Any], ...]:
     """The settings worth naming in a label: those off their default, and those without a default that
     vary in the data (threads, device...): "native-torch [none]" beside "native-torch [none, tf32=on]"."""
-    all_defaults = {**FIXED_DEFAULTS, **defaults}
     shown = []
     for name, value in identity.settings:
-        if (value != all_defaults[name]) if name in all_defaults else (name in varying):
+        if (value != FIXED_DEFAULTS[name]) if name in FIXED_DEFAULTS else (name in varying):
             shown.append((name, value))
     return tuple(shown)
 

@@ -110,7 +110,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
             record = outcome_record(spec, outcome)
             record.setdefault("run_id", run_id)
             # The row's own identity decides where it goes (the device it really ran on may differ).
-            path = results.target_path(spec, out_dir, CellIdentity.of_row(results.normalise(record)))
+            path = results.target_path(spec, out_dir, CellIdentity.of_row(record))
             results.write_row(record, path)
             record_path.unlink(missing_ok=True)
             result = CellResult(spec, path, results.read_row(path))
