@@ -23,6 +23,7 @@ def gb(n_bytes: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", default="cpu")
+    parser.add_argument("--pin-set", default="current")
     args = parser.parse_args()
     import docker
 
@@ -31,7 +32,7 @@ def main() -> int:
     print("|---|---|---|---|")
     worst = 0.0
     for stack in STACKS:
-        name = f"fwbench/{stack}:{args.variant}"
+        name = f"fwbench/{stack}:{args.pin_set}-{args.variant}"
         try:
             image = client.images.get(name)
         except docker.errors.ImageNotFound:

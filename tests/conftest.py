@@ -14,17 +14,18 @@ FWBENCH = [sys.executable, "-m", "fwbench.cli"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def locked_version(stack_id: str) -> str:
-    """The version of a stack's framework its environment installs (images/<stack>/requirements.txt pins
-    it; the local engine and the image install that file), so tests follow every lock refresh."""
+def locked_version(stack_id: str, pin_set: str = "current") -> str:
+    """The version of a stack's framework its environment installs (images/<stack>/<pin-set>/ lock file; the
+    local engine and the image install it), so tests follow every lock refresh."""
     from fwbench import registry
 
     framework = registry.get_stack(stack_id).framework
-    for line in (REPO_ROOT / "images" / stack_id / "requirements.txt").read_text().splitlines():
+    lock = REPO_ROOT / "images" / stack_id / pin_set / "requirements-cpu.lock"
+    for line in lock.read_text().splitlines():
         name, _, version = line.split("#", 1)[0].strip().partition("==")
         if name.strip().lower() == framework:
-            return version.strip()
-    raise AssertionError(f"images/{stack_id}/requirements.txt does not pin {framework}")
+            return version.split()[0].strip()
+    raise AssertionError(f"{lock} does not pin {framework}")
 
 
 def run_fwbench(*args: str, timeout: float = 3600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

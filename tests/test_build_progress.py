@@ -103,16 +103,20 @@ def test_build_reports_steps_and_packages_and_keeps_the_whole_log(tmp_path, fake
     events: list[BuildProgress] = []
     environment.build(events.append)
     steps = [e.message for e in events if e.step]
-    assert steps[0] == (f"building the native-torch environment in {environment.path} "
+    assert steps[0] == (f"building the native-torch (current) environment in {environment.path} "
                         f"(log: {environment.log_path})")
     count = requirement_count(environment.requirements)
+    assert environment.locked == local.platform_is_locked()
+    install = (f"installing the {count} locked packages of {environment.requirements}" if environment.locked else
+               f"installing {count} requirements from {environment.requirements} and their dependencies (this "
+               "platform is not the one the lock files are for)")
     assert steps[1:] == [
         "creating the virtual environment",
-        f"installing {count} requirements from {environment.requirements} (and their dependencies)",
+        install,
         "installing 3 packages (filelock, promise, torch)",
         "installed 3 packages",
         "linking this fwbench checkout and checking that the harness imports",
-        "the native-torch environment is ready",
+        "the native-torch (current) environment is ready",
     ]
     assert f"collecting torch==2.14.1 (package 1; {count} requested)" in [e.message for e in events]
     log = environment.log_path.read_text()

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from fwbench import registry
+from fwbench.pins import PIN_SETS
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "images"
@@ -27,6 +28,7 @@ def hadolint() -> str:
 
 
 IMAGES_BUILT = [*registry.STACKS, "runner"]  # every folder images/Dockerfile builds with STACK=<folder>
+PIN_SETS_OF = {**{stack: PIN_SETS for stack in registry.STACKS}, "runner": ("current",)}  # the runner has no framework
 DOCKERFILE = IMAGES / "Dockerfile"
 
 
@@ -36,13 +38,16 @@ def test_dockerfile_is_hadolint_clean():
 
 
 def test_one_dockerfile_serves_every_image():
-    """images/<stack>/ holds only what differs (locks, requirements, apt packages, runtime pins), never a Dockerfile."""
-    assert sorted(p.parent.name for p in IMAGES.glob("*/requirements.txt")) == sorted(IMAGES_BUILT)
+    """images/<stack>/ holds only what differs (apt packages; per pin set: requirements, locks, overrides),
+    never a Dockerfile."""
+    assert sorted({p.parent.parent.name for p in IMAGES.glob("*/*/requirements.txt")}) == sorted(IMAGES_BUILT)
     assert [p.relative_to(ROOT).as_posix() for p in IMAGES.rglob("Dockerfile*")] == ["images/Dockerfile"]
     for image in IMAGES_BUILT:
-        files = {p.name for p in (IMAGES / image).iterdir()}
-        assert files <= {"requirements.txt", "requirements-gpu.txt", "requirements-cpu.lock",
-                         "requirements-gpu.lock", "apt-packages.txt", "runtime-overrides.txt"}, image
+        assert {p.name for p in (IMAGES / image).iterdir()} == {"apt-packages.txt", *PIN_SETS_OF[image]}, image
+        for pin_set in PIN_SETS_OF[image]:
+            files = {p.name for p in (IMAGES / image / pin_set).iterdir()}
+            assert files <= {"requirements.txt", "requirements-gpu.txt", "requirements-cpu.lock",
+                             "requirements-gpu.lock", "overrides.txt"}, (image, pin_set)
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -85,13 +90,14 @@ def resolve(build_args: dict[str, str]) -> dict:
     return {"copies": copies, "labels": labels, "env": env}
 
 
-VARIANTS = [(stack, variant) for stack in registry.STACKS for variant in ("cpu", "gpu")] + [("runner", "cpu")]
+VARIANTS = [(stack, pin_set, variant) for stack in registry.STACKS for pin_set in PIN_SETS
+            for variant in ("cpu", "gpu")] + [("runner", "current", "cpu")]
 
 
-@pytest.mark.parametrize("stack, variant", VARIANTS)
-def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(stack, variant):
-    built = resolve({"STACK": stack, "VARIANT": variant, "PIN_SET": "current", "GIT_REVISION": "abc123"})
-    assert f"images/{stack}/requirements-{variant}.lock" in built["copies"]
+@pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
+def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(stack, pin_set, variant):
+    built = resolve({"STACK": stack, "VARIANT": variant, "PIN_SET": pin_set, "GIT_REVISION": "abc123"})
+    assert f"images/{stack}/{pin_set}/requirements-{variant}.lock" in built["copies"]
     assert f"images/{stack}/apt-packages.txt" in built["copies"]
     for source in built["copies"]:
         assert (ROOT / source).exists(), source
@@ -99,9 +105,10 @@ def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(sta
     assert built["labels"]["org.opencontainers.image.revision"] == "abc123"
     assert built["labels"]["org.opencontainers.image.base.name"] == "python:3.11-slim-bookworm"
     assert (built["labels"]["io.fwbench.stack"], built["labels"]["io.fwbench.variant"]) == (stack, variant)
-    assert built["labels"]["io.fwbench.pin-set"] == "current"
+    assert built["labels"]["io.fwbench.pin-set"] == pin_set
     assert built["labels"]["io.fwbench.manifest"] == "/opt/fwbench/manifest.json"
     assert (built["env"]["FWBENCH_STACK"], built["env"]["FWBENCH_VARIANT"]) == (stack, variant)
+    assert built["env"]["FWBENCH_PIN_SET"] == pin_set
 
 
 def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():
@@ -110,9 +117,9 @@ def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():
     lock_install = next(i for i, (k, r) in enumerate(steps) if k == "RUN" and "--require-hashes" in r)
     before = steps[:lock_install]
     assert [r for k, r in before if k == "COPY"] == ["images/${STACK}/apt-packages.txt /opt/fwbench/apt-packages.txt",
-                                                     "images/${STACK}/requirements-${VARIANT}.lock "
+                                                     "images/${STACK}/${PIN_SET}/requirements-${VARIANT}.lock "
                                                      "/opt/fwbench/requirements.lock"]
-    assert not any(k == "LABEL" or r.startswith(("PIN_SET", "GIT_REVISION")) for k, r in before)
+    assert not any(k == "LABEL" or r.startswith("GIT_REVISION") for k, r in before)
     assert steps[-1] == ("RUN", "/opt/fwbench/install.sh")
 
 
@@ -169,17 +176,21 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("stack, variant", VARIANTS)
-def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
-    requirements = IMAGES / stack / ("requirements.txt" if variant == "cpu" else "requirements-gpu.txt")
-    lock = IMAGES / stack / f"requirements-{variant}.lock"
-    assert requirements.is_file() and lock.is_file(), "run: bash images/lock.sh " + stack
+@pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
+def test_each_lock_pins_its_requirements_with_hashes(stack, pin_set, variant):
+    folder = IMAGES / stack / pin_set
+    requirements = folder / "requirements-gpu.txt"  # lock.sh: without it, the gpu lock is of requirements.txt
+    requirements = requirements if variant == "gpu" and requirements.is_file() else folder / "requirements.txt"
+    lock = folder / f"requirements-{variant}.lock"
+    assert requirements.is_file() and lock.is_file(), f"run: bash images/lock.sh {stack}/{pin_set}"
     locked = pins(lock)
-    overrides = IMAGES / stack / "runtime-overrides.txt"  # the stack's pins win (lock.sh uses uv --override)
+    overrides = folder / "overrides.txt"  # the pin set's own pins win (lock.sh uses uv --override)
+    shared = IMAGES / "pin-sets" / f"{pin_set}.txt"  # constraints: they bind only what the lock holds
     wanted = {**pins(requirements), **pins(IMAGES / "fwbench-runtime.txt"),
+              **{name: version for name, version in pins(shared).items() if name in locked},
               **(pins(overrides) if overrides.is_file() else {})}
     mismatched = {name: (version, locked.get(name)) for name, version in wanted.items() if locked.get(name) != version}
-    assert not mismatched, f"{lock.name} is stale (bash images/lock.sh {stack}): {mismatched}"
+    assert not mismatched, f"{lock.name} is stale (bash images/lock.sh {stack}/{pin_set}): {mismatched}"
     text = lock.read_text()
     for block in re.split(r"\n(?=[a-z0-9])", text.strip()):
         if "==" in block.splitlines()[0]:
@@ -187,7 +198,7 @@ def test_each_lock_pins_its_requirements_with_hashes(stack, variant):
 
 
 def test_no_secrets_in_images_or_compose():
-    files = [DOCKERFILE, *IMAGES.glob("*/*.txt"), *IMAGES.glob("*.yaml"), *IMAGES.glob("*.sh"),
+    files = [DOCKERFILE, *IMAGES.glob("*/*.txt"), *IMAGES.glob("*/*/*.txt"), *IMAGES.glob("*.yaml"), *IMAGES.glob("*.sh"),
              ROOT / "compose.yaml", ROOT / "compose.cpu.yaml"]
     for path in files:
         text = path.read_text()
@@ -222,7 +233,7 @@ def test_cpu_file_runs_the_same_services_without_a_gpu_at_tiny():
         service = services[name]
         assert "deploy" not in service
         assert service["environment"]["FWBENCH_PRESET"] == "tiny"
-        assert service["build"]["args"]["VARIANT"] == "cpu" and service["image"].endswith(":cpu")
+        assert service["build"]["args"]["VARIANT"] == "cpu" and service["image"].endswith(":current-cpu")
 
 
 @pytest.mark.parametrize("compose_file", ["compose.yaml", "compose.cpu.yaml"])
@@ -239,10 +250,10 @@ def test_every_service_builds_its_own_stack_from_the_one_dockerfile(compose_file
         assert services[name]["image"].startswith(f"fwbench/{stack}:")
 
 
-@pytest.mark.parametrize("stack, variant", VARIANTS)
-def test_locked_pyarrow_imports_with_the_locked_numpy(stack, variant):
+@pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
+def test_locked_pyarrow_imports_with_the_locked_numpy(stack, pin_set, variant):
     """The runner inside an image (compose) imports pyarrow: pyarrow >= 26 refuses numpy 1.x at import."""
-    locked = pins(IMAGES / stack / f"requirements-{variant}.lock")
+    locked = pins(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
     numpy_major = int(locked["numpy"].split(".")[0]) if "numpy" in locked else 2
     pyarrow_major = int(locked["pyarrow"].split(".")[0])
     assert numpy_major >= 2 or pyarrow_major <= 25, f"pyarrow {locked['pyarrow']} with numpy {locked['numpy']}"

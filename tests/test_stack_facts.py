@@ -119,7 +119,8 @@ def test_docker_engine_default_image_is_the_stacks_image_repository():
     from fwbench.engines.docker import DEFAULT_IMAGE
 
     for stack in registry.STACKS.values():
-        assert DEFAULT_IMAGE.format(stack=stack.id, variant="cpu") == f"{stack.image_repository}:cpu"
+        assert (DEFAULT_IMAGE.format(stack=stack.id, pin_set="paper-2024", variant="cpu")
+                == f"{stack.image_repository}:paper-2024-cpu")
 
 
 def test_keras_xla_as_published_per_task_and_the_matched_views():

@@ -40,4 +40,12 @@ def test_generator_runs_as_a_module():
     # The dev environment has no deep-learning framework: the generator only parses the workload sources.
     done = subprocess.run([sys.executable, "-m", "fwbench.stackdoc"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == stackdoc.markdown_table()
+    assert done.stdout.strip() == f"{stackdoc.markdown_table()}\n\n{stackdoc.pin_table()}"
+
+
+def test_pin_table_shows_every_published_pin_beside_both_pin_sets():
+    table = stackdoc.pin_table()
+    assert "| keras3-jax | jax | 0.4.20 | 0.4.23 |" in table  # a declared deviation, with its reason
+    assert "| native-torch | transformers | 4.38.2 | 4.38.2 |" in table
+    rows = table.splitlines()[2:]
+    assert len(rows) == sum(len(stack.published_pins) for stack in registry.STACKS.values())

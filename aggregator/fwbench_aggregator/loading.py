@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from fwbench import registry
 from fwbench.identity import SAFE_NAME, CellIdentity
 from fwbench.results import SCHEMA
-from fwbench.schema import ADDED_IN_V2, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
+from fwbench.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
 
@@ -118,8 +118,9 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
                                      f"{SCHEMA_VERSION} (upgrade fwbench to read it)")
         if newest is None or min(int(v) for v in versions) < 1 or len(versions) < table.num_rows:
             return SkippedFile(path, "missing or invalid schema_version (not an fwbench result file)")
-        if newest == 1:  # version 2 only added columns: read them as empty
-            for name in ADDED_IN_V2:
+        # Newer versions only added columns: read them as empty.
+        for version in range(newest + 1, SCHEMA_VERSION + 1):
+            for name in ADDED_IN[version]:
                 if name not in names:
                     table = table.append_column(SCHEMA.field(name), pa.nulls(table.num_rows, SCHEMA.field(name).type))
             names = set(table.column_names)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fwbench import data, registry
+from fwbench import data, pins, registry
 from fwbench.engines import EngineError
 from fwbench.spec import CellSpec
 
@@ -24,6 +24,8 @@ app.add_typer(env_app, name="env")
 # Piped or logged output has no terminal width to fit: do not squash stack and task names.
 console = Console() if Console().is_terminal else Console(width=200)
 
+PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's); default current "
+                "(the current engine inside an image: the image's).")
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "unsupported": "dim"}
 
 
@@ -37,17 +39,26 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("FWBENCH_DATA", fwbench_home() / "data"))
 
 
-def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None):
+def check_pin_set(pin_set: str | None) -> None:
+    if pin_set is not None and pin_set not in pins.PIN_SETS:
+        raise UsageError(f"unknown pin set '{pin_set}' (choose from: {', '.join(pins.PIN_SETS)})")
+
+
+def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
+                pin_set: str | None = None):
+    """pin_set None: the default one (current engine inside an image: the image's)."""
     from fwbench.engines.local import current_engine, local_engine
 
+    check_pin_set(pin_set)
     if name == "docker":
         from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
 
-        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory)
-    engines = {"local": local_engine, "current": current_engine}
-    if name not in engines:
-        raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
-    return engines[name]()
+        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set or pins.DEFAULT_PIN_SET)
+    if name == "local":
+        return local_engine(pin_set or pins.DEFAULT_PIN_SET)
+    if name == "current":
+        return current_engine(pin_set)
+    raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
 
 
 @app.command("list")
@@ -107,7 +118,8 @@ def run_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
     resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
-    image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{variant})."),
+    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
+    image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
     gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
@@ -137,7 +149,7 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    runner = make_engine(engine, image, gpus, docker_memory)
+    runner = make_engine(engine, image, gpus, docker_memory, pin_set)
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
@@ -253,12 +265,16 @@ def demo_cmd(
     compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
     steps: int = typer.Option(5, help="Timed steps per cell."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
+    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
 ) -> None:
     """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench import matrix
     from fwbench.engines.local import REPO_ROOT
 
-    stacks = stack or [s for s in registry.STACKS if (REPO_ROOT / "images" / s / "requirements.txt").is_file()]
+    check_pin_set(pin_set)
+    pin_set = pin_set or pins.DEFAULT_PIN_SET
+    stacks = stack or [s for s in registry.STACKS
+                       if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
                     steps=steps, warmup=preset.warmup, threads=os.cpu_count() or 1, timeout_s=preset.timeout_s)
@@ -267,7 +283,7 @@ def demo_cmd(
         specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
     check_out_dir(results_dir)
-    execute(specs, make_engine("local"), results_dir, resume)
+    execute(specs, make_engine("local", pin_set=pin_set), results_dir, resume)
     from fwbench_aggregator.cli import run_aggregate
 
     report = run_aggregate([results_dir], out / "report")
@@ -275,26 +291,30 @@ def demo_cmd(
 
 
 @env_app.command("build")
-def env_build(stack: List[str] = typer.Argument(..., help="Stack ids.")) -> None:
-    """Build (or reuse) the local engine's virtual environment of each stack."""
+def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
+              pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP)) -> None:
+    """Build (or reuse) the local engine's virtual environment of each stack (for one pin set)."""
     from fwbench.build_status import build_status
     from fwbench.engines.local import StackEnvironment
 
+    check_pin_set(pin_set)
     for stack_id in stack:
         registry.get_stack(stack_id)
-        environment = StackEnvironment(stack_id)
+        environment = StackEnvironment(stack_id, pin_set or pins.DEFAULT_PIN_SET)
         with build_status(console, f"building {stack_id}") as report:
             environment.build(report)
         console.print(f"{stack_id}: {environment.python}", highlight=False, soft_wrap=True)
 
 
 @env_app.command("path")
-def env_path(stack: str = typer.Argument(..., help="Stack id.")) -> None:
+def env_path(stack: str = typer.Argument(..., help="Stack id."),
+             pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP)) -> None:
     """Print the interpreter of a stack's local environment (building nothing)."""
     from fwbench.engines.local import StackEnvironment
 
+    check_pin_set(pin_set)
     registry.get_stack(stack)
-    environment = StackEnvironment(stack)
+    environment = StackEnvironment(stack, pin_set or pins.DEFAULT_PIN_SET)
     print(environment.python if environment.ready else "")
     if not environment.ready:
         raise typer.Exit(1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fwbench import models
+from fwbench import models, pins
 
 
 class RegistryError(ValueError):
@@ -51,6 +51,10 @@ class Stack:
     # Models this stack cannot run faithfully (model id -> reason): `unsupported` rows, like the
     # published table's NA.
     unsupported: tuple[tuple[str, str], ...] = ()
+    # What the published run installed for this stack (package -> version, as its requirements named them)
+    # and how the paper-2024 pin set differs from it on purpose (see fwbench.pins).
+    published_pins: tuple[tuple[str, str], ...] = ()
+    pin_deviations: tuple[pins.Deviation, ...] = (pins.PYTHON_DEVIATION,)
 
     def __post_init__(self) -> None:
         if self.family not in ("torch", "keras"):
@@ -84,18 +88,26 @@ class Stack:
 
     @property
     def image_repository(self) -> str:
-        """The Docker image repository of this stack (tagged with the image variant, e.g. cpu/gpu)."""
+        """The Docker image repository of this stack (tagged <pin-set>-<variant>, e.g. paper-2024-gpu)."""
         return f"fwbench/{self.id}"
 
 
-def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool) -> Stack:
+def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
+            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = ()) -> Stack:
     """A Keras 3 stack: KERAS_BACKEND selects the backend (Keras reads it once, at import time)."""
     names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
     policy = "jit_compile=True" if xla else "eager (as published)"
     return Stack(f"keras3-{backend}", "keras", "keras", ("xla",) if xla else ("none",),
                  f"Keras 3, {names[backend]} backend, {policy}", harness_backend=harness_backend,
                  report_rank=report_rank, keras_version=3, keras_backend=backend, xla=xla,
-                 env=(("KERAS_BACKEND", backend), *_KERAS_GPU_ALLOCATION))
+                 env=(("KERAS_BACKEND", backend), *_KERAS_GPU_ALLOCATION),
+                 published_pins=(("python", pins.PUBLISHED_PYTHON), ("keras", "3.0.5"), *published_backend,
+                                 *pins.KERAS_COMMON_PINS),
+                 pin_deviations=(pins.PYTHON_DEVIATION, *deviations))
+
+
+_JAX_DEVIATION = ("jax 0.4.20's CUDA build was only on Google's own index; 0.4.23 is the first release PyPI serves "
+                  "for CUDA 12 (jax-cuda12-plugin/-pjrt), and the CPU variant uses the same version")
 
 
 STACKS: dict[str, Stack] = {
@@ -104,12 +116,22 @@ STACKS: dict[str, Stack] = {
         Stack("native-torch", "torch", "torch",
               ("none", "reduce-overhead", "default", "max-autotune"),
               "PyTorch + HF Transformers/Diffusers/PEFT + Meta segment-anything",
-              harness_backend="torch", report_rank=4),
-        _keras3("tensorflow", "tensorflow", report_rank=0, xla=True),
-        _keras3("jax", "jax", report_rank=1, xla=True),
+              harness_backend="torch", report_rank=4,
+              published_pins=(("python", pins.PUBLISHED_PYTHON), ("torch", "2.2.1"), ("torchvision", "0.17.1"),
+                              ("transformers", "4.38.2"), ("datasets", "2.15.0"), ("diffusers", "0.25.0"),
+                              ("peft", "0.9.0"), ("segment-anything", "git 6fdee8f2727f4506cfbbe553e23b895e27956588")),
+              pin_deviations=(pins.PYTHON_DEVIATION, pins.Deviation(
+                  "segment-anything", "git 6fdee8f2727f4506cfbbe553e23b895e27956588", "1.0",
+                  "a hash-locked install needs a release: PyPI's segment-anything 1.0, whose model code "
+                  "(segment_anything/modeling) differs from that commit only in docstrings"))),
+        _keras3("tensorflow", "tensorflow", report_rank=0, xla=True,
+                published_backend=(("tensorflow", "2.15.0.post1"),)),
+        _keras3("jax", "jax", report_rank=1, xla=True, published_backend=(("jax", "0.4.20"), ("jaxlib", "0.4.20")),
+                deviations=(pins.Deviation("jax", "0.4.20", "0.4.23", _JAX_DEVIATION),
+                            pins.Deviation("jaxlib", "0.4.20", "0.4.23", "goes with jax (above)"))),
         # As published: eager on the PyTorch backend.
-        _keras3("torch", "torch", report_rank=2, xla=False),
-        Stack("keras2-tensorflow", "keras", "tensorflow", ("xla",), "Keras 2 (tf.keras 2.15), XLA",
+        _keras3("torch", "torch", report_rank=2, xla=False, published_backend=(("torch", "2.2.1"),)),
+        Stack("keras2-tensorflow", "keras", "tensorflow", ("xla",), "Keras 2 (tf.keras / tf-keras), XLA",
               harness_backend="tensorflow", report_rank=3, keras_version=2, xla=True,
               # tf.keras is Keras 2 (tf-keras) even on TF >= 2.16; a no-op on 2.15, whose bundled Keras is 2.15.
               env=(("TF_USE_LEGACY_KERAS", "1"), *_KERAS_GPU_ALLOCATION),
@@ -125,7 +147,9 @@ STACKS: dict[str, Stack] = {
                   ("mistral", "KerasNLP 0.8.2 Mistral on Keras 2 cannot run the published task: its "
                               "bfloat16 (mixed_bfloat16) path fails inside attention, and enable_lora on Keras 2 "
                               "freezes every weight without adding LoRA layers (the published table reports NA)"),
-              )),
+              ),
+              published_pins=(("python", pins.PUBLISHED_PYTHON), ("tensorflow", "2.15.0.post1"),
+                              *pins.KERAS_COMMON_PINS)),
     )
 }
 

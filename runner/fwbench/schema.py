@@ -6,10 +6,12 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-# Columns added in version 2; rows of version 1 are read with these left empty.
+SCHEMA_VERSION = 3
+# Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
+ADDED_IN_V3 = ("pin_deviations",)
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
 
@@ -42,7 +44,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
     ("image_id", "string", "Docker image id (docker engine only)."),
     ("image_digest", "string", "Registry digest of the image, when it came from a registry."),
-    ("pin_set", "string", "Library pin set: current or paper-2024."),
+    ("pin_set", "string", "Library pin set: current or paper-2024 (the published run's versions)."),
+    ("pin_deviations", "string", "paper-2024 rows: how the libraries that ran differ from the published pins, "
+                                 "'; '-separated (declared ones are listed in docs/stacks.md; anything else is "
+                                 "marked undeclared); empty when none; null for other pin sets."),
     ("image_variant", "string", "Where the libraries came from: cpu or gpu image, venv (local engine), host (current "
                                 "engine outside an image)."),
     ("started_at", "timestamp", "UTC start of the cell process."),

@@ -16,9 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
+from fwbench.pins import DEFAULT_PIN_SET
 from fwbench.spec import CellSpec
 
-DEFAULT_IMAGE = "fwbench/{stack}:{variant}"
+# Image tags name the pin set and the variant: fwbench/keras3-jax:paper-2024-gpu.
+DEFAULT_IMAGE = "fwbench/{stack}:{pin_set}-{variant}"
 
 
 def host_has_gpu() -> bool:
@@ -38,7 +40,8 @@ def host_has_gpu() -> bool:
 class DockerEngine:
     name = "docker"
 
-    def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None):
+    def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None,
+                 pin_set: str = DEFAULT_PIN_SET):
         try:
             import docker
         except ImportError:
@@ -53,6 +56,7 @@ class DockerEngine:
         self.use_gpu = host_has_gpu() if gpus == "auto" else gpus == "all"
         self.variant = "gpu" if self.use_gpu else "cpu"
         self.image_template = image_template
+        self.pin_set = pin_set
         self.memory = memory
         self._images: dict[str, object] = {}
 
@@ -62,7 +66,7 @@ class DockerEngine:
         return device_model(self.use_gpu)
 
     def image_name(self, stack: str) -> str:
-        return self.image_template.format(stack=stack, variant=self.variant)
+        return self.image_template.format(stack=stack, variant=self.variant, pin_set=self.pin_set)
 
     def prepare(self, stack: str, progress=None) -> None:
         """Find the stack's image (never builds one: `progress` is for engines that build)."""
@@ -74,7 +78,11 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
                               f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
-                              f"--build-arg VARIANT={self.variant} -t {name} .)") from None
+                              f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} -t {name} .)"
+                              ) from None
+        labelled = (self._images[stack].labels or {}).get("io.fwbench.pin-set")
+        if labelled and labelled != self.pin_set:
+            raise EngineError(f"image {name} holds the {labelled} pin set, not {self.pin_set}")
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]

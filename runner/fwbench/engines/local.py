@@ -1,9 +1,10 @@
 """The `local` and `current` engines: a cell is a Python subprocess.
 
-`local` gives each stack its own virtual environment, built from the same requirements file its
-Docker image installs (images/<stack>/requirements.txt), and cached under $FWBENCH_HOME/venvs keyed
-by that file's hash. fwbench itself is put on the environment's path with a .pth file pointing at
-this checkout, so the cells always run the harness you are looking at.
+`local` gives each stack and pin set its own virtual environment, installed from the same hash-locked
+file its Docker image installs (images/<stack>/<pin-set>/requirements-cpu.lock; off Linux x86_64 /
+CPython 3.11, which the locks are resolved for, from that folder's requirements.txt instead), cached
+under $FWBENCH_HOME/venvs keyed by that file's hash. fwbench itself is put on the environment's path
+with a .pth file pointing at this checkout, so the cells always run the harness you are looking at.
 """
 
 from __future__ import annotations
@@ -20,24 +21,33 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
+from fwbench.pins import DEFAULT_PIN_SET
 from fwbench.spec import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 READY_MARKER = ".fwbench-ready"
 # Bump to rebuild every cached environment after a change to how they are made.
-ENV_LAYOUT_VERSION = "1"
+ENV_LAYOUT_VERSION = "2"
+# The platform images/lock.sh resolves the lock files for.
+LOCKED_PLATFORM = ("Linux", "x86_64", "3.11")
 
 
 def fwbench_home() -> Path:
     return Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
 
 
-def requirements_file(stack: str) -> Path:
-    path = REPO_ROOT / "images" / stack / "requirements.txt"
-    if not path.is_file():
-        raise EngineError(f"no requirements file for stack '{stack}' at {path} "
+def pin_set_dir(stack: str, pin_set: str) -> Path:
+    """images/<stack>/<pin-set>/: the stack's requirements and lock files for that pin set."""
+    path = REPO_ROOT / "images" / stack / pin_set
+    if not (path / "requirements.txt").is_file():
+        raise EngineError(f"no requirements for stack '{stack}' and pin set '{pin_set}' at {path} "
                           "(the local engine needs a source checkout of fwbench)")
     return path
+
+
+def platform_is_locked() -> bool:
+    """Lock files pin Linux x86_64 CPython 3.11 wheels: only there can they be installed as they are."""
+    return (platform.system(), platform.machine(), ".".join(platform.python_version_tuple()[:2])) == LOCKED_PLATFORM
 
 
 @dataclass(frozen=True)
@@ -105,13 +115,21 @@ class PipProgress:
 
 
 class StackEnvironment:
-    def __init__(self, stack: str, home: Path | None = None):
-        self.stack = stack
-        self.requirements = requirements_file(stack)
+    def __init__(self, stack: str, pin_set: str = "current", home: Path | None = None):
+        self.stack, self.pin_set = stack, pin_set
+        folder = pin_set_dir(stack, pin_set)
+        self.locked = platform_is_locked()
+        # The lock (every package, hash-checked, no resolve) where it fits; elsewhere the requirements,
+        # the pin set's shared constraints and the overrides (installed without their dependencies,
+        # as the lock's resolve let them win).
+        self.requirements = folder / ("requirements-cpu.lock" if self.locked else "requirements.txt")
+        self.constraints = REPO_ROOT / "images" / "pin-sets" / f"{pin_set}.txt"
+        self.overrides = folder / "overrides.txt"
         key = hashlib.sha256()
-        key.update(self.requirements.read_bytes())
+        for path in (self.requirements, self.constraints, self.overrides):
+            key.update(path.read_bytes() if path.is_file() and (path is self.requirements or not self.locked) else b"")
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
-        self.path = (home or fwbench_home()) / "venvs" / f"{stack}-{key.hexdigest()[:12]}"
+        self.path = (home or fwbench_home()) / "venvs" / f"{stack}-{pin_set}-{key.hexdigest()[:12]}"
 
     @property
     def python(self) -> Path:
@@ -155,31 +173,42 @@ class StackEnvironment:
                             report(event)
                     returncode = process.wait()
                 if returncode != 0:
-                    raise EngineError(f"building the {self.stack} environment failed "
+                    raise EngineError(f"building the {self.stack} ({self.pin_set}) environment failed "
                                       f"(exit {returncode}); see {self.log_path}")
                 return "".join(output)
 
-            report(BuildProgress(f"building the {self.stack} environment in {self.path} (log: {self.log_path})"))
+            report(BuildProgress(f"building the {self.stack} ({self.pin_set}) environment in {self.path} "
+                                 f"(log: {self.log_path})"))
             report(BuildProgress("creating the virtual environment"))
             run(sys.executable, "-m", "venv", self.path)
             count = requirement_count(self.requirements)
-            report(BuildProgress(f"installing {count} requirements from {self.requirements} (and their dependencies)"))
-            run(self.python, "-m", "pip", "install", "--disable-pip-version-check", "-r", self.requirements,
-                parse=PipProgress(count))
+            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check")
+            if self.locked:
+                report(BuildProgress(f"installing the {count} locked packages of {self.requirements}"))
+                run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=PipProgress(count))
+            else:
+                report(BuildProgress(f"installing {count} requirements from {self.requirements} and their "
+                                     "dependencies (this platform is not the one the lock files are for)"))
+                constraints = ("-c", self.constraints) if self.constraints.is_file() else ()
+                run(*pip, "-r", self.requirements, *constraints, parse=PipProgress(count))
+                if self.overrides.is_file():
+                    run(*pip, "--no-deps", "-r", self.overrides, parse=PipProgress())
             report(BuildProgress("linking this fwbench checkout and checking that the harness imports"))
             purelib = run(self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
             (Path(purelib.strip().splitlines()[-1]) / "fwbench-src.pth").write_text(f"{REPO_ROOT / 'runner'}\n")
             run(self.python, "-c", "import fwbench.harness.cell")
         (self.path / READY_MARKER).write_text(self.requirements.read_text())
-        report(BuildProgress(f"the {self.stack} environment is ready"))
+        report(BuildProgress(f"the {self.stack} ({self.pin_set}) environment is ready"))
 
 
 class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
-    def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str):
+    def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str,
+                 pin_set: str):
         self.name = name
         self.variant = variant  # venv (local), or the image's variant / host (current)
+        self.pin_set = pin_set
         self._interpreter_for = interpreter_for
 
     def device_model(self) -> str:
@@ -206,22 +235,29 @@ class PythonEngine:
             spec_path.unlink(missing_ok=True)
 
 
-def local_engine(home: Path | None = None) -> PythonEngine:
+def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None) -> PythonEngine:
     environments: dict[str, StackEnvironment] = {}
 
     def interpreter(stack: str, progress: Optional[ProgressCallback] = None) -> Path:
         if stack not in environments:
-            environment = StackEnvironment(stack, home)
+            environment = StackEnvironment(stack, pin_set, home)
             environment.build(progress)
             environments[stack] = environment
         return environments[stack].python
 
-    return PythonEngine("local", interpreter, "venv")
+    return PythonEngine("local", interpreter, "venv", pin_set)
 
 
-def current_engine() -> PythonEngine:
+def current_engine(pin_set: str | None = None) -> PythonEngine:
+    """This interpreter. Inside an fwbench image the pin set is the image's (asking for another one is an
+    error: the image cannot change its libraries); outside, the caller says which pin set the host's
+    libraries are meant to be (paper-2024 rows then list every difference from the published pins)."""
     from fwbench.harness.envinfo import image_manifest
 
     manifest = image_manifest() or {}
+    image_pin_set = manifest.get("pin_set")
+    if image_pin_set and pin_set and pin_set != image_pin_set:
+        raise EngineError(f"this image holds the {image_pin_set} pin set, not {pin_set}: run the "
+                          f"fwbench/<stack>:{pin_set}-<variant> image instead")
     return PythonEngine("current", lambda stack, progress=None: Path(sys.executable),
-                        str(manifest.get("variant") or "host"))
+                        str(manifest.get("variant") or "host"), pin_set or image_pin_set or DEFAULT_PIN_SET)

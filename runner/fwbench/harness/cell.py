@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fwbench import __version__, data, registry
+from fwbench import __version__, data, pins, registry
 from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.schema import SCHEMA_VERSION
@@ -144,6 +144,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
         "data_seed": seed,
         "framework_version": versions.get(stack.framework),
         "library_versions": versions,
+        "pin_deviations": _pin_deviations(spec, versions, environment["python_version"]),
         "compile_cache_warm": cache_warm,
         **{k: v for k, v in environment.items() if k != "gpu_names"},
         **device,
@@ -174,6 +175,13 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     result.update(ctx.reported)
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
+
+
+def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: str) -> str | None:
+    """paper-2024 rows say how what ran differs from the published pins (other pin sets: null)."""
+    if spec.pin_set != pins.PUBLISHED_PIN_SET:
+        return None
+    return "; ".join(pins.pin_deviations(registry.get_stack(spec.stack), spec.pin_set, versions, python_version))
 
 
 def _compile_cache_warm(family: str, compile_mode: str) -> bool | None:

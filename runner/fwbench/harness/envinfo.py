@@ -12,8 +12,9 @@ from typing import Any
 # Distributions whose versions matter for a row; missing ones are simply left out.
 TRACKED_DISTRIBUTIONS = (
     "fwbench", "numpy", "torch", "torchvision", "transformers", "diffusers", "peft", "accelerate",
-    "segment-anything", "keras", "keras-hub", "keras-nlp", "keras-cv", "tensorflow", "tensorflow-cpu",
-    "tf-keras", "jax", "jaxlib", "jax-cuda12-plugin", "nvidia-ml-py", "triton",
+    "segment-anything", "datasets", "huggingface-hub", "keras", "keras-core", "keras-hub", "keras-nlp", "keras-cv",
+    "tensorflow", "tensorflow-cpu", "tf-keras", "tensorflow-datasets", "tensorflow-text", "jax", "jaxlib",
+    "jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-ml-py", "triton",
 )
 
 
