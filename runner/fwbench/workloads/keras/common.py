@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import os
+
 import numpy as np
 
 import keras as _keras
 
 from fwbench.workloads import DrivenCell
 
-KERAS3 = _keras.__version__.startswith("3.")
+# Keras 2 is TensorFlow's own tf.keras: the bundled Keras 2 of TF <= 2.15, or tf-keras on TF >= 2.16, where
+# `import keras` is Keras 3 and the Keras 2 stack asks for the legacy one (TF_USE_LEGACY_KERAS=1).
+KERAS3 = _keras.__version__.startswith("3.") and os.environ.get("TF_USE_LEGACY_KERAS") != "1"
 if KERAS3:
     keras = _keras
     BACKEND = keras.backend.backend()
