@@ -34,6 +34,7 @@ def fwbench(*args, timeout=300, env=None):
     (["--stack", "native-torch", "--engine", "cloud"], "error: unknown engine 'cloud'"),
     (["--stack", "native-torch", "--steps", "0"], "error: --steps must be at least 1"),
     (["--stack", "keras3-jax", "--jit", "maybe"], "error: unknown --jit policy 'maybe'"),
+    (["--stack", "keras3-jax", "--pin-set", "paper-2025"], "error: unknown pin set 'paper-2025'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     done = fwbench("run", *args, "--out", str(tmp_path / "r"))
@@ -208,3 +209,31 @@ def test_run_warns_when_the_machine_is_already_busy(tmp_path, cpu_hogs):
     done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
                    "--out", str(tmp_path / "r"), "--data", str(tmp_path / "data"), "--inject-fault", "raise")
     assert "warning: the machine is busy" in done.stdout and "python" in done.stdout
+
+
+def test_a_paper_2024_row_carries_its_pin_set_in_its_name_and_identity(tmp_path):
+    done, rows = run_faulty(tmp_path, "raise", "--pin-set", "paper-2024")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [row] = rows
+    assert row["pin_set"] == "paper-2024" and row["status"] == "error"
+    assert ".pins-paper-2024." in next((tmp_path / "results").rglob("*.parquet")).name
+
+
+def test_the_current_engine_inside_an_image_refuses_another_pin_set(tmp_path):
+    """An image cannot change its libraries: asking it for another pin set is one line and exit 1 (an
+    engine error, like a missing image), before any cell runs."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"stack": "native-torch", "variant": "cpu", "pin_set": "current"}')
+    env = {"FWBENCH_IMAGE_MANIFEST": str(manifest)}
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--pin-set", "paper-2024", "--out", str(tmp_path / "r"), env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "this image holds the current pin set, not paper-2024" in done.stderr
+    assert not list((tmp_path / "r").rglob("*.parquet"))
+    # Without --pin-set the image's own pin set is used (FWBENCH_PIN_SET is the image's too).
+    manifest.write_text('{"stack": "native-torch", "variant": "cpu", "pin_set": "paper-2024"}')
+    done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                   "--out", str(tmp_path / "r"), "--data", str(tmp_path / "data"), "--inject-fault", "raise", env=env)
+    [row] = [results.read_row(p) for p in (tmp_path / "r").rglob("*.parquet")]
+    assert row["pin_set"] == "paper-2024" and row["image_variant"] == "cpu"
