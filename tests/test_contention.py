@@ -81,3 +81,71 @@ def test_gpu_neighbours_from_nvml(monkeypatch):
 def test_host_load_names_the_top_consumers(cpu_hogs):
     cores, top = contention.host_load(sample_s=0.5)
     assert cores > contention.BUSY_OTHER_CPU_CORES and any(name.startswith("python") for name in top), top
+
+
+# --- cells pinned to cores of their own (fwbench run --parallel) ------------------------------------------
+
+CORES = sorted(os.sched_getaffinity(0))
+needs_two_cores = pytest.mark.skipif(len(CORES) < 2, reason="cells on cores of their own need two cores")
+FAKE_CELL = [sys.executable, "-c", "import time; time.sleep(30)", "fwbench.harness.cell"]
+
+
+def _pinned(argv, cores, **env):
+    """A process on `cores` only (as the runner starts a --parallel cell), with extra environment variables."""
+    environment = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    return subprocess.Popen(argv, env={**environment, **env},
+                            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores))
+
+
+def test_per_cpu_lines_add_up_to_the_all_cpu_line():
+    cores = set(range(os.cpu_count()))
+    for _ in range(3):
+        assert abs(contention.system_busy_s() - contention.system_busy_s(cores)) < 0.1
+    assert contention.system_busy_s({max(cores) + 1}) is None  # a core /proc/stat does not list
+
+
+@needs_two_cores
+def test_only_cells_sharing_the_cells_cores_or_gpu_compete():
+    own, elsewhere = CORES[0], CORES[1]
+    same_core = _pinned(FAKE_CELL, {own})
+    other_core = _pinned(FAKE_CELL, {elsewhere}, CUDA_VISIBLE_DEVICES="1")
+    unpinned = _pinned(FAKE_CELL, None)
+    cells = [same_core, other_core, unpinned]
+    try:
+        time.sleep(0.3)
+        pids = [cell.pid for cell in cells]
+        assert set(pids) <= set(contention.other_cells())
+        assert contention.competing_cells(pids, {own}, None) == [same_core.pid, unpinned.pid]
+        assert contention.competing_cells(pids, None, None) == pids  # an unpinned cell can meet every cell
+        # On a GPU: the cell on another core still competes when it may use the same GPU. Its GPU is read
+        # from its CUDA_VISIBLE_DEVICES (no GPU needed for that).
+        assert contention.process_gpus(other_core.pid) == {1} and contention.process_gpus(unpinned.pid) is None
+        assert contention.competing_cells(pids, {own}, 1) == pids
+        assert contention.competing_cells(pids, {own}, 0) == [same_core.pid, unpinned.pid]
+    finally:
+        for cell in cells:
+            cell.kill()
+            cell.wait()
+
+
+@needs_two_cores
+def test_load_on_a_pinned_cells_own_core_makes_it_busy():
+    core = CORES[-1]
+    hog = _pinned([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"], {core})
+    before = os.sched_getaffinity(0)
+    try:
+        time.sleep(0.3)
+        os.sched_setaffinity(0, {core})  # this test is the pinned cell
+        probe = contention.ContentionProbe(threads=1)
+        assert probe.cpus == {core}
+        probe.start()
+        time.sleep(0.6)
+        probe.stop()
+        row = probe.result()
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+    assert row["busy"] is True and "other processes used" in row["busy_reasons"]
+    # Measured on its one core only: others can take at most that core (plus a tick of rounding).
+    assert contention.BUSY_OTHER_CPU_CORES < row["other_cpu_cores"] <= 1.1, row

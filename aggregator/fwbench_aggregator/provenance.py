@@ -17,7 +17,7 @@ PROVENANCE_HEADERS = ("preset", "task", "stack", "compile", "repeat", "status", 
                       "env", "framework",
                       "pin set", "engine", "image", "device", "TF32 (setting / matmul / effective)",
                       "matmul precision", "compile took effect", "compiled graphs", "graph breaks",
-                      "cudagraph skips", "threads", "started (UTC)", "source file")
+                      "cudagraph skips", "threads", "CPUs", "GPU", "cells at once", "started (UTC)", "source file")
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ def provenance_rows(frame: pd.DataFrame) -> list[list[str]]:
             env_of[index], framework, _text(row.get("pin_set")), _text(row.get("engine")), _text(image),
             device, tf32, _text(row.get("matmul_precision")), _flag(row.get("compile_took_effect")),
             _number(row.get("compiled_graphs")), _number(row.get("graph_breaks")),
-            _number(row.get("cudagraph_skips")), _number(row.get("threads")),
+            _number(row.get("cudagraph_skips")), _number(row.get("threads")), _text(row.get("cpu_set")),
+            _number(row.get("gpu_index")), _number(row.get("parallel_cells")),
             "—" if started is None or pd.isna(started) else pd.Timestamp(started).strftime("%Y-%m-%d %H:%M:%S"),
             _text(row.get("source_file")),
         ])

@@ -14,6 +14,13 @@ from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
 
 
+# Marks an estimate that includes rows measured beside other cells of their run (fwbench run --parallel).
+CONCURRENT_MARK = "‡"
+CONCURRENT_NOTE = (f"{CONCURRENT_MARK} includes repeats that ran at the same time as other cells of their run "
+                   "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own; memory bandwidth and "
+                   "caches were still shared.")
+
+
 def fmt_ms(value: float) -> str:
     return f"{value:.4g}" if value < 100 else f"{value:.1f}"
 
@@ -46,7 +53,11 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
         row = [task]
         for variant in summary.variants:
             est = summary.estimates.get((task, variant))
-            row.append(fmt_estimate(est) if est else _status_word(summary, task, variant))
+            if est is None:
+                row.append(_status_word(summary, task, variant))
+            else:
+                mark = f" {CONCURRENT_MARK}" if summary.statuses[(task, variant)].concurrent else ""
+                row.append(fmt_estimate(est) + mark)
         if has_keras3:
             best = summary.keras3_best(task)
             row.append(f"{fmt_ms(best[1].median)} ({best[0].stack.removeprefix('keras3-')})" if best else "—")
@@ -62,7 +73,7 @@ def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
-    headers = ["task", "variant"] + list(STATUSES) + ["of which busy", "messages"]
+    headers = ["task", "variant"] + list(STATUSES) + ["of which busy", "of which concurrent", "messages"]
     rows = []
     for task in summary.tasks:
         for variant in summary.variants:
@@ -70,7 +81,8 @@ def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
             if status is None:
                 continue
             counts = [str(status.counts.get(s, 0)) for s in STATUSES]
-            rows.append([task, variant.label] + counts + [str(status.busy), "; ".join(status.messages) or ""])
+            rows.append([task, variant.label] + counts + [str(status.busy), str(status.concurrent),
+                                                           "; ".join(status.messages) or ""])
     return headers, rows
 
 
@@ -112,6 +124,8 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
                d.Paragraph("Median ms per step [95% CI] across repeats and steps; lower is better. A cell shows "
                            "its status instead when no repeat ran ok."),
                d.Table(headers, rows)]
+    if any(status.concurrent for status in summary.statuses.values()):
+        blocks.append(d.Paragraph(CONCURRENT_NOTE, "note"))
     single = sorted({f"{t} {v.label}" for (t, v), e in summary.estimates.items() if e.repeats == 1})
     if single:
         blocks.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their CI only covers step-to-step "
@@ -156,6 +170,21 @@ def _busy_section(frame, include_busy: bool) -> list:
             d.BulletList(lines, "warning")]
 
 
+def _concurrent_summary(frame) -> list:
+    """One line for the run summary: how many ok rows ran beside other cells of their run."""
+    from fwbench_aggregator.summary import ran_concurrently
+
+    ok = frame[frame["status"] == "ok"]
+    concurrent = ok[ran_concurrently(ok)]
+    if concurrent.empty:
+        return []
+    most = int(concurrent["parallel_cells"].max())
+    return [d.Paragraph(f"{len(concurrent)} of {len(ok)} ok row(s) ran concurrently, up to {most} cells at once "
+                        "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own: they are not busy and "
+                        f"stay in the tables, marked {CONCURRENT_MARK}; their cores and GPU are in the provenance rows.",
+                        "note")]
+
+
 def build_document(loaded: LoadedResults, report_dir: Path,
                    include_busy: bool = False) -> tuple[d.Document, list[PresetSummary]]:
     frame = loaded.frame()
@@ -167,6 +196,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Merged rows: merged.parquet."),
         d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
                     "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
+    doc.add(*_concurrent_summary(frame))
     if loaded.skipped:
         doc.add(d.Heading("Skipped files"), d.BulletList([s.line() for s in loaded.skipped], "warning"))
     if loaded.notes:

@@ -21,6 +21,7 @@ class CellStatus:
     counts: Counter = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)  # distinct first lines of error messages
     busy: int = 0  # ok rows measured while something competed (left out of the estimate unless included)
+    concurrent: int = 0  # ok rows in the estimate that ran beside other cells of their run (--parallel)
 
 
 @dataclass
@@ -69,6 +70,13 @@ def is_busy(frame: pd.DataFrame) -> pd.Series:
     return frame["busy"].fillna(False).astype(bool) if "busy" in frame else pd.Series(False, index=frame.index)
 
 
+def ran_concurrently(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose cell ran beside other cells of its run (`fwbench run --parallel`, parallel_cells > 1)."""
+    if "parallel_cells" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["parallel_cells"].fillna(1).astype(int) > 1
+
+
 def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSummary]:
     """One summary per preset (sizes differ between presets, so they never share a table). Each
     (task, variant) pools only rows of one cell identity; busy rows count only with include_busy."""
@@ -86,6 +94,7 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
                     status.messages.append(first)
             statuses[(task, variant)] = status
             ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
+            status.concurrent = int(ran_concurrently(ok).sum())
             batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
             if len(ok):
                 samples = [stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fwbench import data, pins, registry
+from fwbench import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.spec import CellSpec
 
@@ -123,7 +125,10 @@ def run_cmd(
     gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
-    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores)."),
+    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores; with --parallel, "
+                                                     "the cores of a cell's slot)."),
+    parallel: str = typer.Option("1", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, or "
+                                           "auto (one per GPU; on a CPU-only host one per --threads cores)."),
     tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
     jit: str = typer.Option("published", help="Keras XLA: published (each task as in the published run), on, off."),
     per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
@@ -141,6 +146,7 @@ def run_cmd(
             raise UsageError(f"{name} must be at least 1, got {value}")
     if (warmup is not None and warmup < 0) or (timeout is not None and timeout <= 0):
         raise UsageError("--warmup must be >= 0 and --timeout > 0")
+    cells_at_once = slot_plan.parse_parallel(parallel)
     base = CellSpec(
         stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
         steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
@@ -150,10 +156,25 @@ def run_cmd(
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
     runner = make_engine(engine, image, gpus, docker_memory, pin_set)
+    slots = slot_plan.plan_slots(cells_at_once, threads, slot_plan.usable_cpus(),
+                                  engine_gpus(runner, cells_at_once))
+    specs = [replace(spec, threads=slot_plan.slot_threads(slots, threads)) for spec in specs]
     check_out_dir(out)
-    outcomes = execute(specs, runner, out, resume)
+    outcomes = execute(specs, runner, out, resume, slots)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
         raise typer.Exit(1)
+
+
+def engine_gpus(runner, cells_at_once: int | None) -> list[int]:
+    """The GPUs a run's cells may be given (none when the docker engine was told --gpus none)."""
+    uses_gpus = getattr(runner, "use_gpu", None)  # only the docker engine decides it up front
+    if uses_gpus is False:
+        return []
+    gpus = slot_plan.usable_gpus()
+    if uses_gpus and not gpus and cells_at_once != 1:
+        raise UsageError("--parallel needs to tell the GPUs apart to give each container its own, but neither "
+                         "NVML (pip install nvidia-ml-py) nor nvidia-smi lists them here")
+    return gpus
 
 
 def check_out_dir(out: Path) -> None:
@@ -180,8 +201,9 @@ def warn_if_busy() -> None:
                       "on their rows", highlight=False)
 
 
-def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
-    """Prepare environments and data, run every cell with live progress, print the summary."""
+def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None) -> list:
+    """Prepare environments and data, run every cell with live progress (up to one per slot at once),
+    print the summary."""
     from fwbench import matrix
     from fwbench.build_status import build_status
 
@@ -191,26 +213,46 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool) -> list:
             runner.prepare(stack_id, report)
 
     warn_if_busy()
+    slots = slots or [slot_plan.UNPINNED]
+    if len(slots) > 1:
+        console.print(f"{len(slots)} cells at once, each on its own slot: " + "; ".join(
+            f"CPUs {slot.cpu_set}" + (f", GPU {slot.gpu}" if slot.gpu is not None else "") for slot in slots),
+            highlight=False)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         bar = progress.add_task("cells", total=len(specs))
+        running: dict[int, str] = {}  # id(spec) -> its name, for the cells running now
+
+        def show_running() -> None:
+            progress.update(bar, description=escape(" | ".join(running.values()) or "cells"))
 
         def on_start(spec: CellSpec) -> None:
-            progress.update(bar, description=escape(f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}"))
+            running[id(spec)] = _cell_name(spec)
+            show_running()
 
         def on_done(result) -> None:
+            running.pop(id(result.spec), None)
+            show_running()
             progress.advance(bar)
             progress.console.print(_result_line(result))
 
-        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done)
+        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done, slots)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")
     return outcomes
 
 
+def _ran_concurrently(row: dict) -> bool:
+    return (row.get("parallel_cells") or 1) > 1
+
+
+def _cell_name(spec: CellSpec) -> str:
+    return f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}"
+
+
 def _result_line(result) -> str:
     spec = result.spec
-    name = escape(f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}")
+    name = escape(_cell_name(spec))
     if result.skipped:
         return f"[dim]skip[/] {name}: an ok row with the same settings exists"
     row = result.row
@@ -220,6 +262,9 @@ def _result_line(result) -> str:
         detail = f"{row['ms_per_step']:.2f} ms/step (first step {row['first_step_s']:.2f} s)"
         if row.get("compiled_graphs"):
             detail += f", {row['compiled_graphs']} compiled graphs"
+        if _ran_concurrently(row):
+            where = f"CPUs {row.get('cpu_set')}" + (f", GPU {row['gpu_index']}" if row.get("gpu_index") is not None else "")
+            detail += f" [cyan]concurrent: {row['parallel_cells']} cells at once, {escape(where)}[/]"
         if row.get("busy"):
             detail += f" [yellow]busy: {escape(row.get('busy_reasons') or '')}[/]"
     else:
@@ -228,6 +273,7 @@ def _result_line(result) -> str:
 
 
 def _summary_table(outcomes) -> Table:
+    from fwbench_aggregator.report import CONCURRENT_MARK
     from fwbench_aggregator.stats import median  # one definition of the median, shared with the report
 
     def variant_of(r) -> str:
@@ -247,14 +293,17 @@ def _summary_table(outcomes) -> Table:
         for variant in variants:
             rows = [row for row in cells.get((task_id, variant), []) if row]
             ok = [row["ms_per_step"] for row in rows if row["status"] == "ok"]
+            concurrent = any(_ran_concurrently(row) for row in rows if row["status"] == "ok")
             if ok:
-                values.append(f"{median(ok):.2f}")
+                values.append(f"{median(ok):.2f}" + (f" {CONCURRENT_MARK}" if concurrent else ""))
             elif rows:
                 status = rows[0]["status"]
                 values.append(f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]")
             else:
                 values.append("")
         table.add_row(task_id, *values)
+    if any(r.row and r.row["status"] == "ok" and _ran_concurrently(r.row) for r in outcomes):
+        table.caption = f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own"
     return table
 
 
@@ -330,7 +379,7 @@ def main() -> None:
 
     try:
         app()
-    except (UsageError, registry.RegistryError) as exc:
+    except (UsageError, registry.RegistryError, slot_plan.SlotError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except (EngineError, DataError, ClockError) as exc:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
+import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
@@ -13,6 +16,7 @@ from fwbench import data, registry, results
 from fwbench.engines import CellOutcome
 from fwbench.harness.cell import base_record
 from fwbench.identity import CellIdentity
+from fwbench.slots import UNPINNED, Slot
 from fwbench.spec import CellSpec
 
 
@@ -28,11 +32,12 @@ def plan(stacks: Iterable[str], tasks: Iterable[str] | None, preset: str, compil
          repeats: int, base: CellSpec) -> list[CellSpec]:
     """Every (stack, task, compile mode, repeat) cell; validates names first (RegistryError)."""
     registry.get_preset(preset)
-    stack_objs = [registry.get_stack(s) for s in stacks]
-    task_ids = [registry.get_task(t).id for t in (tasks or registry.TASKS)]
+    # A name given twice is one cell: run twice at once, its two processes would share one record file.
+    stack_objs = list({stack.id: stack for stack in (registry.get_stack(s) for s in stacks)}.values())
+    task_ids = list(dict.fromkeys(registry.get_task(t).id for t in (tasks or registry.TASKS)))
     specs = []
     for stack in stack_objs:
-        modes = list(compile_modes) if compile_modes else [stack.compile_modes[0]]
+        modes = list(dict.fromkeys(compile_modes)) if compile_modes else [stack.compile_modes[0]]
         for mode in modes:
             registry.check_compile_mode(stack, mode)
         for mode in modes:
@@ -87,37 +92,135 @@ def outcome_record(spec: CellSpec, outcome: CellOutcome) -> dict:
 
 def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
                on_start: Callable[[CellSpec], None] = lambda spec: None,
-               on_done: Callable[[CellResult], None] = lambda result: None) -> list[CellResult]:
+               on_done: Callable[[CellResult], None] = lambda result: None,
+               slots: list[Slot] | None = None) -> list[CellResult]:
+    """Run every cell, one at a time per slot (fwbench.slots; default: one unpinned slot, one cell at a
+    time). The callbacks are never called concurrently; the results come back in plan order."""
+    slots = slots or [UNPINNED]
     out_dir = Path(out_dir)
-    run_id = uuid.uuid4().hex[:12]
-    work_dir = out_dir / ".work"
-    device_model = engine.device_model()
-    outcomes = []
-    for spec in specs:
-        # The engine and the host complete the identity: pin set, image variant and device model.
-        spec = replace(spec, run_id=run_id, engine=engine.name, pin_set=engine.pin_set, image_variant=engine.variant,
-                       device_model=device_model)
-        existing = results.matching_ok_row(spec, out_dir) if resume else None
+    run = _Run(out_dir, engine, resume, uuid.uuid4().hex[:12], on_start, on_done)
+    # The device is part of the identity: each slot's own GPU may be another model.
+    device_models = {slot.index: engine.device_model(slot.gpu) for slot in slots}
+    pending = deque(enumerate(specs))
+    outcomes: list[CellResult | None] = [None] * len(specs)
+
+    def work(slot: Slot) -> None:
+        while not run.stopping.is_set():
+            with run.lock:
+                if not pending:
+                    return
+                index, spec = pending.popleft()
+            # The engine and the host complete the identity (pin set, image variant, device model); the
+            # slot places the cell.
+            spec = replace(spec, run_id=run.run_id, engine=engine.name, pin_set=engine.pin_set,
+                           image_variant=engine.variant, device_model=device_models[slot.index],
+                           cpu_set=slot.cpu_set, gpu_index=slot.gpu)
+            outcomes[index] = run.cell(spec)
+
+    if len(slots) == 1:
+        work(slots[0])  # in this thread: Ctrl-C reaches the running cell's process directly
+    else:
+        _work_in_threads(work, slots, run.stopping)
+    _remove_if_empty(out_dir / ".work")
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _work_in_threads(work: Callable[[Slot], None], slots: list[Slot], stopping: threading.Event) -> None:
+    """One worker thread per slot. The first error in a worker (an engine that cannot start a cell) stops
+    the others from starting cells and is raised here once the running cells are done. On Ctrl-C no new
+    cell starts and the runner's exit ends the running ones (a cell process is killed when its runner
+    dies, see fwbench.engines)."""
+    errors: list[BaseException] = []
+
+    def guarded(slot: Slot) -> None:
+        try:
+            work(slot)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread below
+            errors.append(exc)
+            stopping.set()
+
+    threads = [threading.Thread(target=guarded, args=(slot,), name=f"fwbench-slot-{slot.index}", daemon=True)
+               for slot in slots]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)  # a bounded wait, so Ctrl-C is handled at once
+    except BaseException:
+        stopping.set()
+        raise
+    if errors:
+        raise errors[0]
+
+
+class _Run:
+    """What the workers of one run share: its id, the engine, a lock around the callbacks, and when
+    each cell process ran (for parallel_cells)."""
+
+    def __init__(self, out_dir: Path, engine, resume: bool, run_id: str, on_start, on_done):
+        self.out_dir, self.engine, self.resume, self.run_id = out_dir, engine, resume, run_id
+        self.on_start, self.on_done = on_start, on_done
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.spans: list[list[float | None]] = []  # [start, end] of each cell process, monotonic clock
+
+    def cell(self, spec: CellSpec) -> CellResult:
+        existing = results.matching_ok_row(spec, self.out_dir) if self.resume else None
         if existing is not None:
             result = CellResult(spec, existing[0], existing[1], skipped=True)
         else:
-            on_start(spec)
-            name = f"{spec.cell_id}.{spec.identity.settings_id}.r{spec.repeat}"
-            record_path = work_dir / f"{name}.record.json"
-            record_path.parent.mkdir(parents=True, exist_ok=True)
-            record_path.unlink(missing_ok=True)
-            outcome = engine.run_cell(spec, record_path, out_dir / "logs" / f"{name}.log")
-            record = outcome_record(spec, outcome)
-            record.setdefault("run_id", run_id)
-            # The row's own identity decides where it goes (the device it really ran on may differ).
-            path = results.target_path(spec, out_dir, CellIdentity.of_row(record))
-            results.write_row(record, path)
-            record_path.unlink(missing_ok=True)
-            result = CellResult(spec, path, results.read_row(path))
-        outcomes.append(result)
-        on_done(result)
-    _remove_if_empty(work_dir)
-    return outcomes
+            with self.lock:
+                self.on_start(spec)
+                span: list[float | None] = [time.monotonic(), None]
+                self.spans.append(span)
+            try:
+                launched = self._launch(spec)
+            finally:
+                with self.lock:
+                    span[1] = time.monotonic()
+                    at_once = most_at_once(span, [other for other in self.spans if other is not span])
+            result = self._write(spec, launched, at_once)
+        with self.lock:
+            self.on_done(result)
+        return result
+
+    def _launch(self, spec: CellSpec) -> tuple[Path, CellOutcome]:
+        name = f"{spec.cell_id}.{spec.identity.settings_id}.r{spec.repeat}"
+        record_path = self.out_dir / ".work" / f"{name}.record.json"
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.unlink(missing_ok=True)
+        return record_path, self.engine.run_cell(spec, record_path, self.out_dir / "logs" / f"{name}.log")
+
+    def _write(self, spec: CellSpec, launched: tuple[Path, CellOutcome], at_once: int) -> CellResult:
+        record_path, outcome = launched
+        record = outcome_record(spec, outcome)
+        record.setdefault("run_id", self.run_id)
+        # Where the runner placed it, unless the cell said (an image with an older harness does not).
+        record.setdefault("cpu_set", spec.cpu_set)
+        record.setdefault("gpu_index", spec.gpu_index)
+        record["parallel_cells"] = at_once
+        # The row's own identity decides where it goes (the device it really ran on may differ).
+        path = results.target_path(spec, self.out_dir, CellIdentity.of_row(record))
+        results.write_row(record, path)
+        record_path.unlink(missing_ok=True)
+        return CellResult(spec, path, results.read_row(path))
+
+
+def most_at_once(span: list[float], others: list[list[float | None]]) -> int:
+    """The most cell processes that ran at the same time during `span` ([start, end]), itself included.
+    `others` are the run's other cells' spans (end None: still running)."""
+    start, end = span
+    events = []
+    for other_start, other_end in others:
+        other_end = end if other_end is None else other_end
+        if other_start < end and other_end > start:
+            events += [(max(other_start, start), 1), (min(other_end, end), -1)]
+    running = most = 0
+    for _, change in sorted(events, key=lambda event: (event[0], event[1])):  # an end before a start at a tie
+        running += change
+        most = max(most, running)
+    return 1 + most
 
 
 def _remove_if_empty(path: Path) -> None:

@@ -10,7 +10,7 @@ SCHEMA_VERSION = 3
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
-ADDED_IN_V3 = ("pin_deviations",)
+ADDED_IN_V3 = ("pin_deviations", "cpu_set", "gpu_index", "parallel_cells")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
@@ -97,8 +97,16 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("busy_reasons", "string", "Why the row counts as busy: other CPU load, other fwbench cells, other GPU processes."),
     ("load_avg_1m", "float64", "Host 1-minute load average when the timed window began."),
     ("cpu_share", "float64", "The cell process's CPU time in the timed window / (window wall time x threads)."),
-    ("other_cpu_cores", "float64", "CPU used by other processes while the cell was timed, in cores (/proc/stat)."),
-    ("concurrent_cells", "int64", "Other fwbench cell processes running on the host during the timed window."),
+    ("other_cpu_cores", "float64", "CPU used by other processes on the cell's cores while it was timed, in cores "
+                                   "(/proc/stat)."),
+    ("concurrent_cells", "int64", "Other fwbench cell processes that could run on the cell's CPU cores (or use its "
+                                  "GPU) during the timed window; cells pinned elsewhere by --parallel do not count."),
+    ("cpu_set", "string", "CPU cores the cell process could run on, as a CPU list (\"0-3\", \"0,2\"): its own "
+                          "slot's under --parallel, else every core the runner had."),
+    ("gpu_index", "int64", "NVML index of the GPU the cell used: its own slot's under --parallel, else the first "
+                           "visible one (null on the CPU)."),
+    ("parallel_cells", "int64", "Most cells of this run that ran at the same time as this one, itself included "
+                                "(1 = it ran alone; more only with --parallel, each on its own cores and GPU)."),
     ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
     ("gpu_other_mem_bytes", "int64", "GPU memory those other processes held (NVML; null on the CPU)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),

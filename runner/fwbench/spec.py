@@ -9,6 +9,9 @@ from pathlib import Path
 from fwbench.identity import CellIdentity
 
 
+PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
+
+
 @dataclass(frozen=True)
 class CellSpec:
     stack: str
@@ -31,6 +34,10 @@ class CellSpec:
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
+    # Where the runner placed the cell (fwbench.slots; not part of the identity): the CPU cores it is
+    # pinned to ("0-3"; None: not pinned) and the NVML index of its one GPU (None: the engine's default).
+    cpu_set: str | None = None
+    gpu_index: int | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
     # "step-sleep:<ms>". Lets tests prove failure paths without a broken framework.
     fault: str | None = None
@@ -53,7 +60,13 @@ class CellSpec:
         return results.readable_path(self, Path(out_dir))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        fields = asdict(self)
+        # Unplaced cells (no --parallel) leave the placement out, so a cell whose fwbench predates it (an
+        # older image under the docker engine) still reads its spec.
+        for name in PLACEMENT_FIELDS:
+            if fields[name] is None:
+                del fields[name]
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "CellSpec":

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench import registry
+from fwbench.slots import parse_cpu_set
 from fwbench.spec import CellSpec
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
@@ -76,6 +77,11 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
     env = {**os.environ, **cell_settings(spec)}
     for name in registry.get_stack(spec.stack).env_unset:
         env.pop(name, None)
+    if spec.gpu_index is not None:
+        # The slot's one GPU (fwbench.slots). CUDA numbers GPUs fastest-first unless told otherwise;
+        # PCI order makes its numbers NVML's, the numbering the slot (and the row) use.
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_index)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
@@ -88,27 +94,40 @@ def keras_environment(stack: str) -> dict[str, str]:
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int):
-    """A preexec function: the child gets SIGKILL when the process that started it dies (Linux), and
-    exits at once if that already happened between fork and this call."""
+def _libc_prctl():
+    """libc's prctl, looked up in the runner: the child must not call dlopen between fork and exec
+    (with runner threads, another thread may hold the loader's lock at the fork and never release it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def prepare_child(parent_pid: int, cpus: set[int] | None = None):
+    """A preexec function: the child gets SIGKILL when the thread that started it ends (Linux's
+    PR_SET_PDEATHSIG; a runner worker thread lives as long as its cell) and exits at once if the runner
+    already died between fork and this call; with `cpus` it is pinned to those cores before the cell
+    starts, so every thread the framework creates later stays on them."""
+    prctl = _libc_prctl()
+
     def preexec() -> None:
-        if not sys.platform.startswith("linux"):
-            return
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:
             os._exit(1)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
     return preexec
 
 
 def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path: Path,
                    env: dict[str, str]) -> CellOutcome:
-    """Run a cell command with a timeout; on overrun kill its whole process group. The cell dies
-    with the runner, even when the runner is killed with SIGKILL."""
+    """Run a cell command with a timeout, on the CPU cores of its slot (spec.cpu_set); on overrun kill
+    its whole process group. The cell dies with the runner, even when the runner is killed with SIGKILL."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    cpus = parse_cpu_set(spec.cpu_set) if spec.cpu_set else None
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+                                   env=env, start_new_session=True, preexec_fn=prepare_child(os.getpid(), cpus))
         timed_out = False
         try:
             process.wait(timeout=spec.timeout_s)

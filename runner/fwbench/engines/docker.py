@@ -37,6 +37,16 @@ def host_has_gpu() -> bool:
         return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
 
 
+def docker_device_request(gpu_index: int | None):
+    """The GPU request of a cell's container: its slot's one GPU by NVML index (the container then sees
+    it as its only GPU, index 0), or every GPU when it has no slot of its own (--parallel 1)."""
+    import docker
+
+    if gpu_index is None:
+        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(device_ids=[str(gpu_index)], capabilities=[["gpu"]])
+
+
 class DockerEngine:
     name = "docker"
 
@@ -60,9 +70,12 @@ class DockerEngine:
         self.memory = memory
         self._images: dict[str, object] = {}
 
-    def device_model(self) -> str:
-        from fwbench.harness.envinfo import device_model
+    def device_model(self, gpu_index: int | None = None) -> str:
+        """The device a cell will run on: GPU `gpu_index` (its slot's), else what the host offers."""
+        from fwbench.harness.envinfo import device_model, gpu_model
 
+        if self.use_gpu and gpu_index is not None:
+            return gpu_model(gpu_index) or "unknown GPU"
         return device_model(self.use_gpu)
 
     def image_name(self, stack: str) -> str:
@@ -102,8 +115,7 @@ class DockerEngine:
         # Any uid can run the image: caches go to /tmp.
         environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache",
                        "KERAS_HOME": "/tmp/keras"}
-        device_requests = ([docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-                           if self.use_gpu else None)
+        device_requests = [docker_device_request(spec.gpu_index)] if self.use_gpu else None
         container = self.client.containers.run(
             self.image_name(spec.stack),
             entrypoint=["python", "-m", "fwbench.harness.cell"],
@@ -112,6 +124,8 @@ class DockerEngine:
                      str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
             environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
             device_requests=device_requests, mem_limit=self.memory, detach=True,
+            # The slot's cores (fwbench.slots); None: every core, as without --parallel.
+            cpuset_cpus=spec.cpu_set,
             labels={"io.fwbench.cell": spec.cell_id, "io.fwbench.runner-pid": str(os.getpid())})
         # Removes the container should this runner die without doing so (see engines/watchdog.py).
         watchdog = subprocess.Popen([sys.executable, "-m", "fwbench.engines.watchdog", str(os.getpid()), container.id],

@@ -211,9 +211,12 @@ class PythonEngine:
         self.pin_set = pin_set
         self._interpreter_for = interpreter_for
 
-    def device_model(self) -> str:
+    def device_model(self, gpu_index: int | None = None) -> str:
+        """The device a cell will run on: GPU `gpu_index` (its slot's), else what the host offers."""
         from fwbench.harness.envinfo import device_model, gpu_model
 
+        if gpu_index is not None:
+            return gpu_model(gpu_index) or "unknown GPU"
         return device_model(gpu_model() is not None)
 
     def prepare(self, stack: str, progress: Optional[ProgressCallback] = None) -> None:

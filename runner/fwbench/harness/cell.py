@@ -22,6 +22,7 @@ from fwbench import __version__, data, pins, registry
 from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.schema import SCHEMA_VERSION
+from fwbench.slots import own_cpu_set
 from fwbench.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 
@@ -60,6 +61,9 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "tf32_setting": spec.tf32,
         "jit_policy": spec.jit,
         "data_seed": spec.seed,
+        # Where the runner placed the cell; the cell process overwrites cpu_set with the cores it really had.
+        "cpu_set": spec.cpu_set,
+        "gpu_index": spec.gpu_index,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
     }
     jit_compile = stack.jit_compile(spec.task, spec.jit) if stack and task else None
@@ -155,6 +159,9 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     # The identity names the device the cell really ran on, in the runner's words (envinfo.device_model).
     result["device_model"] = envinfo.device_model(result.get("device") != "cpu")
     result.update(probe.result())
+    # Its slot's GPU; without a slot of its own, the first GPU it saw; none when it ran on the CPU.
+    result["gpu_index"] = ((contention.visible_gpu_index() if spec.gpu_index is None else spec.gpu_index)
+                           if backend.on_gpu else None)
     extra: dict[str, Any] = {}
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
@@ -200,6 +207,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 def run(spec: CellSpec, record_path: Path) -> int:
     start = time.perf_counter()
     record = base_record(spec)
+    record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
         record.update(measure(spec))
         record["status"] = "ok"

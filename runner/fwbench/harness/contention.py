@@ -4,10 +4,14 @@ On a 2-core machine a test suite running beside a cell made CPU torch steps up t
 in a step time says so, so every row records the competition it met, and a row that met some is
 `busy` (the report leaves busy rows out of rankings unless asked).
 
-CPU: /proc/stat counts every CPU's busy time (in clock ticks); the cell's own CPU time (all its
-threads) comes from getrusage. Their difference over the timed window is what other processes used.
-Clock ticks are 10 ms, too coarse for a 20 ms window, so a short window is topped up with an idle
-sample right after it (the cell does nothing then: whatever runs is someone else).
+CPU: /proc/stat counts each CPU's busy time (in clock ticks); the cell's own CPU time (all its
+threads) comes from getrusage. Their difference over the timed window, on the cores the cell may run
+on (its affinity: all of them unless `fwbench run --parallel` pinned it), is what other processes took
+from it. Clock ticks are 10 ms, too coarse for a 20 ms window, so a short window is topped up with an
+idle sample right after it (the cell does nothing then: whatever runs is someone else).
+
+Other cells: only those that can compete count, i.e. cells that may run on one of this cell's cores or,
+on a GPU, use its GPU. Cells of a `--parallel` run on cores (and GPUs) of their own are not competition.
 """
 
 from __future__ import annotations
@@ -24,17 +28,32 @@ MIN_SAMPLE_S = 0.5  # shortest span the CPU competition is measured over
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
-def system_busy_s() -> float | None:
-    """Busy CPU seconds of all CPUs since boot (user, nice, system, irq, softirq, steal)."""
+def system_busy_s(cpus: set[int] | None = None) -> float | None:
+    """Busy CPU seconds since boot (user, nice, system, irq, softirq, steal) of all CPUs, or of `cpus`
+    (their per-CPU lines); None where /proc/stat cannot say."""
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
+            lines = [line.split() for line in f if line.startswith("cpu")]
     except OSError:
         return None
-    if not fields or fields[0] != "cpu":
+    if not lines or lines[0][0] != "cpu":
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) * _TICK_S
+    if cpus is None:
+        chosen = [lines[0]]
+    else:
+        chosen = [fields for fields in lines[1:] if fields[0][3:].isdigit() and int(fields[0][3:]) in cpus]
+        if len(chosen) != len(cpus):  # a core /proc/stat does not list (offline): not measurable
+            return None
+    total = 0
+    for fields in chosen:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+        total += user + nice + system + irq + softirq + steal
+    return total * _TICK_S
+
+
+def own_cpus() -> set[int] | None:
+    """The cores this process may run on; None where the OS cannot say."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def own_cpu_s() -> float:
@@ -61,6 +80,45 @@ def other_cells(exclude: set[int] | None = None) -> list[int]:
         if CELL_MODULE.encode() in argv:
             pids.append(int(entry))
     return pids
+
+
+def process_cpus(pid: int) -> set[int] | None:
+    """The cores process `pid` may run on; None if that cannot be read (it has ended, or no affinity API)."""
+    try:
+        return set(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return None
+
+
+def process_gpus(pid: int) -> set[int] | None:
+    """NVML indices of the GPUs process `pid` may use (its CUDA_VISIBLE_DEVICES); None: every GPU, or
+    unknown (unset, not numeric, or its environment is not readable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            variables = f.read().split(b"\0")
+    except OSError:
+        return None
+    for variable in variables:
+        if variable.startswith(b"CUDA_VISIBLE_DEVICES="):
+            parts = variable.split(b"=", 1)[1].decode(errors="replace").split(",")
+            if all(part.strip().isdigit() for part in parts):
+                return {int(part) for part in parts}
+            return None
+    return None
+
+
+def competing_cells(pids: list[int], cpus: set[int] | None, gpu_index: int | None) -> list[int]:
+    """The cells among `pids` that compete with this one: they may run on one of its cores (`cpus`;
+    None: every core) or, when it uses GPU `gpu_index`, may use that GPU. Anything unknown competes."""
+    competing = []
+    for pid in pids:
+        theirs = process_cpus(pid)
+        shares_cores = cpus is None or theirs is None or bool(theirs & cpus)
+        gpus = process_gpus(pid) if gpu_index is not None else set()
+        shares_gpu = gpu_index is not None and (gpus is None or gpu_index in gpus)
+        if shares_cores or shares_gpu:
+            competing.append(pid)
+    return competing
 
 
 def gpu_others(gpu_index: int = 0) -> tuple[int, int] | None:
@@ -107,29 +165,36 @@ class _Snapshot:
     system_busy: float | None
 
 
-def _snapshot() -> _Snapshot:
-    return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s())
-
-
 class ContentionProbe:
     """start() just before the timed window, stop() just after it, then result() for the row."""
 
     def __init__(self, threads: int, on_gpu: bool = False):
         self.threads = max(int(threads), 1)
         self.on_gpu = on_gpu
+        # The cores whose load counts (the cell's own; all of them when it is not pinned, which reads
+        # the all-CPU line, exactly as before --parallel existed).
+        cpus = own_cpus()
+        self.cpus = None if cpus is None or cpus == set(range(os.cpu_count() or 0)) else cpus
+        self.gpu_index = visible_gpu_index() if on_gpu else None
         self._start: _Snapshot | None = None
         self._stop: _Snapshot | None = None
         self._cells: set[int] = set()
         self.load_avg_1m: float | None = None
 
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s(self.cpus))
+
+    def _note_cells(self) -> None:
+        self._cells.update(competing_cells(other_cells(), own_cpus(), self.gpu_index))
+
     def start(self) -> None:
-        self._cells.update(other_cells())
+        self._note_cells()
         self.load_avg_1m = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        self._start = _snapshot()  # last, closest to the window's first clock read
+        self._start = self._snapshot()  # last, closest to the window's first clock read
 
     def stop(self) -> None:
-        self._stop = _snapshot()  # first, closest to the window's last clock read
-        self._cells.update(other_cells())
+        self._stop = self._snapshot()  # first, closest to the window's last clock read
+        self._note_cells()
 
     def result(self) -> dict[str, Any]:
         if self._start is None or self._stop is None:
@@ -145,7 +210,7 @@ class ContentionProbe:
             end = stop
             if window_s < MIN_SAMPLE_S:
                 time.sleep(MIN_SAMPLE_S - window_s)  # the idle top-up (see module doc)
-                end = _snapshot()
+                end = self._snapshot()
             others = (end.system_busy - start.system_busy) - (end.own_cpu - start.own_cpu)
             row["other_cpu_cores"] = max(others, 0.0) / (end.wall - start.wall)
         if self.on_gpu:

@@ -1,0 +1,179 @@
+"""Slots for `fwbench run --parallel N|auto`: where each of N concurrent cells may run.
+
+A slot is a set of CPU cores, disjoint from every other slot's, and on a GPU host one GPU of its own:
+two cells sharing a core or a GPU would slow each other down and both timings would be wrong. The
+cores this process may use (its affinity) are split evenly; cores left over by the split stay unused,
+so every slot, and every cell's default thread count, is the same size (threads are part of a cell's
+identity: uneven slots would make repeats of one cell different measurements).
+
+Plain Python: the CLI plans slots before any engine or framework is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+# `auto` on a CPU-only host: one slot per `threads` cores, but no more than this many. Every cell
+# process loads a whole framework (GBs of memory) and shares the memory bandwidth: beyond a few cells at
+# once those, not the cores, limit how many can run without slowing each other.
+AUTO_MAX_CPU_SLOTS = 8
+
+
+class SlotError(ValueError):
+    """The requested parallelism cannot be planned on this host (a usage error)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    cpus: tuple[int, ...] | None  # None: not pinned, the cell inherits the runner's cores (--parallel 1)
+    gpu: int | None  # NVML index of the slot's one GPU; None: the engine's default (all GPUs, or none)
+
+    @property
+    def cpu_set(self) -> str | None:
+        return None if self.cpus is None else format_cpu_set(self.cpus)
+
+
+UNPINNED = Slot(0, None, None)  # --parallel 1: cells run exactly as they always have
+
+
+def format_cpu_set(cpus) -> str:
+    """CPU ids as the kernel's list format: {0,1,2,3} -> "0-3", {0,2} -> "0,2", {0,1,4} -> "0-1,4"."""
+    ids = sorted(set(int(c) for c in cpus))
+    parts = []
+    start = previous = None
+    for cpu in ids + [None]:
+        if start is not None and (cpu is None or cpu != previous + 1):
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+            start = None
+        if cpu is not None and start is None:
+            start = cpu
+        previous = cpu
+    return ",".join(parts)
+
+
+def parse_cpu_set(text: str) -> set[int]:
+    """The kernel's list format back to CPU ids ("0-1,4" -> {0, 1, 4}); ValueError if malformed."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        low, high = int(first), int(last or first)
+        if low < 0 or high < low:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(low, high + 1))
+    return cpus
+
+
+def usable_cpus() -> list[int]:
+    """The CPU cores this process may run on (its affinity: a container's or taskset's limit)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def own_cpu_set() -> str | None:
+    """This process's cores as a CPU list ("0-3"); None where the OS cannot say (no sched_getaffinity)."""
+    return format_cpu_set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def usable_gpus() -> list[int]:
+    """NVML indices of the GPUs cells may use: every GPU the driver reports (NVML, else nvidia-smi, which
+    numbers them the same way), narrowed to CUDA_VISIBLE_DEVICES when the runner was started with it.
+    Empty without an NVIDIA driver."""
+    gpus = _nvml_gpus()
+    if gpus is None:
+        gpus = _nvidia_smi_gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(part.strip().isdigit() for part in visible.split(",") if part.strip()):
+        wanted = [int(part) for part in visible.split(",") if part.strip()]
+        gpus = [gpu for gpu in wanted if gpu in gpus]
+    return gpus
+
+
+def _nvml_gpus() -> list[int] | None:
+    """GPU indices from NVML; None when NVML cannot be asked (pynvml is not in the runner's install, or
+    no driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return list(range(pynvml.nvmlDeviceGetCount()))
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _nvidia_smi_gpus() -> list[int]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return [int(line) for line in lines] if done.returncode == 0 and all(map(str.isdigit, lines)) else []
+
+
+def parse_parallel(text: str) -> int | None:
+    """--parallel: a positive number, or None for `auto`."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SlotError(f"--parallel must be a positive number or auto, not {text!r}") from None
+    if value < 1:
+        raise SlotError(f"--parallel must be at least 1, got {value}")
+    return value
+
+
+def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus: list[int]) -> list[Slot]:
+    """The slots for `--parallel` (None = auto) given the usable CPU cores and GPUs.
+
+    One slot is UNPINNED (today's behaviour). More: each slot gets len(cpus) // N cores of its own and,
+    when there are GPUs, one GPU of its own."""
+    if not cpus:
+        raise SlotError("this process may run on no CPU core (empty CPU affinity)")
+    if parallel is None:
+        parallel = auto_parallel(threads, len(cpus), len(gpus))
+    if parallel == 1:
+        return [UNPINNED]
+    if gpus and parallel > len(gpus):
+        raise SlotError(f"--parallel {parallel} needs a GPU per cell, but this host has {len(gpus)} usable GPU(s) "
+                        "(two cells on one GPU would slow each other down)")
+    if parallel > len(cpus):
+        raise SlotError(f"--parallel {parallel} needs a CPU core per cell, but this process may use "
+                        f"{len(cpus)} core(s): {format_cpu_set(cpus)}")
+    size = len(cpus) // parallel
+    if threads is not None and threads > size:
+        raise SlotError(f"--threads {threads} is more than the {size} core(s) each of the {parallel} parallel "
+                        f"cells gets ({len(cpus)} cores / {parallel}): lower --threads or --parallel")
+    return [Slot(i, tuple(cpus[i * size:(i + 1) * size]), gpus[i] if gpus else None) for i in range(parallel)]
+
+
+def auto_parallel(threads: int | None, cores: int, gpus: int) -> int:
+    """`--parallel auto`: one cell per GPU on a GPU host, one per `threads` cores (default 1) on a
+    CPU-only host (there at most AUTO_MAX_CPU_SLOTS); never more cells than `threads`-sized core groups."""
+    by_cores = cores // max(1, threads or 1)
+    return max(1, min(gpus, by_cores) if gpus else min(by_cores, AUTO_MAX_CPU_SLOTS))
+
+
+def slot_threads(slots: list[Slot], threads: int | None) -> int:
+    """Threads per cell: --threads, else a pinned slot's core count, else every core of the host (as
+    fwbench always defaulted to)."""
+    if threads is not None:
+        return threads
+    if slots[0].cpus is not None:
+        return len(slots[0].cpus)
+    return os.cpu_count() or 1
