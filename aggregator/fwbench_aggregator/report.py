@@ -180,9 +180,9 @@ def _concurrent_summary(frame) -> list:
         return []
     most = int(concurrent["parallel_cells"].max())
     return [d.Paragraph(f"{len(concurrent)} of {len(ok)} ok row(s) ran concurrently, up to {most} cells at once "
-                        "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own: they are not busy and "
-                        f"stay in the tables, marked {CONCURRENT_MARK}; their cores and GPU are in the provenance rows.",
-                        "note")]
+                        "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own: their neighbours do not "
+                        f"make them busy, and the tables mark them {CONCURRENT_MARK}. Their cores and GPU are in the "
+                        "provenance rows.", "note")]
 
 
 def build_document(loaded: LoadedResults, report_dir: Path,

@@ -6,7 +6,7 @@ cores this process may use (its affinity) are split evenly; cores left over by t
 so every slot, and every cell's default thread count, is the same size (threads are part of a cell's
 identity: uneven slots would make repeats of one cell different measurements).
 
-Plain Python: the CLI plans slots before any engine or framework is loaded.
+Plain Python, no framework: the CLI plans the slots, engines and cell processes read CPU lists with it.
 """
 
 from __future__ import annotations
