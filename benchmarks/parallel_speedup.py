@@ -73,8 +73,10 @@ def main() -> int:
             "--out", str(work / "warm-up"), "--data", str(data))
     matrix = ["--stack", STACK, "--preset", "tiny", *[arg for task in args.tasks for arg in ("--task", task)],
               "--repeats", str(args.repeats), "--steps", str(args.steps), "--threads", "1", "--data", str(data)]
+    load_before = os.getloadavg()[0]
     sequential_s = fwbench("run", *matrix, "--out", str(work / "sequential"))
     parallel_s = fwbench("run", *matrix, "--parallel", str(args.parallel), "--out", str(work / "parallel"))
+    load_after = os.getloadavg()[0]
     one, many = rows(work / "sequential"), rows(work / "parallel")
 
     cells = len(args.tasks) * args.repeats
@@ -83,14 +85,19 @@ def main() -> int:
           f"1 thread each) on {len(os.sched_getaffinity(0))} cores; results in {work}")
     print(f"wall time  one at a time {sequential_s:7.1f} s   --parallel {args.parallel} {parallel_s:7.1f} s   "
           f"ratio {ratio:.2f} (target <= {TARGET_RATIO})")
+    print(f"host load (1-min average) {load_before:.1f} before, {load_after:.1f} after")
     print()
-    print(f"{'task':<22} {'rep':>3} {'alone ms':>9} {'parallel ms':>11} {'ratio':>6}  {'CPUs':>5} {'at once':>7}  busy")
+    # "others": CPU cores other processes used while the cell was timed, on the cores it could run on
+    # (all of them alone, its own slot's in parallel): load that was not fwbench's.
+    print(f"{'task':<22} {'rep':>3} {'alone ms':>9} {'parallel ms':>11} {'ratio':>6}  {'CPUs':>5} {'at once':>7}  "
+          f"{'others alone':>12} {'others parallel':>15}")
+    nan = float("nan")
     for key in sorted(one):
         alone, beside = one[key], many.get(key, {})
-        busy = ", ".join(name for name, row in (("alone", alone), ("parallel", beside)) if row.get("busy")) or "-"
-        print(f"{key[0]:<22} {key[1]:>3} {alone['ms_per_step']:9.2f} {beside.get('ms_per_step', float('nan')):11.2f} "
-              f"{beside.get('ms_per_step', float('nan')) / alone['ms_per_step']:6.2f}  {beside.get('cpu_set') or '?':>5} "
-              f"{beside.get('parallel_cells') or '?':>7}  {busy}")
+        print(f"{key[0]:<22} {key[1]:>3} {alone['ms_per_step']:9.2f} {beside.get('ms_per_step', nan):11.2f} "
+              f"{beside.get('ms_per_step', nan) / alone['ms_per_step']:6.2f}  {beside.get('cpu_set') or '?':>5} "
+              f"{beside.get('parallel_cells') or '?':>7}  {alone.get('other_cpu_cores') or nan:12.2f} "
+              f"{beside.get('other_cpu_cores') or nan:15.2f}")
     print()
     print(f"{'task':<22} {'alone median [95% CI]':>24} {'parallel median [95% CI]':>26}  within noise")
     within = 0
