@@ -72,7 +72,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dtype", "string", "Compute dtype: float32 or bfloat16."),
     ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
-    ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU)."),
+    ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU; null where "
+                                 "torch does not count them, e.g. 2.2)."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
