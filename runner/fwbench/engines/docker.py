@@ -80,9 +80,11 @@ class DockerEngine:
                               f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
                               f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} -t {name} .)"
                               ) from None
-        labelled = (self._images[stack].labels or {}).get("io.fwbench.pin-set")
-        if labelled and labelled != self.pin_set:
-            raise EngineError(f"image {name} holds the {labelled} pin set, not {self.pin_set}")
+        labels = self._images[stack].labels or {}
+        if labels.get("io.fwbench.pin-set", self.pin_set) != self.pin_set:
+            raise EngineError(f"image {name} holds the {labels['io.fwbench.pin-set']} pin set, not {self.pin_set}")
+        # The row names the image that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu.
+        self.variant = labels.get("io.fwbench.variant", self.variant)
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
