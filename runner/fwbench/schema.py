@@ -10,7 +10,7 @@ SCHEMA_VERSION = 3
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
-ADDED_IN_V3 = ("pin_deviations",)
+ADDED_IN_V3 = ("pin_deviations", "compiled_target", "tokenize_in_step")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
@@ -63,6 +63,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU."),
     ("peak_mem_kind", "string", "Which counter peak_mem_bytes is (cuda_allocator_peak, process_peak_rss, ...)."),
     ("tokens_generated", "int64", "generate: new tokens per sequence actually produced."),
+    ("tokenize_in_step", "bool", "generate: True if tokenizing the prompt and detokenizing the output were inside the "
+                                 "timed step (fwbench: False, token ids in and out; the published run: True)."),
     ("prompt_len", "int64", "generate: prompt tokens per sequence."),
     ("seq_len", "int64", "Text fit/predict: sequence length."),
     ("input_sha256", "string", "Combined SHA-256 of the shared input files the cell read."),
@@ -74,6 +76,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
     ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU; null where "
                                  "torch does not count them, e.g. 2.2)."),
+    ("compiled_target", "string", "native-torch compiled cells: what torch.compile compiled (model forward, UNet, "
+                                  "image encoder + mask decoder, model.forward inside generate, the Trainer's model); "
+                                  "null when nothing was compiled."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "

@@ -40,7 +40,7 @@ class GenerateCell(StepCell):
         generated = np.asarray(output["padding_mask"]).sum(axis=1) - self.prompt_len
         if not (generated == self.new_tokens).all():
             raise RuntimeError(f"generate produced {generated.tolist()} new tokens, expected {self.new_tokens}")
-        self.ctx.report(tokens_generated=int(generated[0]))
+        self.ctx.report(tokens_generated=int(generated[0]), tokenize_in_step=False)
         return output
 
 

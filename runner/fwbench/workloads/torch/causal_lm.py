@@ -49,7 +49,7 @@ class GenerateCell(StepCell):
         generated = output.shape[1] - self.prompt.shape[1]
         if generated != self.new_tokens:
             raise RuntimeError(f"generate produced {generated} new tokens, expected {self.new_tokens}")
-        self.ctx.report(tokens_generated=generated)
+        self.ctx.report(tokens_generated=generated, tokenize_in_step=False)
         return output
 
 
@@ -77,6 +77,7 @@ def build_causal_lm(ctx, model_class, config):
     if spec.compile_mode != "none":
         # generate() calls self.forward: compiling the module object would bypass this path.
         model.forward = torch.compile(model.forward, mode=spec.compile_mode)
+        ctx.report(compiled_target="model.forward (inside generate)")
     prompt = token_ids.to(device)
     ctx.report(prompt_len=prompt.shape[1])
     return GenerateCell(ctx, model, prompt, padding_mask.to(device), ctx.shapes.new_tokens)

@@ -29,6 +29,13 @@ def maybe_compile(module: Any, mode: str) -> Any:
     return torch.compile(module, mode=mode)
 
 
+def report_compiled(ctx, target: str) -> None:
+    """Say what a compiled cell compiled (the `compiled_target` column; null when nothing is compiled):
+    the published run's compiled variant did not always compile what ran, so rows must say."""
+    if ctx.spec.compile_mode != "none":
+        ctx.report(compiled_target=target)
+
+
 def count_params(model: torch.nn.Module) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
