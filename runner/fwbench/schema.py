@@ -76,9 +76,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
     ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU; null where "
                                  "torch does not count them, e.g. 2.2)."),
-    ("compiled_target", "string", "native-torch compiled cells: what torch.compile compiled (model forward, UNet, "
-                                  "image encoder + mask decoder, model.forward inside generate, the Trainer's model); "
-                                  "null when nothing was compiled."),
+    ("compiled_target", "string", "native-torch compiled cells: what torch.compile compiled (whole train step, "
+                                  "model forward, UNet, image encoder + mask decoder, model.forward inside generate, "
+                                  "the Trainer's model); null when nothing was compiled."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "

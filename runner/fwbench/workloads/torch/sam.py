@@ -76,8 +76,7 @@ def build(ctx):
         encoder = sam.image_encoder
         report_model(ctx, encoder, "float32")
         target = tensor(nchw(ctx.arrays["target_embeddings"]), device)
-        report_compiled(ctx, "image encoder forward")
-        return RegressionTrainStep(encoder, maybe_compile(encoder, mode), images, target)
+        return RegressionTrainStep(ctx, encoder, images, target)
 
     sam.eval()
     report_model(ctx, sam, "float32")

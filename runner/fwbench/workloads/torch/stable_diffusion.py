@@ -80,8 +80,7 @@ def build(ctx):
         report_model(ctx, encoder, "float32")
         images = tensor(nchw(ctx.arrays["images"]), device)
         target = tensor(nchw(ctx.arrays["target_moments"]), device)
-        report_compiled(ctx, "VAE encoder forward")
-        return RegressionTrainStep(encoder, maybe_compile(encoder, mode), images, target)
+        return RegressionTrainStep(ctx, encoder, images, target)
 
     unet = build_unet(arch).to(device).eval()
     report_model(ctx, unet, "float32")
