@@ -83,8 +83,14 @@ class DockerEngine:
         labels = self._images[stack].labels or {}
         if labels.get("io.fwbench.pin-set", self.pin_set) != self.pin_set:
             raise EngineError(f"image {name} holds the {labels['io.fwbench.pin-set']} pin set, not {self.pin_set}")
-        # The row names the image that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu.
-        self.variant = labels.get("io.fwbench.variant", self.variant)
+
+    def image_variant(self, stack: str) -> str:
+        """The variant the stack's image was built as (its io.fwbench.variant label), so the row names the image
+        that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu. Per stack: one run's images
+        may differ (an --image template without {variant}). An unlabelled image is what was asked for."""
+        if stack not in self._images:
+            self.prepare(stack)
+        return (self._images[stack].labels or {}).get("io.fwbench.variant") or self.variant
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
