@@ -38,13 +38,13 @@ class StandInClient:
         return self._by_name[name]
 
 
-def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]]):
-    """`fwbench run --engine docker --gpus none --pin-set paper-2024 --image TEMPLATE` (images: name -> labels)."""
+def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]], gpus: str = "none"):
+    """`fwbench run --engine docker --gpus GPUS --pin-set paper-2024 --image TEMPLATE` (images: name -> labels)."""
     from fwbench.engines.docker import DockerEngine
 
     client = StandInClient({name: StandInImage(labels) for name, labels in images.items()})
     monkeypatch.setattr(docker, "from_env", lambda: client)
-    engine = DockerEngine(template, gpus="none", pin_set="paper-2024")
+    engine = DockerEngine(template, gpus=gpus, pin_set="paper-2024")
     ran: list[CellSpec] = []
 
     def run_cell(spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
@@ -92,3 +92,14 @@ def test_each_stack_s_rows_name_its_own_image_s_variant(monkeypatch, tmp_path):
     # An unlabelled image is taken to be the variant asked for (cpu: no GPU here).
     assert {r.row["stack"]: r.row["image_variant"] for r in done} == {
         "keras3-jax": "gpu", "native-torch": "cpu", "keras3-torch": "cpu"}
+
+
+@pytest.mark.parametrize("gpus, jax_platforms", [("none", "cpu"), ("all", None)])
+def test_jax_is_told_to_use_the_cpu_when_no_gpu_enters_the_container(monkeypatch, tmp_path, gpus, jax_platforms):
+    # JAX 0.4.23's CUDA plugin fails a cell without a GPU instead of falling back (seen in the paper-2024 gpu image).
+    engine, _ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-gpu",
+                                 {"fwbench/keras3-jax:paper-2024-gpu": GPU}, gpus=gpus)
+    [spec] = bert_predict(tmp_path, "keras3-jax")
+    environment = engine.container_environment(spec)
+    assert environment.get("JAX_PLATFORMS") == jax_platforms
+    assert environment["KERAS_BACKEND"] == "jax" and "PATH" not in environment  # fwbench's settings only

@@ -97,6 +97,16 @@ class DockerEngine:
         digests = image.attrs.get("RepoDigests") or []
         return {"image_id": image.id, "image_digest": digests[0] if digests else None}
 
+    def container_environment(self, spec: CellSpec) -> dict[str, str]:
+        """Only fwbench's own settings cross into the container, never the host's environment."""
+        # Any uid can run the image: caches go to /tmp.
+        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache", "KERAS_HOME": "/tmp/keras"}
+        if not self.use_gpu:
+            # No GPU enters the container, and JAX 0.4.23's CUDA plugin (the paper-2024 gpu image) then fails
+            # the cell ("Unable to initialize backend 'cuda'") where later JAX only warns and uses the CPU.
+            environment["JAX_PLATFORMS"] = "cpu"
+        return environment
+
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
         import docker
         import requests
@@ -106,10 +116,7 @@ class DockerEngine:
         cell_dir = record_path.parent
         inner = replace(spec, data_dir="/data")
         spec_path = write_spec(inner, cell_dir)
-        # Only fwbench's own settings cross into the container, never the host's environment.
-        # Any uid can run the image: caches go to /tmp.
-        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache",
-                       "KERAS_HOME": "/tmp/keras"}
+        environment = self.container_environment(spec)
         device_requests = ([docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
                            if self.use_gpu else None)
         container = self.client.containers.run(
