@@ -45,6 +45,9 @@ from fwbench import results
 [row] = [results.read_row(p) for p in Path(sys.argv[1]).rglob("*.parquet")]
 if (row["status"], row["image_variant"], row["pin_set"]) != ("ok", "gpu", sys.argv[2]):
     sys.exit(f"unexpected row: status {row['status']}, image {row['image_variant']}, pin set {row['pin_set']}")
+# A GPU lock adds CUDA packages to the CPU one: they must not move a published pin without declaring it.
+if sys.argv[2] == "paper-2024" and (not row["pin_deviations"] or "undeclared" in row["pin_deviations"]):
+    sys.exit(f"undeclared differences from the published pins: {row['pin_deviations']}")
 print(f"ok: {row['task']} ran in the gpu image on the CPU, {row['ms_per_step']:.1f} ms/step")
 PY
   fi

@@ -95,8 +95,8 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
     outcomes = []
     for spec in specs:
         # The engine and the host complete the identity: pin set, image variant and device model.
-        spec = replace(spec, run_id=run_id, engine=engine.name, pin_set=engine.pin_set, image_variant=engine.variant,
-                       device_model=device_model)
+        spec = replace(spec, run_id=run_id, engine=engine.name, pin_set=engine.pin_set,
+                       image_variant=engine.image_variant(spec.stack), device_model=device_model)
         existing = results.matching_ok_row(spec, out_dir) if resume else None
         if existing is not None:
             result = CellResult(spec, existing[0], existing[1], skipped=True)

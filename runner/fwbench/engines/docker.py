@@ -83,13 +83,29 @@ class DockerEngine:
         labels = self._images[stack].labels or {}
         if labels.get("io.fwbench.pin-set", self.pin_set) != self.pin_set:
             raise EngineError(f"image {name} holds the {labels['io.fwbench.pin-set']} pin set, not {self.pin_set}")
-        # The row names the image that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu.
-        self.variant = labels.get("io.fwbench.variant", self.variant)
+
+    def image_variant(self, stack: str) -> str:
+        """The variant the stack's image was built as (its io.fwbench.variant label), so the row names the image
+        that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu. Per stack: one run's images
+        may differ (an --image template without {variant}). An unlabelled image is what was asked for."""
+        if stack not in self._images:
+            self.prepare(stack)
+        return (self._images[stack].labels or {}).get("io.fwbench.variant") or self.variant
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
         digests = image.attrs.get("RepoDigests") or []
         return {"image_id": image.id, "image_digest": digests[0] if digests else None}
+
+    def container_environment(self, spec: CellSpec) -> dict[str, str]:
+        """Only fwbench's own settings cross into the container, never the host's environment."""
+        # Any uid can run the image: caches go to /tmp.
+        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache", "KERAS_HOME": "/tmp/keras"}
+        if not self.use_gpu:
+            # No GPU enters the container, and JAX 0.4.23's CUDA plugin (the paper-2024 gpu image) then fails
+            # the cell ("Unable to initialize backend 'cuda'") where later JAX only warns and uses the CPU.
+            environment["JAX_PLATFORMS"] = "cpu"
+        return environment
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
         import docker
@@ -100,10 +116,7 @@ class DockerEngine:
         cell_dir = record_path.parent
         inner = replace(spec, data_dir="/data")
         spec_path = write_spec(inner, cell_dir)
-        # Only fwbench's own settings cross into the container, never the host's environment.
-        # Any uid can run the image: caches go to /tmp.
-        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache",
-                       "KERAS_HOME": "/tmp/keras"}
+        environment = self.container_environment(spec)
         device_requests = ([docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
                            if self.use_gpu else None)
         container = self.client.containers.run(

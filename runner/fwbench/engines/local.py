@@ -216,6 +216,9 @@ class PythonEngine:
 
         return device_model(gpu_model() is not None)
 
+    def image_variant(self, stack: str) -> str:
+        return self.variant
+
     def prepare(self, stack: str, progress: Optional[ProgressCallback] = None) -> None:
         """Make the stack's interpreter ready (the local engine builds its environment, reporting to progress)."""
         self._interpreter_for(stack, progress)
