@@ -64,26 +64,30 @@ def test_every_compose_file_is_valid_against_the_compose_specification_schema(co
     assert not errors, f"{path}: " + "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:5])
 
 
-@pytest.mark.parametrize("pin_set", [None, "paper-2024"])
-def test_compose_v2_resolves_the_gpu_file_with_a_gpu_reservation_per_bench_service(compose_v2, pin_set):
-    done = config(compose_v2, "compose.yaml", pin_set=pin_set)
+def resolved_bench_services(compose_v2: Path, path: str, pin_set: str | None, variant: str) -> dict:
+    """The file's services as Compose v2 resolves them; every bench service names the pin set's image."""
+    done = config(compose_v2, path, pin_set=pin_set)
     assert done.returncode == 0, done.stderr
     services = json.loads(done.stdout)["services"]
     for name in BENCH_SERVICES:
+        assert services[name]["image"].endswith(f":{pin_set or 'current'}-{variant}"), services[name]["image"]
+        assert services[name]["build"]["args"]["PIN_SET"] == (pin_set or "current")
+    return services
+
+
+@pytest.mark.parametrize("pin_set", [None, "paper-2024"])
+def test_compose_v2_resolves_the_gpu_file_with_a_gpu_reservation_per_bench_service(compose_v2, pin_set):
+    services = resolved_bench_services(compose_v2, "compose.yaml", pin_set, "gpu")
+    for name in BENCH_SERVICES:
         [device] = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], name
-        assert services[name]["image"].endswith(f":{pin_set or 'current'}-gpu"), services[name]["image"]
-        assert services[name]["build"]["args"]["PIN_SET"] == (pin_set or "current")
 
 
 @pytest.mark.parametrize("pin_set", [None, "paper-2024"])
 def test_compose_v2_resolves_the_cpu_file_without_any_gpu_reservation(compose_v2, pin_set):
-    done = config(compose_v2, "compose.cpu.yaml", pin_set=pin_set)
-    assert done.returncode == 0, done.stderr
-    services = json.loads(done.stdout)["services"]
+    services = resolved_bench_services(compose_v2, "compose.cpu.yaml", pin_set, "cpu")
     for name in BENCH_SERVICES:
         assert "deploy" not in services[name], name
-        assert services[name]["image"].endswith(f":{pin_set or 'current'}-cpu"), services[name]["image"]
         assert services[name]["environment"]["FWBENCH_PRESET"] == "tiny"
     assert services["data"]["image"] == "fwbench/runner:current"
 

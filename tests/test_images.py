@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fwbench import registry
-from fwbench.pins import PIN_SETS
+from fwbench.pins import PIN_SETS, pinned_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "images"
@@ -167,15 +167,6 @@ def test_entrypoint_runs_the_images_stack_by_default_and_fwbench_otherwise(stack
     assert given.stdout.strip() == "data --out /data"
 
 
-def pins(path: Path) -> dict[str, str]:
-    found = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==([^\s;\\]+)", line)
-        if match:
-            found[match.group(1).lower().replace("_", "-")] = match.group(3)
-    return found
-
-
 @pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
 def test_each_lock_pins_its_requirements_with_hashes(stack, pin_set, variant):
     folder = IMAGES / stack / pin_set
@@ -183,12 +174,12 @@ def test_each_lock_pins_its_requirements_with_hashes(stack, pin_set, variant):
     requirements = requirements if variant == "gpu" and requirements.is_file() else folder / "requirements.txt"
     lock = folder / f"requirements-{variant}.lock"
     assert requirements.is_file() and lock.is_file(), f"run: bash images/lock.sh {stack}/{pin_set}"
-    locked = pins(lock)
+    locked = pinned_versions(lock)
     overrides = folder / "overrides.txt"  # the pin set's own pins win (lock.sh uses uv --override)
     shared = IMAGES / "pin-sets" / f"{pin_set}.txt"  # constraints: they bind only what the lock holds
-    wanted = {**pins(requirements), **pins(IMAGES / "fwbench-runtime.txt"),
-              **{name: version for name, version in pins(shared).items() if name in locked},
-              **(pins(overrides) if overrides.is_file() else {})}
+    wanted = {**pinned_versions(requirements), **pinned_versions(IMAGES / "fwbench-runtime.txt"),
+              **{name: version for name, version in pinned_versions(shared).items() if name in locked},
+              **(pinned_versions(overrides) if overrides.is_file() else {})}
     mismatched = {name: (version, locked.get(name)) for name, version in wanted.items() if locked.get(name) != version}
     assert not mismatched, f"{lock.name} is stale (bash images/lock.sh {stack}/{pin_set}): {mismatched}"
     text = lock.read_text()
@@ -253,7 +244,7 @@ def test_every_service_builds_its_own_stack_from_the_one_dockerfile(compose_file
 @pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
 def test_locked_pyarrow_imports_with_the_locked_numpy(stack, pin_set, variant):
     """The runner inside an image (compose) imports pyarrow: pyarrow >= 26 refuses numpy 1.x at import."""
-    locked = pins(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
+    locked = pinned_versions(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
     numpy_major = int(locked["numpy"].split(".")[0]) if "numpy" in locked else 2
     pyarrow_major = int(locked["pyarrow"].split(".")[0])
     assert numpy_major >= 2 or pyarrow_major <= 25, f"pyarrow {locked['pyarrow']} with numpy {locked['numpy']}"

@@ -44,6 +44,11 @@ def check_pin_set(pin_set: str | None) -> None:
         raise UsageError(f"unknown pin set '{pin_set}' (choose from: {', '.join(pins.PIN_SETS)})")
 
 
+def pin_set_or_default(pin_set: str | None) -> str:
+    check_pin_set(pin_set)
+    return pin_set or pins.DEFAULT_PIN_SET
+
+
 def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
                 pin_set: str | None = None):
     """pin_set None: the default one (current engine inside an image: the image's)."""
@@ -53,9 +58,9 @@ def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory:
     if name == "docker":
         from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
 
-        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set or pins.DEFAULT_PIN_SET)
+        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
     if name == "local":
-        return local_engine(pin_set or pins.DEFAULT_PIN_SET)
+        return local_engine(pin_set_or_default(pin_set))
     if name == "current":
         return current_engine(pin_set)
     raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
@@ -271,8 +276,7 @@ def demo_cmd(
     from fwbench import matrix
     from fwbench.engines.local import REPO_ROOT
 
-    check_pin_set(pin_set)
-    pin_set = pin_set or pins.DEFAULT_PIN_SET
+    pin_set = pin_set_or_default(pin_set)
     stacks = stack or [s for s in registry.STACKS
                        if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
@@ -297,10 +301,10 @@ def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
     from fwbench.build_status import build_status
     from fwbench.engines.local import StackEnvironment
 
-    check_pin_set(pin_set)
+    pin_set = pin_set_or_default(pin_set)
     for stack_id in stack:
         registry.get_stack(stack_id)
-        environment = StackEnvironment(stack_id, pin_set or pins.DEFAULT_PIN_SET)
+        environment = StackEnvironment(stack_id, pin_set)
         with build_status(console, f"building {stack_id}") as report:
             environment.build(report)
         console.print(f"{stack_id}: {environment.python}", highlight=False, soft_wrap=True)
@@ -312,9 +316,9 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
     """Print the interpreter of a stack's local environment (building nothing)."""
     from fwbench.engines.local import StackEnvironment
 
-    check_pin_set(pin_set)
+    pin_set = pin_set_or_default(pin_set)
     registry.get_stack(stack)
-    environment = StackEnvironment(stack, pin_set or pins.DEFAULT_PIN_SET)
+    environment = StackEnvironment(stack, pin_set)
     print(environment.python if environment.ready else "")
     if not environment.ready:
         raise typer.Exit(1)
