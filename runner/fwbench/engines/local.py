@@ -184,7 +184,9 @@ class StackEnvironment:
             report(BuildProgress("creating the virtual environment"))
             run(sys.executable, "-m", "venv", self.path)
             count = requirement_count(self.requirements)
-            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check")
+            # No wheel cache: the environment is the cache, and a second copy of every wheel (several GB
+            # for a CUDA build of torch) would double its disk.
+            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir")
             if self.locked:
                 report(BuildProgress(f"installing the {count} locked packages of {self.requirements}"))
                 run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=PipProgress(count))
