@@ -30,7 +30,8 @@ for target in "${targets[@]}"; do
   echo "== check-gpu-image: $image"
   start=$(date +%s)
   docker build -q -f images/Dockerfile --build-arg STACK="$stack" --build-arg PIN_SET="$pin_set" --build-arg VARIANT=gpu \
-    --build-arg GIT_REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" -t "$image" . >/dev/null
+    --build-arg GIT_REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+    ${FWBENCH_BASE_IMAGE:+--build-arg FWBENCH_BASE_IMAGE="$FWBENCH_BASE_IMAGE"} -t "$image" . >/dev/null
   echo "built in $(( $(date +%s) - start )) s, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')"
   status=0
   "$python" -m fwbench.cli run --engine docker --gpus none --image "fwbench/{stack}:{pin_set}-gpu" --pin-set "$pin_set" \

@@ -106,3 +106,37 @@ def test_a_malformed_gpu_reservation_is_refused_by_the_schema_and_by_compose_v2(
     assert list(jsonschema.Draft7Validator(compose_schema).iter_errors(document))
     done = config(compose_v2, "compose.yaml", cwd=broken)
     assert done.returncode != 0 and "capabilities" in done.stderr, done.stderr
+
+
+def test_a_release_env_runs_every_stack_by_digest_and_names_it_on_the_rows(compose_v2, tmp_path):
+    """`docker compose --env-file release.env ...` (written by `fwbench publish`): each bench service's image is
+    the released one by digest, and its rows' image_digest (FWBENCH_IMAGE_DIGEST) names the same reference."""
+    import shutil
+
+    from fwbench.release import Release, ReleasedImage, compose_env
+
+    stacks = {"bench-tensorflow": "keras3-tensorflow", "bench-jax": "keras3-jax", "bench-torch": "keras3-torch",
+              "bench-keras2": "keras2-tensorflow", "bench-native": "native-torch"}
+    images = [ReleasedImage(stack=stack, variant="cpu", pin_set="paper-2024", repository=f"127.0.0.1:5000/fwbench/{stack}",
+                            tag="paper-2024-cpu", digest=f"sha256:{i:064x}", image_id="sha256:" + "0" * 64,
+                            lock_sha256="", sbom_sha256="", base_image="", base_image_digest=None, git_revision="")
+              for i, stack in enumerate(stacks.values(), start=1)]
+    env_file = tmp_path / "release.env"
+    env_file.write_text(compose_env(Release("127.0.0.1:5000", "0", "rev", "now", images), "paper-2024", "cpu"))
+    clients = [[str(compose_v2)]] + ([["docker-compose"]] if shutil.which("docker-compose") else [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FWBENCH_")}
+    for client in clients:
+        done = subprocess.run([*client, "--env-file", str(env_file), "-f", "compose.cpu.yaml", "config"],
+                              capture_output=True, text=True, cwd=ROOT, env=env)
+        assert done.returncode == 0, done.stderr
+        services = yaml.safe_load(done.stdout)["services"]
+        for service, stack in stacks.items():
+            released = next(i for i in images if i.stack == stack)
+            assert services[service]["image"] == f"{released.tagged}@{released.digest}", client
+            assert services[service]["environment"]["FWBENCH_IMAGE_DIGEST"] == released.reference, client
+    # Without a release the references stay the local tags, and the rows name no digest.
+    done = subprocess.run([str(compose_v2), "-f", "compose.cpu.yaml", "config", "--format", "json"],
+                          capture_output=True, text=True, cwd=ROOT, env=env)
+    service = json.loads(done.stdout)["services"]["bench-jax"]
+    assert service["image"] == "fwbench/keras3-jax:current-cpu"
+    assert "@sha256:" not in service["environment"]["FWBENCH_IMAGE_DIGEST"]

@@ -103,3 +103,32 @@ def test_jax_is_told_to_use_the_cpu_when_no_gpu_enters_the_container(monkeypatch
     environment = engine.container_environment(spec)
     assert environment.get("JAX_PLATFORMS") == jax_platforms
     assert environment["KERAS_BACKEND"] == "jax" and "PATH" not in environment  # fwbench's settings only
+
+
+def test_a_released_image_runs_by_digest_is_pulled_when_absent_and_named_on_the_row(monkeypatch, tmp_path):
+    """`fwbench run --engine docker --release release.json`: the stack's image is the release's, by digest."""
+    reference = "127.0.0.1:5000/fwbench/keras3-jax@sha256:" + "ab" * 32
+    engine, _ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-{variant}", {})
+    pulled = []
+
+    def pull(name):
+        pulled.append(name)
+        engine.client._by_name[name] = StandInImage(CPU)
+        return engine.client._by_name[name]
+
+    engine.client.pull = pull
+    engine.references = {"keras3-jax": reference}
+    [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert pulled == [reference]
+    assert done.row["image_digest"] == reference and done.row["status"] == "ok"
+
+
+def test_run_with_a_release_that_lacks_the_stack_is_one_clear_error(tmp_path):
+    from fwbench.release import Release
+    from tests.conftest import run_fwbench
+
+    release_path = tmp_path / "release.json"
+    release_path.write_text(Release("127.0.0.1:5000", "0.1.0", "abc", "now", []).to_json())
+    done = run_fwbench("run", "--engine", "local", "--release", str(release_path), "--stack", "keras3-jax",
+                       "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.strip() == "error: --release needs --engine docker"

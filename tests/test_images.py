@@ -67,7 +67,24 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def expand(text: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), ""), text)
+    """Docker's substitution: $NAME, ${NAME} and ${NAME:-default} (the default may itself hold variables)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("${", i):
+            depth, j = 1, i + 2
+            while depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            name, _, default = text[i + 2:j - 1].partition(":-")
+            out.append(values.get(name) or expand(default, values))
+            i = j
+        elif text[i] == "$" and (m := re.match(r"\$(\w+)", text[i:])):
+            out.append(values.get(m.group(1), ""))
+            i += m.end()
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def resolve(build_args: dict[str, str]) -> dict:
@@ -77,7 +94,9 @@ def resolve(build_args: dict[str, str]) -> dict:
     copies, labels, env = [], {}, {}
     for keyword, rest in instructions(DOCKERFILE.read_text()):
         if keyword == "ARG":
-            name, _, default = rest.partition("=")
+            name, has_default, default = rest.partition("=")
+            if not has_default and name in values:  # re-declared after FROM: keeps the value it had
+                continue
             values[name] = build_args.get(name, expand(default.strip('"'), values))
         elif keyword == "COPY":
             *sources, _target = expand(rest, values).split()
@@ -103,12 +122,20 @@ def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(sta
         assert (ROOT / source).exists(), source
     assert built["labels"]["org.opencontainers.image.title"] == f"fwbench-{stack}"
     assert built["labels"]["org.opencontainers.image.revision"] == "abc123"
-    assert built["labels"]["org.opencontainers.image.base.name"] == "python:3.11-slim-bookworm"
+    # The base is pinned by digest; the manifest and the release record it from this label's value.
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", built["labels"]["org.opencontainers.image.base.name"])
+    assert built["env"]["FWBENCH_BASE_IMAGE"] == built["labels"]["org.opencontainers.image.base.name"]
     assert (built["labels"]["io.fwbench.stack"], built["labels"]["io.fwbench.variant"]) == (stack, variant)
     assert built["labels"]["io.fwbench.pin-set"] == pin_set
     assert built["labels"]["io.fwbench.manifest"] == "/opt/fwbench/manifest.json"
     assert (built["env"]["FWBENCH_STACK"], built["env"]["FWBENCH_VARIANT"]) == (stack, variant)
     assert built["env"]["FWBENCH_PIN_SET"] == pin_set
+
+
+def test_a_build_argument_replaces_the_base_image_everywhere():
+    built = resolve({"STACK": "keras3-jax", "FWBENCH_BASE_IMAGE": "fwbench-ci/python:3.11-slim-bookworm"})
+    assert built["labels"]["org.opencontainers.image.base.name"] == "fwbench-ci/python:3.11-slim-bookworm"
+    assert built["env"]["FWBENCH_BASE_IMAGE"] == "fwbench-ci/python:3.11-slim-bookworm"
 
 
 def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():

@@ -50,20 +50,42 @@ def pin_set_or_default(pin_set: str | None) -> str:
 
 
 def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
-                pin_set: str | None = None):
-    """pin_set None: the default one (current engine inside an image: the image's)."""
+                pin_set: str | None = None, release: Path | None = None, stacks: list[str] | None = None):
+    """pin_set None: the default one (current engine inside an image: the image's). release: the docker engine
+    runs `stacks` in that release's images, by digest."""
     from fwbench.engines.local import current_engine, local_engine
 
     check_pin_set(pin_set)
+    if release is not None and name != "docker":
+        raise UsageError("--release needs --engine docker")
     if name == "docker":
         from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
 
-        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
+        engine = DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
+        if release is not None:
+            engine.references = released_images(release, stacks or [], engine.pin_set, engine.variant)
+        return engine
     if name == "local":
         return local_engine(pin_set_or_default(pin_set))
     if name == "current":
         return current_engine(pin_set)
     raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
+
+
+def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -> dict[str, str]:
+    from fwbench.release import ReleaseError, read_release
+
+    try:
+        release = read_release(path)
+    except ReleaseError as exc:
+        raise UsageError(str(exc)) from None
+    references = {}
+    for stack in stacks:
+        released = release.image(stack, pin_set, variant)
+        if released is None:
+            raise UsageError(f"{path} has no {stack} {pin_set}-{variant} image (--pin-set, --gpus)")
+        references[stack] = released.reference
+    return references
 
 
 @app.command("list")
@@ -125,6 +147,8 @@ def run_cmd(
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
     image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
+    release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
+                                                                   "(release.json of `fwbench publish`)."),
     gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
@@ -154,7 +178,7 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    runner = make_engine(engine, image, gpus, docker_memory, pin_set)
+    runner = make_engine(engine, image, gpus, docker_memory, pin_set, release, stack)
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
@@ -325,7 +349,9 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
 
 
 from fwbench_aggregator.cli import register as _register_aggregator
+from fwbench.release_cli import register as _register_release
 _register_aggregator(app)
+_register_release(app)
 
 
 def main() -> None:

@@ -43,7 +43,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("error_message", "string", "One-paragraph reason when status is not ok."),
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
     ("image_id", "string", "Docker image id (docker engine only)."),
-    ("image_digest", "string", "Registry digest of the image, when it came from a registry."),
+    ("image_digest", "string", "The image by registry digest (REGISTRY/fwbench/STACK@sha256:...), when it came from a "
+                               "registry: docker engine from the reference it started (a release's) or the image's "
+                               "RepoDigests; current engine from FWBENCH_IMAGE_DIGEST (compose with a release.env)."),
     ("pin_set", "string", "Library pin set: current or paper-2024 (the published run's versions)."),
     ("pin_deviations", "string", "paper-2024 rows: how the libraries that ran differ from the published pins, "
                                  "'; '-separated (declared ones are listed in docs/stacks.md; anything else is "

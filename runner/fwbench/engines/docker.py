@@ -41,7 +41,9 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None,
-                 pin_set: str = DEFAULT_PIN_SET):
+                 pin_set: str = DEFAULT_PIN_SET, images: dict[str, str] | None = None):
+        """images: stack -> image reference by digest (a release's), used instead of the template and pulled
+        when not present."""
         try:
             import docker
         except ImportError:
@@ -58,6 +60,7 @@ class DockerEngine:
         self.image_template = image_template
         self.pin_set = pin_set
         self.memory = memory
+        self.references = dict(images or {})
         self._images: dict[str, object] = {}
 
     def device_model(self) -> str:
@@ -66,20 +69,31 @@ class DockerEngine:
         return device_model(self.use_gpu)
 
     def image_name(self, stack: str) -> str:
+        if stack in self.references:
+            return self.references[stack]
         return self.image_template.format(stack=stack, variant=self.variant, pin_set=self.pin_set)
 
     def prepare(self, stack: str, progress=None) -> None:
-        """Find the stack's image (never builds one: `progress` is for engines that build)."""
+        """Find the stack's image (never builds one: `progress` is for engines that build); a released image
+        (by digest) is pulled when it is not here."""
         import docker
 
         name = self.image_name(stack)
         try:
             self._images[stack] = self.client.images.get(name)
         except docker.errors.ImageNotFound:
+            if stack in self.references:
+                try:
+                    self._images[stack] = self.client.images.pull(name)
+                except docker.errors.APIError as exc:
+                    raise EngineError(f"cannot pull {name}: {exc.explanation or exc}") from None
+                return self.prepare(stack)
             raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
                               f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
                               f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} -t {name} .)"
                               ) from None
+        except docker.errors.APIError as exc:  # e.g. an invalid reference
+            raise EngineError(f"image {name}: {exc.explanation or exc}") from None
         labels = self._images[stack].labels or {}
         if labels.get("io.fwbench.pin-set", self.pin_set) != self.pin_set:
             raise EngineError(f"image {name} holds the {labels['io.fwbench.pin-set']} pin set, not {self.pin_set}")
@@ -94,6 +108,9 @@ class DockerEngine:
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
+        name = self.image_name(stack)
+        if "@sha256:" in name:  # started by digest: that is the image's name on its registry
+            return {"image_id": image.id, "image_digest": name}
         digests = image.attrs.get("RepoDigests") or []
         return {"image_id": image.id, "image_digest": digests[0] if digests else None}
 

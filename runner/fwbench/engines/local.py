@@ -237,7 +237,12 @@ class PythonEngine:
                 # Environments are cached per requirements hash and shared by every checkout: put this
                 # checkout's fwbench first, whichever checkout built the environment (its .pth).
                 env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "runner"), env.get("PYTHONPATH")) if p)
-            return launch_process(argv, spec, record_path, log_path, env)
+            outcome = launch_process(argv, spec, record_path, log_path, env)
+            # Compose started this image by digest (release.env): the rows name it (a container cannot see that).
+            reference = os.environ.get("FWBENCH_IMAGE_DIGEST", "") if self.name == "current" else ""
+            if "@sha256:" in reference:
+                outcome.row_fields["image_digest"] = reference
+            return outcome
         finally:
             spec_path.unlink(missing_ok=True)
 
