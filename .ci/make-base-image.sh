@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # CI stand-in for the base image of images/Dockerfile. No image registry is reachable from CI, so the base
-# (python:3.11-slim-bookworm on users' machines) is made here: a debootstrapped Debian bookworm with
+# (python:3.11-slim-bookworm by digest on users' machines) is made here: a debootstrapped Debian bookworm with
 # python3, the host's CA bundle (so pip and apt inside builds can reach the package registries
-# through this network), imported under the same name. The Dockerfile itself is unchanged.
+# through this network), imported under the given name. Builds use it through the build argument
+# FWBENCH_BASE_IMAGE (compose and images/check-gpu-image.sh pass it on when that variable is set);
+# the Dockerfile itself is unchanged.
 set -euo pipefail
-BASE_IMAGE="${1:-python:3.11-slim-bookworm}"
+BASE_IMAGE="${1:-fwbench-ci/python:3.11-slim-bookworm}"
 if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   echo "base image $BASE_IMAGE already present"; exit 0
 fi

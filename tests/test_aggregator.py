@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,49 @@ def test_rankings_compared_when_sizes_differ(report):
     md = report.report_md.read_text()
     assert "Sizes differ: preset tiny" in md
     assert "| bert-fit | native-torch [reduce-overhead] < keras3-tensorflow [xla]" in md
+
+
+def test_published_comparison_prefers_paper_2024_rows_and_lists_every_difference(tmp_path):
+    """Both pin sets measured: only paper-2024 rows face the published table; compiled generate, SD predict and
+    Trainer fits say what the published compiled column really ran, generate rows that tokenizing was untimed."""
+    import numpy as np
+
+    from tests.aggregator_rows import record, write
+
+    rng = np.random.default_rng(1)
+    out = tmp_path / "res"
+    cells = [("native-torch", "reduce-overhead", "gemma-generate-bs32", {"compiled_target": "model.forward (inside generate)",
+                                                                       "tokenize_in_step": False, "tokens_generated": 44}),
+             ("native-torch", "reduce-overhead", "stable_diffusion-predict", {"compiled_target": "UNet"}),
+             ("native-torch", "reduce-overhead", "bert-fit", {"compiled_target": "model (Trainer torch_compile)",
+                                                            "tf32_matmul": False}),
+             ("keras3-jax", "xla", "bert-predict", {"jit_compile": True})]
+    for pin_set, centre in (("paper-2024", 100.0), ("current", 50.0)):
+        for stack, mode, task, extra in cells:
+            rec = record(stack, task, preset="paper", compile_mode=mode, step_ms=rng.normal(centre, 1, 5),
+                         pin_set=pin_set, pin_deviations="python 3.11 (published 3.10)" if pin_set != "current" else None,
+                         **extra)
+            path = write(out / pin_set, rec)
+    md = aggregate([out], tmp_path / "rep").report_md.read_text()
+    section = re.split(r"\n#+ ", md.split("Published numbers (paper)", 1)[1])[0]
+    assert "Compared: rows of the paper-2024 pin set" in section
+    table = [line for line in section.splitlines() if line.startswith("| gemma-generate-bs32")
+             or line.startswith("| bert-") or line.startswith("| stable_diffusion-predict")]
+    assert len(table) == 4 and all("| paper-2024 |" in line for line in table), table
+    gemma = next(line for line in table if line.startswith("| gemma-generate-bs32"))
+    assert "model.generate ran the uncompiled module; here: model.forward (inside generate) compiled" in gemma
+    assert "tokenize/detokenize" in gemma and "pin deviations: python 3.11 (published 3.10)" in gemma
+    assert "compiled nothing; here: UNet compiled" in next(line for line in table if "stable_diffusion" in line)
+    assert "also switched TF32 on; here TF32 off" in next(line for line in table if line.startswith("| bert-fit"))
+    assert "| yes |" in next(line for line in table if line.startswith("| bert-predict"))  # XLA column
+
+
+def test_published_comparison_says_so_when_only_current_rows_exist(tmp_path):
+    write_matrix(tmp_path / "res", {("keras3-jax", "xla", "bert-predict"): 418.72}, preset="paper", repeats=1,
+                 spread=0.0, steps=5)
+    md = aggregate([tmp_path / "res"], tmp_path / "rep").report_md.read_text()
+    assert "no paper-2024 rows: library versions differ from the published run" in md
+    assert "library versions of pin set current, not the published ones" in md
 
 
 def test_paper_preset_shows_measured_over_published(tmp_path):

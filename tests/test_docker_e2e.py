@@ -3,7 +3,8 @@ run a tiny cell in every other image through the runner's docker engine, and che
 
 Skipped where no Docker engine answers, unless FWBENCH_REQUIRE_DOCKER=1 (CI sets it), which turns
 a missing engine into a failure. Images are built with `docker-compose -f compose.cpu.yaml build`
-(layer cache makes a rebuild cheap).
+(layer cache makes a rebuild cheap), for the pin set FWBENCH_E2E_PIN_SET (default paper-2024: CI's
+local-engine tests cover `current`, its Docker tests the published run's versions).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.conftest import run_fwbench
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("FWBENCH_REQUIRE_DOCKER") == "1"
+PIN_SET = os.environ.get("FWBENCH_E2E_PIN_SET", "paper-2024")
 SERVICES = {"keras3-tensorflow": "bench-tensorflow", "keras3-jax": "bench-jax", "keras3-torch": "bench-torch",
             "keras2-tensorflow": "bench-keras2", "native-torch": "bench-native"}
 
@@ -61,7 +63,7 @@ def compose_env(tmp_path_factory):
     (work / "report").mkdir()
     env = {**os.environ, "FWBENCH_UID": str(os.getuid()), "FWBENCH_GID": str(os.getgid()),
            "FWBENCH_DATA": str(work / "data"), "FWBENCH_RESULTS": str(work / "results"),
-           "FWBENCH_REPORT": str(work / "report"),
+           "FWBENCH_REPORT": str(work / "report"), "FWBENCH_PIN_SET": PIN_SET,
            "COMPOSE_PROJECT_NAME": "fwbench-e2e"}
     return work, env
 
@@ -93,6 +95,9 @@ def test_compose_up_bench_jax_end_to_end(compose_env, images):
         assert row["status"] == "ok", (row["task"], row["error_message"])
         assert row["engine"] == "current" and row["preset"] == "tiny"
         assert json.loads(row["extra"])["image_manifest"]["stack"] == "keras3-jax"  # which image ran it
+        assert row["pin_set"] == PIN_SET
+        if PIN_SET == "paper-2024":  # the image's libraries are the published ones but for the declared deviations
+            assert row["pin_deviations"] and "undeclared" not in row["pin_deviations"], row["pin_deviations"]
     # Results belong to the invoking user, and no partial file is left behind.
     assert all(p.stat().st_uid == os.getuid() for p in (work / "results").rglob("*.parquet"))
     assert not list((work / "results").rglob("*.tmp"))
@@ -106,16 +111,17 @@ def test_compose_up_bench_jax_end_to_end(compose_env, images):
 def test_every_other_image_runs_a_tiny_cell_through_the_docker_engine(compose_env, images, stack, tmp_path):
     work, _env = compose_env
     done = run_fwbench("run", "--engine", "docker", "--stack", stack, "--task", "bert-predict", "--preset", "tiny",
-                       "--data", str(work / "data"), "--out", str(tmp_path))
+                       "--pin-set", PIN_SET, "--data", str(work / "data"), "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [row] = rows_under(tmp_path)
     assert row["status"] == "ok" and row["engine"] == "docker"
     assert row["image_id"].startswith("sha256:")
+    assert (row["pin_set"], row["image_variant"]) == (PIN_SET, "cpu")
 
 
 def test_docker_engine_timeout_and_oom_leave_status_rows(compose_env, images, tmp_path):
     work, _env = compose_env
-    common = ["run", "--engine", "docker", "--stack", "native-torch", "--task", "bert-predict",
+    common = ["run", "--engine", "docker", "--stack", "native-torch", "--task", "bert-predict", "--pin-set", PIN_SET,
               "--data", str(work / "data")]
     slow = run_fwbench(*common, "--out", str(tmp_path / "slow"), "--inject-fault", "sleep:120", "--timeout", "5")
     assert slow.returncode == 1
@@ -136,16 +142,17 @@ def test_images_carry_their_manifest_and_labels(compose_env, images):
 
     client = docker.from_env()
     for stack in SERVICES:
-        image = client.images.get(f"fwbench/{stack}:cpu")
+        image = client.images.get(f"fwbench/{stack}:{PIN_SET}-cpu")
         labels = image.labels
         assert labels["io.fwbench.stack"] == stack and labels["io.fwbench.variant"] == "cpu"
+        assert labels["io.fwbench.pin-set"] == PIN_SET
         assert labels["org.opencontainers.image.title"] == f"fwbench-{stack}"  # built from images/Dockerfile
         assert image.attrs["Config"]["User"] == "1000:1000"
         assert image.attrs["Config"]["Entrypoint"] == ["/opt/fwbench/entrypoint.sh"]
         # print() ends the output with a newline: Docker's log stream may drop an unterminated last line.
         read = ["import sys; print(open(sys.argv[1]).read())", labels["io.fwbench.manifest"]]
         manifest = json.loads(client.containers.run(image.id, entrypoint=["python", "-c"], command=read, remove=True))
-        lock = (ROOT / "images" / stack / "requirements-cpu.lock").read_bytes()
+        lock = (ROOT / "images" / stack / PIN_SET / "requirements-cpu.lock").read_bytes()
         assert manifest["lock_sha256"] == hashlib.sha256(lock).hexdigest()
         assert any(line.startswith("fwbench") for line in manifest["pip_freeze"])
 
@@ -161,7 +168,8 @@ def test_a_docker_cell_is_removed_when_its_runner_is_killed(compose_env, images,
     work, _env = compose_env
     client = docker.from_env()
     runner = subprocess.Popen([sys.executable, "-m", "fwbench.cli", "run", "--engine", "docker", "--stack",
-                               "keras2-tensorflow", "--task", "bert-predict", "--data", str(work / "data"),
+                               "keras2-tensorflow", "--task", "bert-predict", "--pin-set", PIN_SET,
+                               "--data", str(work / "data"),
                                "--out", str(tmp_path), "--inject-fault", "sleep:300"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fwbench import registry
-from fwbench.pins import PIN_SETS
+from fwbench.pins import PIN_SETS, pinned_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "images"
@@ -67,7 +67,24 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def expand(text: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), ""), text)
+    """Docker's substitution: $NAME, ${NAME} and ${NAME:-default} (the default may itself hold variables)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("${", i):
+            depth, j = 1, i + 2
+            while depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            name, _, default = text[i + 2:j - 1].partition(":-")
+            out.append(values.get(name) or expand(default, values))
+            i = j
+        elif text[i] == "$" and (m := re.match(r"\$(\w+)", text[i:])):
+            out.append(values.get(m.group(1), ""))
+            i += m.end()
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def resolve(build_args: dict[str, str]) -> dict:
@@ -77,7 +94,9 @@ def resolve(build_args: dict[str, str]) -> dict:
     copies, labels, env = [], {}, {}
     for keyword, rest in instructions(DOCKERFILE.read_text()):
         if keyword == "ARG":
-            name, _, default = rest.partition("=")
+            name, has_default, default = rest.partition("=")
+            if not has_default and name in values:  # re-declared after FROM: keeps the value it had
+                continue
             values[name] = build_args.get(name, expand(default.strip('"'), values))
         elif keyword == "COPY":
             *sources, _target = expand(rest, values).split()
@@ -103,12 +122,20 @@ def test_the_build_of_each_image_copies_its_own_files_and_carries_its_labels(sta
         assert (ROOT / source).exists(), source
     assert built["labels"]["org.opencontainers.image.title"] == f"fwbench-{stack}"
     assert built["labels"]["org.opencontainers.image.revision"] == "abc123"
-    assert built["labels"]["org.opencontainers.image.base.name"] == "python:3.11-slim-bookworm"
+    # The base is pinned by digest; the manifest and the release record it from this label's value.
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", built["labels"]["org.opencontainers.image.base.name"])
+    assert built["env"]["FWBENCH_BASE_IMAGE"] == built["labels"]["org.opencontainers.image.base.name"]
     assert (built["labels"]["io.fwbench.stack"], built["labels"]["io.fwbench.variant"]) == (stack, variant)
     assert built["labels"]["io.fwbench.pin-set"] == pin_set
     assert built["labels"]["io.fwbench.manifest"] == "/opt/fwbench/manifest.json"
     assert (built["env"]["FWBENCH_STACK"], built["env"]["FWBENCH_VARIANT"]) == (stack, variant)
     assert built["env"]["FWBENCH_PIN_SET"] == pin_set
+
+
+def test_a_build_argument_replaces_the_base_image_everywhere():
+    built = resolve({"STACK": "keras3-jax", "FWBENCH_BASE_IMAGE": "fwbench-ci/python:3.11-slim-bookworm"})
+    assert built["labels"]["org.opencontainers.image.base.name"] == "fwbench-ci/python:3.11-slim-bookworm"
+    assert built["env"]["FWBENCH_BASE_IMAGE"] == "fwbench-ci/python:3.11-slim-bookworm"
 
 
 def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():
@@ -167,15 +194,6 @@ def test_entrypoint_runs_the_images_stack_by_default_and_fwbench_otherwise(stack
     assert given.stdout.strip() == "data --out /data"
 
 
-def pins(path: Path) -> dict[str, str]:
-    found = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==([^\s;\\]+)", line)
-        if match:
-            found[match.group(1).lower().replace("_", "-")] = match.group(3)
-    return found
-
-
 @pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
 def test_each_lock_pins_its_requirements_with_hashes(stack, pin_set, variant):
     folder = IMAGES / stack / pin_set
@@ -183,12 +201,12 @@ def test_each_lock_pins_its_requirements_with_hashes(stack, pin_set, variant):
     requirements = requirements if variant == "gpu" and requirements.is_file() else folder / "requirements.txt"
     lock = folder / f"requirements-{variant}.lock"
     assert requirements.is_file() and lock.is_file(), f"run: bash images/lock.sh {stack}/{pin_set}"
-    locked = pins(lock)
+    locked = pinned_versions(lock)
     overrides = folder / "overrides.txt"  # the pin set's own pins win (lock.sh uses uv --override)
     shared = IMAGES / "pin-sets" / f"{pin_set}.txt"  # constraints: they bind only what the lock holds
-    wanted = {**pins(requirements), **pins(IMAGES / "fwbench-runtime.txt"),
-              **{name: version for name, version in pins(shared).items() if name in locked},
-              **(pins(overrides) if overrides.is_file() else {})}
+    wanted = {**pinned_versions(requirements), **pinned_versions(IMAGES / "fwbench-runtime.txt"),
+              **{name: version for name, version in pinned_versions(shared).items() if name in locked},
+              **(pinned_versions(overrides) if overrides.is_file() else {})}
     mismatched = {name: (version, locked.get(name)) for name, version in wanted.items() if locked.get(name) != version}
     assert not mismatched, f"{lock.name} is stale (bash images/lock.sh {stack}/{pin_set}): {mismatched}"
     text = lock.read_text()
@@ -253,7 +271,7 @@ def test_every_service_builds_its_own_stack_from_the_one_dockerfile(compose_file
 @pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)
 def test_locked_pyarrow_imports_with_the_locked_numpy(stack, pin_set, variant):
     """The runner inside an image (compose) imports pyarrow: pyarrow >= 26 refuses numpy 1.x at import."""
-    locked = pins(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
+    locked = pinned_versions(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
     numpy_major = int(locked["numpy"].split(".")[0]) if "numpy" in locked else 2
     pyarrow_major = int(locked["pyarrow"].split(".")[0])
     assert numpy_major >= 2 or pyarrow_major <= 25, f"pyarrow {locked['pyarrow']} with numpy {locked['numpy']}"

@@ -3,7 +3,6 @@ declared deviations. Reads every images/<stack>/<pin-set>/requirements-<variant>
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,12 +15,7 @@ VARIANTS = ("cpu", "gpu")
 
 
 def locked(stack: str, pin_set: str, variant: str) -> dict[str, str]:
-    path = IMAGES / stack / pin_set / f"requirements-{variant}.lock"
-    found = {}
-    for line in path.read_text().splitlines():
-        if match := re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line):
-            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
-    return found
+    return pins.pinned_versions(IMAGES / stack / pin_set / f"requirements-{variant}.lock")
 
 
 def is_cuda_package(name: str) -> bool:
@@ -77,7 +71,7 @@ def test_the_check_finds_a_disagreement_and_spares_what_it_should():
 @pytest.mark.parametrize("stack", registry.STACKS)
 def test_paper_2024_locks_hold_the_published_pins_except_the_declared_deviations(stack, variant):
     packages = locked(stack, pins.PUBLISHED_PIN_SET, variant)
-    python = "3.11"  # what images/lock.sh resolves for (a declared deviation from the published 3.10)
+    python = pins.LOCKED_PYTHON  # what images/lock.sh resolves for (a declared deviation from the published 3.10)
     definition = registry.get_stack(stack)
     assert pins.pin_deviations(definition, pins.PUBLISHED_PIN_SET, packages, python) == [
         deviation.label() for deviation in definition.pin_deviations]

@@ -104,7 +104,8 @@ def test_paper_preset_matches_the_published_sizes():
         "mistral-fit": 8, "mistral-generate-bs32": 32, "mistral-generate-bs1": 1}
     assert models.BERT.arch("paper").hidden == 768 and models.GEMMA.arch("paper").intermediate == 24576
     assert models.MISTRAL.arch("paper").sliding_window == 4096 and models.SAM.arch("paper").grid == 64
-    assert models.GEMMA.shapes["paper"].prompt_len + models.GEMMA.shapes["paper"].new_tokens == 50
+    # The published max_length=50 counts the start token and the 5-token prompt: 44 new tokens.
+    assert 1 + models.GEMMA.shapes["paper"].prompt_len + models.GEMMA.shapes["paper"].new_tokens == 50
 
 
 def test_workload_modules_declare_a_cell_for_every_kind_of_their_tasks():

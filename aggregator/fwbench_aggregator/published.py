@@ -7,8 +7,9 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from fwbench_aggregator.summary import PresetSummary
-from fwbench_aggregator.variants import Variant
+from fwbench import pins, registry
+from fwbench_aggregator.summary import CellFacts, PresetSummary
+from fwbench_aggregator.variants import NATIVE_COMPILED, Variant
 
 REFERENCE_FILE = "keras-io-benchmarks-a100.csv"
 REFERENCE_VERSION = "v2-2024-04-03"
@@ -45,6 +46,51 @@ def load_published(page_version: str = REFERENCE_VERSION) -> dict[tuple[str, Var
     return cells
 
 
+def compared_pin_set(summary: PresetSummary) -> str:
+    """The pin set whose rows are set against the published table: paper-2024 (the published run's
+    versions) whenever the summary has any, else what there is (the report then says so)."""
+    found = {facts.pin_set for facts in summary.facts.values() if facts.pin_set}
+    if pins.PUBLISHED_PIN_SET in found or not found:
+        return pins.PUBLISHED_PIN_SET
+    return pins.DEFAULT_PIN_SET if pins.DEFAULT_PIN_SET in found else sorted(found)[0]
+
+
+def _compared(summary: PresetSummary, task: str, variant: Variant, pin_set: str) -> bool:
+    facts = summary.facts.get((task, variant))
+    return facts is not None and facts.pin_set == pin_set
+
+
+# How the published run's compiled native-torch column really ran (keras-benchmarks v0.0.5), by task model and
+# kind: where it differs from what fwbench's compiled cells compile, the comparison is not like with like.
+_PUBLISHED_COMPILED = {
+    ("gemma", "generate"): "published: torch.compile(model) then model.generate ran the uncompiled module",
+    ("mistral", "generate"): "published: torch.compile(model) then model.generate ran the uncompiled module",
+    ("stable_diffusion", "predict"): "published: torch.compile(pipeline) compiled nothing",
+}
+_TRAINER_TF32 = "published: TrainingArguments(torch_compile=True) also switched TF32 on"
+
+
+def differences(task: str, variant: Variant, facts: CellFacts) -> list[str]:
+    """Every known way this measured cell differs from the published cell it is set against."""
+    notes = []
+    if facts.pin_set != pins.PUBLISHED_PIN_SET:
+        notes.append(f"library versions of pin set {facts.pin_set or 'unknown'}, not the published ones")
+    elif facts.pin_deviations:
+        notes.append(f"pin deviations: {facts.pin_deviations}")
+    spec = registry.TASKS.get(task)
+    if spec is not None and variant.key == NATIVE_COMPILED:
+        published_note = _PUBLISHED_COMPILED.get((spec.model, spec.kind))
+        if published_note:
+            notes.append(f"{published_note}; here: {facts.compiled_target or 'nothing'} compiled")
+        elif spec.kind == "fit" and facts.compiled_target and "Trainer" in facts.compiled_target:
+            notes.append(f"{_TRAINER_TF32}; here TF32 {'on' if facts.tf32_matmul else 'off'}")
+    if spec is not None and spec.kind == "generate" and facts.tokenize_in_step is False:
+        notes.append("published timed tokenize/detokenize too; here generate on token ids only")
+    if dict(variant.settings).get("jit"):
+        notes.append(f"Keras XLA forced {dict(variant.settings)['jit']} (--jit), published per task")
+    return notes
+
+
 @dataclass(frozen=True)
 class RatioRow:
     task: str
@@ -54,22 +100,28 @@ class RatioRow:
     measured_batch: str
     published_batch: int
     footnote: str
+    facts: CellFacts = CellFacts()
+    differences: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float:
         return self.measured_ms / self.published_ms
 
 
-def ratios(summary: PresetSummary, published: dict) -> list[RatioRow]:
-    """measured / published per cell; only meaningful at the `paper` preset (same sizes)."""
+def ratios(summary: PresetSummary, published: dict, pin_set: str | None = None) -> list[RatioRow]:
+    """measured / published per cell of one pin set (default: compared_pin_set); only meaningful at the
+    `paper` preset (same sizes)."""
+    pin_set = pin_set or compared_pin_set(summary)
     out = []
     for task in summary.tasks:
         for variant in summary.variants:
             est, ref = summary.estimates.get((task, variant)), published.get((task, variant.published))
-            if est is None or ref is None:
+            if est is None or ref is None or not _compared(summary, task, variant, pin_set):
                 continue
+            facts = summary.facts[(task, variant)]
             batches = ", ".join(str(b) for b in sorted(summary.batch_sizes.get((task, variant), ())))
-            out.append(RatioRow(task, variant, est.median, ref.ms_per_step, batches, ref.batch_size, ref.footnote))
+            out.append(RatioRow(task, variant, est.median, ref.ms_per_step, batches, ref.batch_size, ref.footnote,
+                                facts, tuple(differences(task, variant, facts))))
     return out
 
 
@@ -85,13 +137,16 @@ class RankRow:
         return self.measured_order == self.published_order
 
 
-def rankings(summary: PresetSummary, published: dict) -> list[RankRow]:
-    """Rank order per task over the variants both sides have (the only fair comparison across sizes)."""
+def rankings(summary: PresetSummary, published: dict, pin_set: str | None = None) -> list[RankRow]:
+    """Rank order per task over the variants both sides have, of one pin set (default: compared_pin_set)
+    (the only fair comparison across sizes)."""
     from scipy.stats import kendalltau  # lazy: scipy is slow to import
 
+    pin_set = pin_set or compared_pin_set(summary)
     out = []
     for task in summary.tasks:
-        common = [v for v, _ in summary.ranked(task) if (task, v.published) in published]
+        common = [v for v, _ in summary.ranked(task)
+                  if (task, v.published) in published and _compared(summary, task, v, pin_set)]
         if len(common) < 2:
             continue
         published_order = sorted(common, key=lambda v: published[(task, v.published)].ms_per_step)

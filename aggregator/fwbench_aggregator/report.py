@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from fwbench import registry
+from fwbench import pins, registry
 from fwbench.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
@@ -87,24 +87,34 @@ def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def _published_section(summary: PresetSummary, reference: dict) -> list:
+    pin_set = published.compared_pin_set(summary)
     blocks = [d.Heading(f"Published numbers ({summary.preset})", 3),
-              d.Paragraph(f"Reference: {published.REFERENCE_SOURCE}.", "note")]
+              d.Paragraph(f"Reference: {published.REFERENCE_SOURCE}.", "note"),
+              d.Paragraph(f"Compared: rows of the {pin_set} pin set" + (
+                  " (the published run's library versions; declared deviations are listed per row)."
+                  if pin_set == pins.PUBLISHED_PIN_SET else
+                  f" (no {pins.PUBLISHED_PIN_SET} rows: library versions differ from the published run; "
+                  f"run with --pin-set {pins.PUBLISHED_PIN_SET} to compare like with like)."),
+                  "note" if pin_set == pins.PUBLISHED_PIN_SET else "warning")]
     if summary.preset == "paper":
-        rows = published.ratios(summary, reference)
+        rows = published.ratios(summary, reference, pin_set)
         if not rows:
             return blocks + [d.Paragraph("No measured cell has a published counterpart.")]
         blocks.append(d.Paragraph("Same sizes as published (preset paper): measured / published median ms per "
-                                  "step. Hardware and library versions may still differ (see provenance)."))
+                                  "step. Hardware may still differ (see provenance); every other known difference "
+                                  "from the published cell is listed in the last column."))
         blocks.append(d.Table(
             ["task", "variant", "measured ms", "published ms", "measured / published", "batch (ours / published)",
-             "published note"],
+             "pin set", "XLA", "compiled", "published note", "differs from the published cell"],
             [[r.task, r.variant.label, fmt_ms(r.measured_ms), fmt_ms(r.published_ms), f"{r.ratio:.2f}x",
-              f"{r.measured_batch} / {r.published_batch}", r.footnote] for r in rows]))
+              f"{r.measured_batch} / {r.published_batch}", r.facts.pin_set or "—", _yes_no(r.facts.jit_compile),
+              r.facts.compiled_target or "—", r.footnote, "; ".join(r.differences) or "—"] for r in rows],
+            css_class="text"))
         return blocks
     blocks.append(d.Paragraph(
         f"Sizes differ: preset {summary.preset} is not the published A100 configuration, so absolute ms/step "
         "are not comparable. Only the rank order per task (fastest first) is compared with the published one."))
-    ranks = published.rankings(summary, reference)
+    ranks = published.rankings(summary, reference, pin_set)
     if not ranks:
         return blocks + [d.Paragraph("Fewer than two measured variants per task have published numbers: "
                                      "no ranking to compare.")]
@@ -114,6 +124,10 @@ def _published_section(summary: PresetSummary, reference: dict) -> list:
           "yes" if r.same else "no", "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
         css_class="text"))
     return blocks
+
+
+def _yes_no(value) -> str:
+    return "—" if value is None else ("yes" if value else "no")
 
 
 def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -> list:

@@ -24,6 +24,29 @@ class CellStatus:
     concurrent: int = 0  # ok rows in the estimate that ran beside other cells of their run (--parallel)
 
 
+@dataclass(frozen=True)
+class CellFacts:
+    """What a cell's ok rows say about how it ran, beyond its identity (the published view shows them)."""
+
+    pin_set: str | None = None
+    pin_deviations: str | None = None
+    jit_compile: bool | None = None
+    compiled_target: str | None = None
+    tf32_matmul: bool | None = None
+    tokenize_in_step: bool | None = None
+
+
+def _facts(rows: pd.DataFrame) -> CellFacts:
+    def first(column: str):
+        if column not in rows:
+            return None
+        values = rows[column].dropna()
+        return values.iloc[0] if len(values) else None
+
+    return CellFacts(*(first(name) for name in ("pin_set", "pin_deviations", "jit_compile", "compiled_target",
+                                                  "tf32_matmul", "tokenize_in_step")))
+
+
 @dataclass
 class PresetSummary:
     preset: str
@@ -32,6 +55,7 @@ class PresetSummary:
     estimates: dict[tuple[str, Variant], stats.Estimate]
     statuses: dict[tuple[str, Variant], CellStatus]
     batch_sizes: dict[tuple[str, Variant], set]
+    facts: dict[tuple[str, Variant], CellFacts] = field(default_factory=dict)
 
     def keras3_best(self, task: str) -> tuple[Variant, stats.Estimate] | None:
         """Fastest Keras 3 backend for the task (lowest median), as the published 'best' column."""
@@ -84,7 +108,7 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
     frame = assign_variants(frame)
     for preset in _preset_order(frame["preset"].dropna().unique()):
         rows = frame[frame["preset"] == preset]
-        estimates, statuses, batches = {}, {}, {}
+        estimates, statuses, batches, facts = {}, {}, {}, {}
         for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
             busy = is_busy(cell) & (cell["status"] == "ok")
             status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
@@ -99,11 +123,12 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
             if len(ok):
                 samples = [stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])]
                 estimates[(task, variant)] = stats.estimate(samples)
+                facts[(task, variant)] = _facts(ok)
         summaries.append(PresetSummary(
             preset=str(preset),
             tasks=task_order({t for t, _ in statuses}),
             variants=ordered(v for _, v in statuses),
-            estimates=estimates, statuses=statuses, batch_sizes=batches))
+            estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts))
     return summaries
 
 

@@ -46,21 +46,48 @@ def check_pin_set(pin_set: str | None) -> None:
         raise UsageError(f"unknown pin set '{pin_set}' (choose from: {', '.join(pins.PIN_SETS)})")
 
 
+def pin_set_or_default(pin_set: str | None) -> str:
+    check_pin_set(pin_set)
+    return pin_set or pins.DEFAULT_PIN_SET
+
+
 def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
-                pin_set: str | None = None):
-    """pin_set None: the default one (current engine inside an image: the image's)."""
+                pin_set: str | None = None, release: Path | None = None, stacks: list[str] | None = None):
+    """pin_set None: the default one (current engine inside an image: the image's). release: the docker engine
+    runs `stacks` in that release's images, by digest."""
     from fwbench.engines.local import current_engine, local_engine
 
     check_pin_set(pin_set)
+    if release is not None and name != "docker":
+        raise UsageError("--release needs --engine docker")
     if name == "docker":
         from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
 
-        return DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set or pins.DEFAULT_PIN_SET)
+        engine = DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
+        if release is not None:
+            engine.references = released_images(release, stacks or [], engine.pin_set, engine.variant)
+        return engine
     if name == "local":
-        return local_engine(pin_set or pins.DEFAULT_PIN_SET)
+        return local_engine(pin_set_or_default(pin_set))
     if name == "current":
         return current_engine(pin_set)
     raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
+
+
+def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -> dict[str, str]:
+    from fwbench.release import ReleaseError, read_release
+
+    try:
+        release = read_release(path)
+    except ReleaseError as exc:
+        raise UsageError(str(exc)) from None
+    references = {}
+    for stack in stacks:
+        released = release.image(stack, pin_set, variant)
+        if released is None:
+            raise UsageError(f"{path} has no {stack} {pin_set}-{variant} image (--pin-set, --gpus)")
+        references[stack] = released.reference
+    return references
 
 
 @app.command("list")
@@ -122,6 +149,8 @@ def run_cmd(
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
     image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
+    release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
+                                                                   "(release.json of `fwbench publish`)."),
     gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
@@ -155,7 +184,7 @@ def run_cmd(
     from fwbench import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    runner = make_engine(engine, image, gpus, docker_memory, pin_set)
+    runner = make_engine(engine, image, gpus, docker_memory, pin_set, release, stack)
     slots = slot_plan.plan_slots(cells_at_once, threads, slot_plan.usable_cpus(),
                                   engine_gpus(runner, cells_at_once))
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, threads)) for spec in specs]
@@ -320,8 +349,7 @@ def demo_cmd(
     from fwbench import matrix
     from fwbench.engines.local import REPO_ROOT
 
-    check_pin_set(pin_set)
-    pin_set = pin_set or pins.DEFAULT_PIN_SET
+    pin_set = pin_set_or_default(pin_set)
     stacks = stack or [s for s in registry.STACKS
                        if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
@@ -346,10 +374,10 @@ def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
     from fwbench.build_status import build_status
     from fwbench.engines.local import StackEnvironment
 
-    check_pin_set(pin_set)
+    pin_set = pin_set_or_default(pin_set)
     for stack_id in stack:
         registry.get_stack(stack_id)
-        environment = StackEnvironment(stack_id, pin_set or pins.DEFAULT_PIN_SET)
+        environment = StackEnvironment(stack_id, pin_set)
         with build_status(console, f"building {stack_id}") as report:
             environment.build(report)
         console.print(f"{stack_id}: {environment.python}", highlight=False, soft_wrap=True)
@@ -361,16 +389,18 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
     """Print the interpreter of a stack's local environment (building nothing)."""
     from fwbench.engines.local import StackEnvironment
 
-    check_pin_set(pin_set)
+    pin_set = pin_set_or_default(pin_set)
     registry.get_stack(stack)
-    environment = StackEnvironment(stack, pin_set or pins.DEFAULT_PIN_SET)
+    environment = StackEnvironment(stack, pin_set)
     print(environment.python if environment.ready else "")
     if not environment.ready:
         raise typer.Exit(1)
 
 
 from fwbench_aggregator.cli import register as _register_aggregator
+from fwbench.release_cli import register as _register_release
 _register_aggregator(app)
+_register_release(app)
 
 
 def main() -> None:

@@ -113,7 +113,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
             # The engine and the host complete the identity (pin set, image variant, device model); the
             # slot places the cell.
             spec = replace(spec, run_id=run.run_id, engine=engine.name, pin_set=engine.pin_set,
-                           image_variant=engine.variant, device_model=device_models[slot.index],
+                           image_variant=engine.image_variant(spec.stack), device_model=device_models[slot.index],
                            cpu_set=slot.cpu_set, gpu_index=slot.gpu)
             outcomes[index] = run.cell(spec)
 

@@ -196,7 +196,8 @@ class Model:
 _BERT_BASE = BertArch(vocab_size=28996, hidden=768, layers=12, heads=12, intermediate=3072, max_positions=512,
                       num_classes=2)
 _TEXT_512 = TextShapes(seq_len=512)
-_LM_SHAPES = CausalLMShapes(seq_len=128, prompt_len=5, new_tokens=45)
+# The published generate used max_length=50, which counts the start token and the 5-token prompt: 44 new.
+_LM_SHAPES = CausalLMShapes(seq_len=128, prompt_len=5, new_tokens=44)
 _SD_V1_UNET_VAE = dict(unet_channels=(320, 640, 1280, 1280), layers_per_block=2, heads=8, context_dim=768,
                        context_len=77, vae_channels=(128, 256, 512, 512), vae_layers_per_block=2,
                        latent_channels=4, guidance_scale=7.5, denoising_steps=50)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ PIN_SETS = ("current", "paper-2024")
 DEFAULT_PIN_SET = "current"
 # The pin set whose rows the report puts beside the published table.
 PUBLISHED_PIN_SET = "paper-2024"
+# The CPython every lock file is resolved for (images/lock.sh) and the images run.
+LOCKED_PYTHON = "3.11"
 
 # What the published run asked for that every Keras stack shared (its requirements/keras-common.txt), on
 # Python 3.10. Each stack's own published pins are on its definition (fwbench.registry.Stack.published_pins).
@@ -46,13 +49,26 @@ class Deviation:
         return f"{self.package} {self.used} (published {self.published})"
 
 
-PYTHON_DEVIATION = Deviation("python", PUBLISHED_PYTHON, "3.11",
+PYTHON_DEVIATION = Deviation("python", PUBLISHED_PYTHON, LOCKED_PYTHON,
                              "the images' Debian bookworm base has Python 3.11 (a 3.10 base cannot be built where "
                              "CI runs); every pinned wheel exists for 3.11")
 
 
-def _normalise(name: str) -> str:
+def normalise(name: str) -> str:
+    """A distribution name as PyPI compares them (PEP 503): tf_keras, TF.Keras and tf-keras are one."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_PINNED = re.compile(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==([^\s;\\]+)")
+
+
+def pinned_versions(path: Path) -> dict[str, str]:
+    """Distribution -> version of every `name[extras]==version` line of a requirements or lock file."""
+    found = {}
+    for line in Path(path).read_text().splitlines():
+        if match := _PINNED.match(line):
+            found[normalise(match.group(1))] = match.group(3)
+    return found
 
 
 def pin_deviations(stack: "Stack", pin_set: str, installed: Mapping[str, str], python_version: str) -> list[str]:
@@ -61,7 +77,7 @@ def pin_deviations(stack: "Stack", pin_set: str, installed: Mapping[str, str], p
     published. Empty for other pin sets (they do not claim the published versions)."""
     if pin_set != PUBLISHED_PIN_SET or not stack.published_pins:
         return []
-    found = {_normalise(name): version for name, version in installed.items()}
+    found = {normalise(name): version for name, version in installed.items()}
     found["python"] = ".".join(python_version.split(".")[:2])
     declared = {d.package: d for d in stack.pin_deviations}
     labels = []

@@ -6,12 +6,13 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
-ADDED_IN_V3 = ("pin_deviations", "cpu_set", "gpu_index", "parallel_cells")
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3}
+ADDED_IN_V3 = ("pin_deviations", "compiled_target", "tokenize_in_step")
+ADDED_IN_V4 = ("cpu_set", "gpu_index", "parallel_cells")
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4}
 
 STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
 
@@ -43,7 +44,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("error_message", "string", "One-paragraph reason when status is not ok."),
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
     ("image_id", "string", "Docker image id (docker engine only)."),
-    ("image_digest", "string", "Registry digest of the image, when it came from a registry."),
+    ("image_digest", "string", "The image by registry digest (REGISTRY/fwbench/STACK@sha256:...), when it came from a "
+                               "registry: docker engine from the reference it started (a release's) or the image's "
+                               "RepoDigests; current engine from FWBENCH_IMAGE_DIGEST (compose with a release.env)."),
     ("pin_set", "string", "Library pin set: current or paper-2024 (the published run's versions)."),
     ("pin_deviations", "string", "paper-2024 rows: how the libraries that ran differ from the published pins, "
                                  "'; '-separated (declared ones are listed in docs/stacks.md; anything else is "
@@ -63,6 +66,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU."),
     ("peak_mem_kind", "string", "Which counter peak_mem_bytes is (cuda_allocator_peak, process_peak_rss, ...)."),
     ("tokens_generated", "int64", "generate: new tokens per sequence actually produced."),
+    ("tokenize_in_step", "bool", "generate: True if tokenizing the prompt and detokenizing the output were inside the "
+                                 "timed step (fwbench: False, token ids in and out; the published run: True)."),
     ("prompt_len", "int64", "generate: prompt tokens per sequence."),
     ("seq_len", "int64", "Text fit/predict: sequence length."),
     ("input_sha256", "string", "Combined SHA-256 of the shared input files the cell read."),
@@ -72,7 +77,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dtype", "string", "Compute dtype: float32 or bfloat16."),
     ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
-    ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU)."),
+    ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU; null where "
+                                 "torch does not count them, e.g. 2.2)."),
+    ("compiled_target", "string", "native-torch compiled cells: what torch.compile compiled (whole train step, "
+                                  "model forward, UNet, image encoder + mask decoder, model.forward inside generate, "
+                                  "the Trainer's model); null when nothing was compiled."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from fwbench import registry
+from fwbench import pins, registry
 
 PACKAGE_ROOT = Path(__file__).resolve().parent  # runner/fwbench
 REPO_ROOT = PACKAGE_ROOT.parents[1]
@@ -198,15 +198,10 @@ def markdown_table() -> str:
 
 
 def locked_versions(stack: str, pin_set: str) -> dict[str, str]:
-    """Package -> version of a stack's cpu lock file (images/<stack>/<pin-set>/requirements-cpu.lock)."""
-    import re
-
-    found = {}
-    lock = REPO_ROOT / "images" / stack / pin_set / "requirements-cpu.lock"
-    for line in lock.read_text().splitlines():
-        if match := re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line):
-            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
-    return found
+    """Package -> version of a stack's cpu lock file (images/<stack>/<pin-set>/requirements-cpu.lock), with
+    the Python the locks are resolved for."""
+    found = pins.pinned_versions(REPO_ROOT / "images" / stack / pin_set / "requirements-cpu.lock")
+    return {**found, "python": pins.LOCKED_PYTHON}
 
 
 def pin_table() -> str:
@@ -216,7 +211,6 @@ def pin_table() -> str:
              "|---|---|---|---|---|---|"]
     for stack_id in registry.REPORT_ORDER:
         paper, current = locked_versions(stack_id, "paper-2024"), locked_versions(stack_id, "current")
-        paper["python"] = current["python"] = "3.11"  # what images/lock.sh resolves for
         stack = registry.get_stack(stack_id)
         declared = {d.package: d for d in stack.pin_deviations}
         for package, published in stack.published_pins:

@@ -4,7 +4,7 @@
   * `current`: this interpreter (inside a stack's Docker image, or a dev env that has the frameworks)
   * `docker`:  the stack's image, one container per cell (engines/docker.py)
 
-Every engine also names the image variant its cells run with (cpu, gpu, venv, host) and the device
+Every engine also names the image variant each stack's cells run with (cpu, gpu, venv, host) and the device
 model they are expected to run on: both are part of a cell's identity (fwbench.identity).
 
 A cell never outlives its runner: a runner killed with SIGKILL cannot clean up, so the local cell

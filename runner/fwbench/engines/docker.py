@@ -51,7 +51,9 @@ class DockerEngine:
     name = "docker"
 
     def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None,
-                 pin_set: str = DEFAULT_PIN_SET):
+                 pin_set: str = DEFAULT_PIN_SET, images: dict[str, str] | None = None):
+        """images: stack -> image reference by digest (a release's), used instead of the template and pulled
+        when not present."""
         try:
             import docker
         except ImportError:
@@ -68,6 +70,7 @@ class DockerEngine:
         self.image_template = image_template
         self.pin_set = pin_set
         self.memory = memory
+        self.references = dict(images or {})
         self._images: dict[str, object] = {}
 
     def device_model(self, gpu_index: int | None = None) -> str:
@@ -79,28 +82,60 @@ class DockerEngine:
         return device_model(self.use_gpu)
 
     def image_name(self, stack: str) -> str:
+        if stack in self.references:
+            return self.references[stack]
         return self.image_template.format(stack=stack, variant=self.variant, pin_set=self.pin_set)
 
     def prepare(self, stack: str, progress=None) -> None:
-        """Find the stack's image (never builds one: `progress` is for engines that build)."""
+        """Find the stack's image (never builds one: `progress` is for engines that build); a released image
+        (by digest) is pulled when it is not here."""
         import docker
 
         name = self.image_name(stack)
         try:
             self._images[stack] = self.client.images.get(name)
         except docker.errors.ImageNotFound:
+            if stack in self.references:
+                try:
+                    self._images[stack] = self.client.images.pull(name)
+                except docker.errors.APIError as exc:
+                    raise EngineError(f"cannot pull {name}: {exc.explanation or exc}") from None
+                return self.prepare(stack)
             raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
                               f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
                               f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} -t {name} .)"
                               ) from None
-        labelled = (self._images[stack].labels or {}).get("io.fwbench.pin-set")
-        if labelled and labelled != self.pin_set:
-            raise EngineError(f"image {name} holds the {labelled} pin set, not {self.pin_set}")
+        except docker.errors.APIError as exc:  # e.g. an invalid reference
+            raise EngineError(f"image {name}: {exc.explanation or exc}") from None
+        labels = self._images[stack].labels or {}
+        if labels.get("io.fwbench.pin-set", self.pin_set) != self.pin_set:
+            raise EngineError(f"image {name} holds the {labels['io.fwbench.pin-set']} pin set, not {self.pin_set}")
+
+    def image_variant(self, stack: str) -> str:
+        """The variant the stack's image was built as (its io.fwbench.variant label), so the row names the image
+        that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu. Per stack: one run's images
+        may differ (an --image template without {variant}). An unlabelled image is what was asked for."""
+        if stack not in self._images:
+            self.prepare(stack)
+        return (self._images[stack].labels or {}).get("io.fwbench.variant") or self.variant
 
     def image_fields(self, stack: str) -> dict[str, str | None]:
         image = self._images[stack]
+        name = self.image_name(stack)
+        if "@sha256:" in name:  # started by digest: that is the image's name on its registry
+            return {"image_id": image.id, "image_digest": name}
         digests = image.attrs.get("RepoDigests") or []
         return {"image_id": image.id, "image_digest": digests[0] if digests else None}
+
+    def container_environment(self, spec: CellSpec) -> dict[str, str]:
+        """Only fwbench's own settings cross into the container, never the host's environment."""
+        # Any uid can run the image: caches go to /tmp.
+        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache", "KERAS_HOME": "/tmp/keras"}
+        if not self.use_gpu:
+            # No GPU enters the container, and JAX 0.4.23's CUDA plugin (the paper-2024 gpu image) then fails
+            # the cell ("Unable to initialize backend 'cuda'") where later JAX only warns and uses the CPU.
+            environment["JAX_PLATFORMS"] = "cpu"
+        return environment
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
         import docker
@@ -111,10 +146,7 @@ class DockerEngine:
         cell_dir = record_path.parent
         inner = replace(spec, data_dir="/data")
         spec_path = write_spec(inner, cell_dir)
-        # Only fwbench's own settings cross into the container, never the host's environment.
-        # Any uid can run the image: caches go to /tmp.
-        environment = {**cell_settings(spec), "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/cache",
-                       "KERAS_HOME": "/tmp/keras"}
+        environment = self.container_environment(spec)
         device_requests = [docker_device_request(spec.gpu_index)] if self.use_gpu else None
         container = self.client.containers.run(
             self.image_name(spec.stack),

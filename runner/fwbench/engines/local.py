@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
-from fwbench.pins import DEFAULT_PIN_SET
+from fwbench.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
 from fwbench.spec import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -29,7 +29,7 @@ READY_MARKER = ".fwbench-ready"
 # Bump to rebuild every cached environment after a change to how they are made.
 ENV_LAYOUT_VERSION = "2"
 # The platform images/lock.sh resolves the lock files for.
-LOCKED_PLATFORM = ("Linux", "x86_64", "3.11")
+LOCKED_PLATFORM = ("Linux", "x86_64", LOCKED_PYTHON)
 
 
 def fwbench_home() -> Path:
@@ -115,7 +115,7 @@ class PipProgress:
 
 
 class StackEnvironment:
-    def __init__(self, stack: str, pin_set: str = "current", home: Path | None = None):
+    def __init__(self, stack: str, pin_set: str = DEFAULT_PIN_SET, home: Path | None = None):
         self.stack, self.pin_set = stack, pin_set
         folder = pin_set_dir(stack, pin_set)
         self.locked = platform_is_locked()
@@ -125,9 +125,11 @@ class StackEnvironment:
         self.requirements = folder / ("requirements-cpu.lock" if self.locked else "requirements.txt")
         self.constraints = REPO_ROOT / "images" / "pin-sets" / f"{pin_set}.txt"
         self.overrides = folder / "overrides.txt"
+        # Keyed by what the install reads: the lock alone holds everything; otherwise all three files.
+        inputs = (self.requirements,) if self.locked else (self.requirements, self.constraints, self.overrides)
         key = hashlib.sha256()
-        for path in (self.requirements, self.constraints, self.overrides):
-            key.update(path.read_bytes() if path.is_file() and (path is self.requirements or not self.locked) else b"")
+        for path in inputs:
+            key.update(path.read_bytes() if path.is_file() else b"")
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
         self.path = (home or fwbench_home()) / "venvs" / f"{stack}-{pin_set}-{key.hexdigest()[:12]}"
 
@@ -182,7 +184,9 @@ class StackEnvironment:
             report(BuildProgress("creating the virtual environment"))
             run(sys.executable, "-m", "venv", self.path)
             count = requirement_count(self.requirements)
-            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check")
+            # No wheel cache: the environment is the cache, and a second copy of every wheel (several GB
+            # for a CUDA build of torch) would double its disk.
+            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir")
             if self.locked:
                 report(BuildProgress(f"installing the {count} locked packages of {self.requirements}"))
                 run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=PipProgress(count))
@@ -219,6 +223,9 @@ class PythonEngine:
             return gpu_model(gpu_index) or "unknown GPU"
         return device_model(gpu_model() is not None)
 
+    def image_variant(self, stack: str) -> str:
+        return self.variant
+
     def prepare(self, stack: str, progress: Optional[ProgressCallback] = None) -> None:
         """Make the stack's interpreter ready (the local engine builds its environment, reporting to progress)."""
         self._interpreter_for(stack, progress)
@@ -233,7 +240,12 @@ class PythonEngine:
                 # Environments are cached per requirements hash and shared by every checkout: put this
                 # checkout's fwbench first, whichever checkout built the environment (its .pth).
                 env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "runner"), env.get("PYTHONPATH")) if p)
-            return launch_process(argv, spec, record_path, log_path, env)
+            outcome = launch_process(argv, spec, record_path, log_path, env)
+            # Compose started this image by digest (release.env): the rows name it (a container cannot see that).
+            reference = os.environ.get("FWBENCH_IMAGE_DIGEST", "") if self.name == "current" else ""
+            if "@sha256:" in reference:
+                outcome.row_fields["image_digest"] = reference
+            return outcome
         finally:
             spec_path.unlink(missing_ok=True)
 

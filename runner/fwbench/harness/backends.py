@@ -73,7 +73,9 @@ class TorchBackend:
         torch = self.torch
         new_api = _has_fp32_precision_api(torch)
         matmul_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cuda.matmul, torch.backends.cuda.matmul, new_api))
-        conv_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cudnn.conv, torch.backends.cudnn, new_api))
+        # torch.backends.cudnn.conv only exists with the new API (torch >= 2.9): older torch has the cudnn flag.
+        conv_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cudnn.conv if new_api else None,
+                                                   torch.backends.cudnn, new_api))
         precision = _guarded(torch.get_float32_matmul_precision)
         if precision is None and new_api:
             precision = _guarded(lambda: f"fp32_precision={torch.backends.cuda.matmul.fp32_precision}")
@@ -88,17 +90,29 @@ class TorchBackend:
         from torch._dynamo.utils import counters
 
         graph_breaks = sum(counters["graph_break"].values())
+        skips = int(counters["inductor"]["cudagraph_skips"]) if _counts_cudagraph_skips() else None
         return {
             "compiled_graphs": int(counters["stats"]["unique_graphs"]),
             "graph_breaks": int(graph_breaks),
             "graph_break_reasons": sorted(str(r)[:200] for r in counters["graph_break"])[:20],
-            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+            "cudagraph_skips": skips,
         }
 
 
 def _has_fp32_precision_api(torch) -> bool:
     """torch >= 2.9 sets TF32 with `fp32_precision` ("tf32"/"ieee"/"none") per backend."""
     return hasattr(torch.backends, "fp32_precision") and hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def _counts_cudagraph_skips() -> bool:
+    """Does this torch count CUDA-graph skips? Inductor's skip counter arrived with
+    `cudagraph_utils.log_cudagraph_skip_and_bump_counter`; older torch (2.2, the published version) skips
+    CUDA graphs without counting, so its rows record null (not counted) rather than a false 0."""
+    try:
+        from torch._inductor import cudagraph_utils
+    except ImportError:
+        return False
+    return hasattr(cudagraph_utils, "log_cudagraph_skip_and_bump_counter")
 
 
 def _tf32_allowed(new_api_node, legacy_node, new_api: bool) -> bool:

@@ -27,7 +27,7 @@ from fwbench.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                     "TF_FORCE_GPU_ALLOW_GROWTH")
+                     "TF_FORCE_GPU_ALLOW_GROWTH", "JAX_PLATFORMS")
 OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom when allocating")
 
 
@@ -177,7 +177,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
             # compiled during the run mean the timed code was compiled code.
             result["compile_took_effect"] = stats["compiled_graphs"] > 0
     if stack.family == "keras":
-        # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation).
+        # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(ctx.reported)
     result["extra"] = {**extra, **result.get("extra", {})}

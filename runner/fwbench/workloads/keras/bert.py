@@ -1,4 +1,5 @@
-"""BERT classifier (KerasHub BertBackbone + BertTextClassifier; KerasNLP 0.8 BertClassifier on Keras 2).
+"""BERT classifier (KerasHub BertBackbone + BertTextClassifier; KerasNLP 0.8's BertClassifier where KerasNLP is
+the model library: Keras 2, and Keras 3.0.5 in the paper-2024 pin set).
 
 fit: Keras `fit` with AdamW + sparse cross-entropy from logits; predict: Keras `predict`.
 Sizes come from fwbench.models, so `tiny` here is the same network as native-torch's `tiny`.
@@ -6,7 +7,7 @@ Sizes come from fwbench.models, so `tiny` here is the same network as native-tor
 
 from __future__ import annotations
 
-from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, keras, nlp_models,
+from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, keras, nlp_models,
                                             report_model)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
@@ -19,7 +20,7 @@ def build(ctx):
         vocabulary_size=arch.vocab_size, num_layers=arch.layers, num_heads=arch.heads,
         hidden_dim=arch.hidden, intermediate_dim=arch.intermediate,
         max_sequence_length=arch.max_positions)
-    classifier_class = models.BertTextClassifier if KERAS3 else models.BertClassifier
+    classifier_class = models.BertTextClassifier if KERAS_HUB else models.BertClassifier
     model = classifier_class(backbone, num_classes=arch.num_classes, preprocessor=None)
     report_model(ctx, model, "float32")
     ctx.report(seq_len=ctx.shapes.seq_len)

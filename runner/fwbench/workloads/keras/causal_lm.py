@@ -1,10 +1,13 @@
-"""The causal-LM recipe shared by Gemma and Mistral on Keras 3 (KerasHub), as published:
+"""The causal-LM recipe shared by Gemma and Mistral on Keras 3 (KerasHub; KerasNLP 0.8 in the paper-2024 pin
+set), as published:
 whole model in bfloat16, `backbone.enable_lora(rank=4)` (query and value projections);
 fit = Keras `fit` on token ids with next-token sparse cross-entropy and AdamW;
 generate = one whole greedy `generate()` call producing exactly `new_tokens` tokens.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 
@@ -27,14 +30,17 @@ class GenerateCell(StepCell):
     def __init__(self, ctx, model, inputs, prompt_len: int, new_tokens: int):
         self.ctx, self.model, self.inputs = ctx, model, inputs
         self.prompt_len, self.new_tokens = prompt_len, new_tokens
+        # Never stop early at an end token: KerasHub needs stop_token_ids=None; KerasNLP 0.8 has no such
+        # argument and, without a preprocessor, has no end token to stop at.
+        self.generate_options = ({"stop_token_ids": None}
+                                 if "stop_token_ids" in inspect.signature(model.generate).parameters else {})
 
     def step(self):
-        # stop_token_ids=None: never stop early at an end token.
-        output = self.model.generate(self.inputs, stop_token_ids=None)
+        output = self.model.generate(self.inputs, **self.generate_options)
         generated = np.asarray(output["padding_mask"]).sum(axis=1) - self.prompt_len
         if not (generated == self.new_tokens).all():
             raise RuntimeError(f"generate produced {generated.tolist()} new tokens, expected {self.new_tokens}")
-        self.ctx.report(tokens_generated=int(generated[0]))
+        self.ctx.report(tokens_generated=int(generated[0]), tokenize_in_step=False)
         return output
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import importlib.util
 import os
 
 import numpy as np
@@ -29,6 +30,11 @@ else:
     from tensorflow import keras  # noqa: F811
 
     BACKEND = None  # Keras 2 has no multi-backend switch
+
+# The model library, independent of the Keras version: KerasHub on today's Keras 3; its predecessors KerasNLP
+# and KerasCV 0.8 (mostly the same class names) on Keras 2 and on the published run's Keras 3.0.5 (pin set
+# paper-2024), as that run used them.
+KERAS_HUB = KERAS3 and importlib.util.find_spec("keras_hub") is not None
 
 
 def check_stack(ctx) -> None:
@@ -54,12 +60,12 @@ def report_model(ctx, model, dtype: str) -> None:
                jit_compile=ctx.jit_compile)
 
 
-def repeated_dataset(batch: Any, steps: int):
-    """The same shared batch `steps` times (tf.data: accepted by fit/predict on every Keras backend,
-    and it never materialises `steps` copies)."""
+def repeated_dataset(batch: Any, steps: int | None = None):
+    """The same shared batch `steps` times, or endlessly (None) (tf.data: accepted by fit/predict on every
+    Keras backend, and it never materialises the copies)."""
     import tensorflow as tf
 
-    return tf.data.Dataset.from_tensors(batch).repeat(steps)
+    return tf.data.Dataset.from_tensors(batch).repeat(steps if steps is not None else -1)
 
 
 class ClockCallback(keras.callbacks.Callback):
@@ -94,7 +100,9 @@ class FitCell(DrivenCell):
     def __init__(self, model, x, y, total_steps: int, sample_weight=None):
         self.model, self.total_steps = model, total_steps
         batch = (x, y) if sample_weight is None else (x, y, sample_weight)
-        self.dataset = repeated_dataset(batch, total_steps)
+        # Endless, and steps_per_epoch ends the epoch: Keras 3.0's fit takes one batch from the data to build
+        # the model first, which would leave a dataset of exactly total_steps one batch short.
+        self.dataset = repeated_dataset(batch)
 
     def drive(self, clock) -> None:
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
@@ -121,8 +129,8 @@ def compile_regression(ctx, model) -> None:
 
 
 def nlp_models():
-    """KerasHub on Keras 3; KerasNLP 0.8 (its predecessor, same class names mostly) on Keras 2."""
-    if KERAS3:
+    """KerasHub where it is installed; KerasNLP 0.8 (its predecessor, same class names mostly) otherwise."""
+    if KERAS_HUB:
         import keras_hub
 
         return keras_hub.models

@@ -1,5 +1,6 @@
-"""Segment Anything (KerasHub on Keras 3: ViTDetBackbone + SAMPromptEncoder + SAMMaskDecoder -> SAMBackbone
--> SAMImageSegmenter; KerasCV 0.8.2's SAM classes on Keras 2), random weights, sizes from fwbench.models.
+"""Segment Anything (KerasHub: ViTDetBackbone + SAMPromptEncoder + SAMMaskDecoder -> SAMBackbone
+-> SAMImageSegmenter; KerasCV 0.8.2's SAM classes where KerasCV is the model library: Keras 2, and Keras 3.0.5
+in the paper-2024 pin set), random weights, sizes from fwbench.models.
 
 fit: Adam + MSE training of the ViTDet image encoder alone, towards a fixed image embedding (as published;
 fitting the whole segmenter is not implemented by Keras). predict: the full segmenter's `predict` on the
@@ -8,7 +9,7 @@ images with their two point prompts.
 
 from __future__ import annotations
 
-from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, compile_regression,
+from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, compile_regression,
                                             report_model)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
@@ -21,7 +22,7 @@ def _shared_sizes(arch) -> tuple[dict, dict]:
     return prompt, heads
 
 
-def _keras3_sam(arch):
+def _keras_hub_sam(arch):
     import keras_hub
 
     encoder = keras_hub.models.ViTDetBackbone(
@@ -44,7 +45,7 @@ def _keras3_sam(arch):
     return encoder, segmenter
 
 
-def _keras2_sam(arch):
+def _keras_cv_sam(arch):
     import keras_cv
 
     encoder = keras_cv.models.ViTDetBackbone(
@@ -69,7 +70,7 @@ def _keras2_sam(arch):
 
 def build(ctx):
     check_stack(ctx)
-    encoder, segmenter = (_keras3_sam if KERAS3 else _keras2_sam)(ctx.arch)
+    encoder, segmenter = (_keras_hub_sam if KERAS_HUB else _keras_cv_sam)(ctx.arch)
     images = ctx.arrays["images"]
 
     if ctx.kind == "fit":

@@ -1,9 +1,10 @@
 """Stable Diffusion v1 (KerasCV, random weights: download_weights=False).
 
 fit: Adam + MSE training of the VAE image encoder alone, up to its 8-channel moments (before sampling,
-as published). predict: one denoising step with classifier-free guidance: the UNet once on the
-[unconditional, conditional] batch, guidance, then KerasCV's DDIM update (text encoding and VAE decoding
-are outside the step; the text embeddings come from the shared data, so no tokenizer is needed).
+as published). predict: one denoising step with classifier-free guidance as KerasCV 0.8.2's generate_image
+does it: the UNet twice at the prompt batch size (unconditional, then conditional), guidance, then KerasCV's
+DDIM update (text encoding and VAE decoding are outside the step; the text embeddings come from the shared
+data, so no tokenizer is needed).
 
 At the SD v1 sizes (paper, small) the models are KerasCV's own ImageEncoder / DiffusionModel classes.
 Those hard-code SD v1's widths, so smaller presets (tiny) assemble the same topology from KerasCV's own
@@ -110,14 +111,15 @@ def timestep_embedding(timestep: int, dim: int, max_period: float = 10000.0) -> 
 
 
 class DenoisingStep(StepCell):
-    """One classifier-free-guidance denoising step: the UNet on [uncond, cond], guidance, KerasCV's DDIM update."""
+    """One classifier-free-guidance denoising step: the UNet on uncond then cond, guidance, KerasCV's DDIM update."""
 
     kinds = ("predict",)
-    timed = ("model.predict_on_batch() of the UNet on [uncond, cond] + guidance + DDIM update "
-             "(one denoising step)")
+    timed = ("two model.predict_on_batch() calls of the UNet (unconditional, conditional) + guidance + DDIM "
+             "update (one denoising step)")
 
-    def __init__(self, model, arch, latents, context):
-        self.model, self.arch, self.latents, self.context = model, arch, latents, context
+    def __init__(self, model, arch, latents, context, unconditional_context):
+        self.model, self.arch, self.latents = model, arch, latents
+        self.context, self.unconditional_context = context, unconditional_context
         self.batch = latents.shape[0]
         # KerasCV's schedule: timesteps 1, 1+k, ... and its alphas table, walked from the noisiest end.
         self.timesteps = np.arange(1, 1000, 1000 // arch.denoising_steps)[::-1]
@@ -128,10 +130,12 @@ class DenoisingStep(StepCell):
         arch, batch = self.arch, self.batch
         index = self.index % len(self.timesteps)
         self.index += 1
-        t_emb = np.repeat(timestep_embedding(int(self.timesteps[index]), arch.unet_channels[0]), 2 * batch, 0)
-        # predict_on_batch runs the (jit-compiled) predict function and returns host arrays.
-        noise = np.asarray(self.model.predict_on_batch([np.concatenate([self.latents] * 2), t_emb, self.context]))
-        uncond, cond = noise[:batch], noise[batch:]
+        t_emb = np.repeat(timestep_embedding(int(self.timesteps[index]), arch.unet_channels[0]), batch, 0)
+        # As KerasCV 0.8.2: two UNet calls at the prompt batch size, not one on both halves at twice the batch
+        # (other kernel shapes, one host round trip less). predict_on_batch runs the (jit-compiled) predict
+        # function and returns host arrays.
+        uncond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.unconditional_context]))
+        cond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.context]))
         guided = uncond + arch.guidance_scale * (cond - uncond)
         # KerasCV's DDIM update (StableDiffusion.generate_image).
         a_t = self.alphas[index]
@@ -156,5 +160,4 @@ def build(ctx):
     model = unet(arch)
     report_model(ctx, model, "float32")
     model.compile(jit_compile=ctx.jit_compile)
-    context = np.concatenate([ctx.arrays["unconditional_context"], ctx.arrays["context"]])
-    return DenoisingStep(model, arch, ctx.arrays["latents"], context)
+    return DenoisingStep(model, arch, ctx.arrays["latents"], ctx.arrays["context"], ctx.arrays["unconditional_context"])

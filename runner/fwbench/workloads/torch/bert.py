@@ -6,7 +6,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import maybe_compile, report_model, tensor
+from fwbench.workloads.torch.common import maybe_compile, report_compiled, report_model, tensor
 from fwbench.workloads.torch.trainer import TrainerCell
 
 
@@ -48,4 +48,5 @@ def build(ctx):
 
     model.eval()
     forward = maybe_compile(model, ctx.spec.compile_mode)
+    report_compiled(ctx, "model forward")
     return ForwardCell(forward, {key: value.to(device) for key, value in batch.items()})

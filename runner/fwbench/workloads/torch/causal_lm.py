@@ -21,6 +21,17 @@ def config_kwargs(arch) -> dict:
                 intermediate_size=arch.intermediate, max_position_embeddings=arch.max_positions, pad_token_id=0)
 
 
+def check_attention_widths(model, arch) -> None:
+    """Fail unless the built attention has the preset's head widths: transformers releases before
+    MistralConfig took `head_dim` (4.38 among them) silently use hidden / heads instead."""
+    attention = model.model.layers[0].self_attn
+    built = (attention.q_proj.out_features, attention.k_proj.out_features)
+    wanted = (arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim)
+    if built != wanted:
+        raise ValueError(f"attention projections are {built} wide, the preset asks for {wanted}: this "
+                         "transformers ignores head_dim for this model")
+
+
 class GenerateCell(StepCell):
     """One greedy generate() call; checks it produced exactly new_tokens tokens."""
 
@@ -38,7 +49,7 @@ class GenerateCell(StepCell):
         generated = output.shape[1] - self.prompt.shape[1]
         if generated != self.new_tokens:
             raise RuntimeError(f"generate produced {generated} new tokens, expected {self.new_tokens}")
-        self.ctx.report(tokens_generated=generated)
+        self.ctx.report(tokens_generated=generated, tokenize_in_step=False)
         return output
 
 
@@ -46,6 +57,7 @@ def build_causal_lm(ctx, model_class, config):
     device, spec = ctx.backend.device, ctx.spec
     # A private copy per model: Trainer flips use_cache on the config it sees.
     model = model_class(copy.deepcopy(config)).to(device=device, dtype=torch.bfloat16)
+    check_attention_widths(model, ctx.arch)
     token_ids = tensor(ctx.arrays["token_ids"], "cpu", torch.long)
     padding_mask = tensor(ctx.arrays["padding_mask"], "cpu", torch.long)
 
@@ -65,6 +77,7 @@ def build_causal_lm(ctx, model_class, config):
     if spec.compile_mode != "none":
         # generate() calls self.forward: compiling the module object would bypass this path.
         model.forward = torch.compile(model.forward, mode=spec.compile_mode)
+        ctx.report(compiled_target="model.forward (inside generate)")
     prompt = token_ids.to(device)
     ctx.report(prompt_len=prompt.shape[1])
     return GenerateCell(ctx, model, prompt, padding_mask.to(device), ctx.shapes.new_tokens)

@@ -11,5 +11,7 @@ CELLS = {"fit": TrainerCell, "generate": GenerateCell}
 
 
 def build(ctx):
-    config = GemmaConfig(**config_kwargs(ctx.arch), bos_token_id=2, eos_token_id=1)
+    # Gemma's MLP is tanh-approximated GELU (KerasHub's too). Named explicitly: transformers 4.38 (the
+    # published version) defaults to hidden_act="gelu" and runs exact GELU; later releases remap it to tanh.
+    config = GemmaConfig(**config_kwargs(ctx.arch), hidden_act="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1)
     return build_causal_lm(ctx, GemmaForCausalLM, config)

@@ -14,7 +14,7 @@ from segment_anything.modeling import (ImageEncoderViT, MaskDecoder, PromptEncod
                                        TwoWayTransformer)
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_model,
+from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_compiled, report_model,
                                             tensor)
 
 
@@ -76,11 +76,12 @@ def build(ctx):
         encoder = sam.image_encoder
         report_model(ctx, encoder, "float32")
         target = tensor(nchw(ctx.arrays["target_embeddings"]), device)
-        return RegressionTrainStep(encoder, maybe_compile(encoder, mode), images, target)
+        return RegressionTrainStep(ctx, encoder, images, target)
 
     sam.eval()
     report_model(ctx, sam, "float32")
     # Compile the modules that run (assigning a compiled module keeps sam.<name>(...) on the compiled path).
     sam.image_encoder = maybe_compile(sam.image_encoder, mode)
     sam.mask_decoder = maybe_compile(sam.mask_decoder, mode)
+    report_compiled(ctx, "image encoder + mask decoder")
     return SegmentCell(sam, images, tensor(ctx.arrays["points"], device), tensor(ctx.arrays["point_labels"], device))

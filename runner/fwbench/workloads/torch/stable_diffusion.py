@@ -12,7 +12,7 @@ import torch
 from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_model,
+from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_compiled, report_model,
                                             tensor)
 
 
@@ -80,11 +80,12 @@ def build(ctx):
         report_model(ctx, encoder, "float32")
         images = tensor(nchw(ctx.arrays["images"]), device)
         target = tensor(nchw(ctx.arrays["target_moments"]), device)
-        return RegressionTrainStep(encoder, maybe_compile(encoder, mode), images, target)
+        return RegressionTrainStep(ctx, encoder, images, target)
 
     unet = build_unet(arch).to(device).eval()
     report_model(ctx, unet, "float32")
     context = torch.cat([tensor(ctx.arrays["unconditional_context"], device),
                          tensor(ctx.arrays["context"], device)])
+    report_compiled(ctx, "UNet")
     return DenoisingStep(maybe_compile(unet, mode), sd_v1_scheduler(arch.denoising_steps), arch.guidance_scale,
                          tensor(nchw(ctx.arrays["latents"]), device), context)

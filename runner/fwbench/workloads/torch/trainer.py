@@ -69,6 +69,10 @@ class TrainerCell(DrivenCell):
             seed=ctx.spec.seed,
         )
         self.trainer = Trainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
+        # TrainingArguments(torch_compile=True) compiles the model the Trainer wraps (forward and backward;
+        # the optimizer step stays eager), and may switch TF32 on: the row's tf32 columns are read after it.
+        if mode != "none":
+            ctx.report(compiled_target="model (Trainer torch_compile)")
 
     def drive(self, clock) -> None:
         self.trainer.add_callback(ClockCallback(clock))

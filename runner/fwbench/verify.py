@@ -1,0 +1,126 @@
+"""`fwbench verify`: every check first (signature, then each image against the release), then the re-runs in
+exactly the released images with each published cell's settings, then the comparison and the report.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fwbench import registry
+from fwbench.release import read_release
+from fwbench.release_cli import VerificationRefused, open_bundle
+from fwbench.spec import CellSpec
+
+
+def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsigned: bool,
+                    cosign_identity: str | None = None) -> str:
+    """The report's signature line; raises VerificationRefused unless the signature is good or allowed to be absent."""
+    from fwbench import signing
+
+    signature = bundle_dir / "release.json.sig"
+    data = (bundle_dir / "release.json").read_bytes()
+    try:
+        if cosign_identity is not None:
+            return signing.cosign_verify_blob(bundle_dir / "release.json", bundle_dir / "release.json.cosign.bundle",
+                                              cosign_identity)
+        if allowed_signers is None:
+            raise signing.SigningError("no --allowed-signers given to check the signature against")
+        signer = signing.verify_bytes(data, signature, allowed_signers)
+        return f"good signature by {signer} (allowed signers: {allowed_signers})"
+    except signing.SigningError as exc:
+        if not allow_unsigned:
+            raise VerificationRefused(f"{exc} (pass --allow-unsigned to go on regardless)") from None
+        print(f"warning: {exc}; going on (--allow-unsigned)", file=sys.stderr)
+        return f"NOT VERIFIED, --allow-unsigned: {exc}"
+
+
+def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_dir: Path) -> list[tuple[str, CellSpec]]:
+    """(image reference, spec) per cell and repeat: the identity settings of the published ok rows."""
+    ok = frame[frame["status"] == "ok"]
+    if tasks:
+        ok = ok[ok["task"].isin(tasks)]
+    specs = []
+    keys = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
+            "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+    for values, rows in ok.groupby(keys, dropna=False, sort=True):
+        row = dict(zip(keys, values))
+        preset = registry.get_preset(row["preset"])
+        base = CellSpec(stack=row["stack"], task=row["task"], preset=row["preset"], compile_mode=row["compile_mode"],
+                        data_dir=str(data_dir.resolve()), steps=int(row["timed_steps"]), warmup=int(row["warmup_steps"]),
+                        seed=int(row["data_seed"]), threads=int(row["threads"]), tf32=row["tf32_setting"],
+                        per_step_sync=bool(row["per_step_sync"]), timeout_s=preset.timeout_s, pin_set=row["pin_set"],
+                        jit=row["jit_policy"], engine="docker")
+        for repeat in range(repeats or len(rows)):
+            specs.append((row["image_digest"], replace(base, repeat=repeat)))
+    return specs
+
+
+def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
+               repeats: int | None, fail_above: float | None, tolerance: float, gpus: str,
+               cosign_key: Path | None, cosign_identity: str | None = None) -> int:
+    from fwbench import images, matrix, signing
+    from fwbench.engines.docker import DockerEngine
+    from fwbench_aggregator import loading, verification
+
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    bundle_dir = open_bundle(bundle, out / "bundle")
+    signature_line = check_signature(bundle_dir, allowed_signers, allow_unsigned, cosign_identity)
+    release = read_release(bundle_dir / "release.json")
+    published = loading.load_results([bundle_dir / "report" / "merged.parquet"])
+    specs = published_specs(published.frame(), tasks, repeats, out / "data")
+    if not specs:
+        raise VerificationRefused("the bundle has no ok rows" + (f" for {', '.join(tasks)}" if tasks else ""))
+    needed = {}
+    for reference, _spec in specs:
+        released = release.by_reference(str(reference))
+        if released is None:
+            raise VerificationRefused(f"rows name {reference}, which the release does not list")
+        needed[reference] = released
+    # Every image is checked before anything runs: a refusal re-runs nothing.
+    client = images.docker_client()
+    for released in needed.values():
+        print(f"checking {released.reference}", file=sys.stderr)
+        images.check_image(client, released)
+        if cosign_key is not None:
+            if not signing.cosign_available():
+                raise VerificationRefused("--cosign-key given but cosign is not on PATH")
+            signing.cosign_verify_image(released.reference, cosign_key)
+    checks_s = time.perf_counter() - started
+    results_dir = out / "results"
+    by_pin_set: dict[str, list[CellSpec]] = {}
+    references: dict[str, dict[str, str]] = {}
+    for reference, spec in specs:
+        by_pin_set.setdefault(spec.pin_set, []).append(spec)
+        references.setdefault(spec.pin_set, {})[spec.stack] = str(reference)
+    for pin_set, group in by_pin_set.items():
+        engine = DockerEngine(gpus=gpus, pin_set=pin_set, images=references[pin_set])
+        matrix.ensure_data(group)
+        for stack in dict.fromkeys(s.stack for s in group):
+            engine.prepare(stack)
+        for result in matrix.run_matrix(group, results_dir, engine, resume=True):
+            row = result.row or {}
+            print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
+                  f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)
+    reruns_s = time.perf_counter() - started - checks_s
+    rerun = loading.load_results([results_dir])
+    cells = verification.verify(published, rerun, tolerance, fail_above)
+    facts = [("bundle", str(bundle)), ("release", f"{release.git_revision} ({len(release.images)} image(s), "
+                                                  f"registry {release.registry})"),
+             ("signature", signature_line),
+             ("images checked", f"{len(needed)}: pulled by digest, tag, id, labels, lock and SBOM hashes as released"),
+             ("tolerance", f"±{tolerance:g}%" + (f", fail above +{fail_above:g}%" if fail_above is not None else ""))]
+    report = verification.write_report(cells, out / "report", facts)
+    report_s = time.perf_counter() - started - checks_s - reruns_s
+    print(report.read_text())
+    # Stable, parseable line (benchmarks/verify_overhead.py): everything but the re-runs is overhead.
+    print(f"timing: checks_s={checks_s:.2f} reruns_s={reruns_s:.2f} compare_report_s={report_s:.2f}", file=sys.stderr)
+    print(f"verification report: {report} (also verification.html, verification.parquet)", file=sys.stderr)
+    return 1 if any(c.fails for c in cells) else 0
+
+
+def _ms(value) -> str:
+    return "—" if value is None else f"{value:.4g}"

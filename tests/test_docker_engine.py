@@ -1,0 +1,134 @@
+"""What the docker engine's rows say about the image that ran, without a Docker daemon: a stand-in client
+answers the engine's image lookups and a stand-in run_cell writes the record a container would have. The
+containers themselves are tested end to end in test_docker_e2e.py and images/check-gpu-image.sh."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fwbench import matrix
+from fwbench.engines import CellOutcome
+from fwbench.harness.cell import base_record
+from fwbench.spec import CellSpec
+
+docker = pytest.importorskip("docker")  # the test extra installs the SDK
+
+
+class StandInImage:
+    def __init__(self, labels: dict[str, str]):
+        self.labels = labels
+        self.id = "sha256:" + "0" * 64
+        self.attrs = {"RepoDigests": []}
+
+
+class StandInClient:
+    def __init__(self, images: dict[str, StandInImage]):
+        self.images = self
+        self._by_name = images
+
+    def ping(self) -> bool:
+        return True
+
+    def get(self, name: str) -> StandInImage:
+        if name not in self._by_name:
+            raise docker.errors.ImageNotFound(name)
+        return self._by_name[name]
+
+
+def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]], gpus: str = "none"):
+    """`fwbench run --engine docker --gpus GPUS --pin-set paper-2024 --image TEMPLATE` (images: name -> labels)."""
+    from fwbench.engines.docker import DockerEngine
+
+    client = StandInClient({name: StandInImage(labels) for name, labels in images.items()})
+    monkeypatch.setattr(docker, "from_env", lambda: client)
+    engine = DockerEngine(template, gpus=gpus, pin_set="paper-2024")
+    ran: list[CellSpec] = []
+
+    def run_cell(spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
+        ran.append(spec)
+        record = {**base_record(spec), "status": "ok", "ms_per_step": 1.0, "step_ms": [1.0]}
+        record_path.write_text(json.dumps(record))
+        return CellOutcome(0, False, log_path, record_path, row_fields=engine.image_fields(spec.stack))
+
+    monkeypatch.setattr(engine, "run_cell", run_cell)
+    return engine, ran
+
+
+def bert_predict(tmp_path, *stacks: str) -> list[CellSpec]:
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str(tmp_path / "data"), steps=5,
+                    warmup=2, threads=2)
+    return matrix.plan(stacks, ["bert-predict"], "tiny", None, 1, base)
+
+
+GPU = {"io.fwbench.variant": "gpu", "io.fwbench.pin-set": "paper-2024"}
+CPU = {"io.fwbench.variant": "cpu", "io.fwbench.pin-set": "paper-2024"}
+
+
+def test_a_gpu_image_run_without_a_gpu_is_recorded_as_the_gpu_image(monkeypatch, tmp_path):
+    engine, ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-gpu",
+                                {"fwbench/keras3-jax:paper-2024-gpu": GPU})
+    assert engine.variant == "cpu"  # what the absence of a GPU alone would say
+    [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert (done.row["image_variant"], done.row["pin_set"], done.row["engine"]) == ("gpu", "paper-2024", "docker")
+    assert ran[0].image_variant == "gpu"
+    assert done.row["device_model"] == engine.device_model()  # the CPU it ran on
+    # The variant is part of the cell's identity: --resume finds that row again instead of rerunning the cell.
+    [again] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=True)
+    assert again.skipped and len(ran) == 1
+
+
+def test_each_stack_s_rows_name_its_own_image_s_variant(monkeypatch, tmp_path):
+    """A template without {variant} can find a gpu image for one stack and a cpu image for another."""
+    engine, _ran = docker_engine(monkeypatch, "lab/{stack}:latest",
+                                 {"lab/keras3-jax:latest": GPU, "lab/native-torch:latest": CPU,
+                                  "lab/keras3-torch:latest": {}})
+    stacks = ("keras3-jax", "native-torch", "keras3-torch")
+    for stack in stacks:  # as `fwbench run` does before the first cell
+        engine.prepare(stack)
+    done = matrix.run_matrix(bert_predict(tmp_path, *stacks), tmp_path / "out", engine, resume=False)
+    # An unlabelled image is taken to be the variant asked for (cpu: no GPU here).
+    assert {r.row["stack"]: r.row["image_variant"] for r in done} == {
+        "keras3-jax": "gpu", "native-torch": "cpu", "keras3-torch": "cpu"}
+
+
+@pytest.mark.parametrize("gpus, jax_platforms", [("none", "cpu"), ("all", None)])
+def test_jax_is_told_to_use_the_cpu_when_no_gpu_enters_the_container(monkeypatch, tmp_path, gpus, jax_platforms):
+    # JAX 0.4.23's CUDA plugin fails a cell without a GPU instead of falling back (seen in the paper-2024 gpu image).
+    engine, _ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-gpu",
+                                 {"fwbench/keras3-jax:paper-2024-gpu": GPU}, gpus=gpus)
+    [spec] = bert_predict(tmp_path, "keras3-jax")
+    environment = engine.container_environment(spec)
+    assert environment.get("JAX_PLATFORMS") == jax_platforms
+    assert environment["KERAS_BACKEND"] == "jax" and "PATH" not in environment  # fwbench's settings only
+
+
+def test_a_released_image_runs_by_digest_is_pulled_when_absent_and_named_on_the_row(monkeypatch, tmp_path):
+    """`fwbench run --engine docker --release release.json`: the stack's image is the release's, by digest."""
+    reference = "127.0.0.1:5000/fwbench/keras3-jax@sha256:" + "ab" * 32
+    engine, _ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-{variant}", {})
+    pulled = []
+
+    def pull(name):
+        pulled.append(name)
+        engine.client._by_name[name] = StandInImage(CPU)
+        return engine.client._by_name[name]
+
+    engine.client.pull = pull
+    engine.references = {"keras3-jax": reference}
+    [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert pulled == [reference]
+    assert done.row["image_digest"] == reference and done.row["status"] == "ok"
+
+
+def test_run_with_a_release_that_lacks_the_stack_is_one_clear_error(tmp_path):
+    from fwbench.release import Release
+    from tests.conftest import run_fwbench
+
+    release_path = tmp_path / "release.json"
+    release_path.write_text(Release("127.0.0.1:5000", "0.1.0", "abc", "now", []).to_json())
+    done = run_fwbench("run", "--engine", "local", "--release", str(release_path), "--stack", "keras3-jax",
+                       "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.strip() == "error: --release needs --engine docker"

@@ -1,0 +1,206 @@
+"""publish -> run --release -> bundle -> verify, for real: a registry on 127.0.0.1 (Debian's docker-registry,
+started and stopped here), a real stack image pushed to it, release.json signed with a throwaway SSH key.
+Then the refusals, each with one clear line and nothing re-run: a bad signature, a wrong digest, and a tampered
+image (the released tag re-pushed with one extra layer).
+
+Uses the keras3-jax CPU image of FWBENCH_E2E_PIN_SET (built by compose, as tests/test_docker_e2e.py does).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from fwbench.release import read_release
+from tests.conftest import run_fwbench
+from tests.test_docker_e2e import PIN_SET, REQUIRED, compose, docker_ready
+
+pytestmark = pytest.mark.docker
+STACK, SERVICE = "keras3-jax", "bench-jax"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def local_registry(tmp_path_factory):
+    reason = docker_ready() or (None if shutil.which("docker-registry") else "no docker-registry (Debian package)")
+    if reason:
+        if REQUIRED:
+            pytest.fail(f"FWBENCH_REQUIRE_DOCKER=1 but {reason}")
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = work / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {work / 'data'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    log = open(work / "registry.log", "w")
+    process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail(f"docker-registry did not start: {(work / 'registry.log').read_text()[-500:]}")
+    yield f"127.0.0.1:{port}"
+    import docker
+
+    client = docker.from_env()  # the pushed tags and the tampered image: no disk left behind
+    for image in client.images.list():
+        if any(tag.startswith(f"127.0.0.1:{port}/") for tag in image.tags):
+            for tag in image.tags:
+                if tag.startswith(f"127.0.0.1:{port}/"):
+                    client.images.remove(tag, force=True)
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+    shutil.rmtree(work / "data", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def published(local_registry, tmp_path_factory):
+    """The image built, pushed and released (signed), a tiny run in it by digest, and its bundle."""
+    work = tmp_path_factory.mktemp("publish")
+    env = {**os.environ, "FWBENCH_PIN_SET": PIN_SET, "COMPOSE_PROJECT_NAME": "fwbench-e2e"}
+    built = compose(env, "build", SERVICE, timeout=5400)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    key = work / "publisher"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(key)], check=True)
+    allowed = work / "allowed_signers"
+    allowed.write_text(f"publisher@test {key.with_suffix('.pub').read_text()}")
+    done = run_fwbench("publish", "--registry", local_registry, "--pin-set", PIN_SET, "--variant", "cpu",
+                       "--stack", STACK, "--out", str(work / "release"), "--sign-key", str(key))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    release = read_release(work / "release" / "release.json")
+    [image] = release.images
+    assert image.reference.startswith(f"{local_registry}/fwbench/{STACK}@sha256:")
+    assert len(image.lock_sha256) == 64 and len(image.sbom_sha256) == 64
+    assert (work / "release" / "release.json.sig").is_file()
+    assert f"FWBENCH_DIGEST_KERAS3_JAX=@{image.digest}" in (work / "release" / "release.env").read_text()
+    sbom = (work / "release" / "sboms" / f"{STACK}-{PIN_SET}-cpu.cdx.json").read_text()
+    assert '"bomFormat": "CycloneDX"' in sbom and "pkg:pypi/jax@" in sbom and "pkg:deb/debian/" in sbom
+    done = run_fwbench("run", "--engine", "docker", "--release", str(work / "release" / "release.json"),
+                       "--pin-set", PIN_SET, "--stack", STACK, "--task", "bert-predict", "--preset", "tiny",
+                       "--steps", "5", "--data", str(work / "data"), "--out", str(work / "results"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row_file] = (work / "results").rglob("*.parquet")
+    assert pq.read_table(row_file).column("image_digest").to_pylist() == [image.reference]
+    done = run_fwbench("bundle", str(work / "results"), "--release", str(work / "release" / "release.json"),
+                       "-o", str(work / "bundle.tar.gz"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {"work": work, "allowed": allowed, "key": key, "release": release, "image": image,
+            "registry": local_registry}
+
+
+def verify(published, bundle: Path, out: Path, *extra: str):
+    return run_fwbench("verify", str(bundle), "--allowed-signers", str(published["allowed"]), "--out", str(out), *extra)
+
+
+def assert_refused(done, says: str, out: Path) -> None:
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and says in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not (out / "results").exists(), "a refused verification re-ran cells"
+
+
+def rewrite_bundle(published, name: str, edit) -> Path:
+    """A copy of the bundle with edit(files: dict[name, bytes]) applied."""
+    files = {}
+    with tarfile.open(published["work"] / "bundle.tar.gz") as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                files[member.name] = archive.extractfile(member).read()
+    edit(files)
+    path = published["work"] / name
+    with tarfile.open(path, "w:gz") as archive:
+        for member_name, data in files.items():
+            info = tarfile.TarInfo(member_name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_verify_passes_on_the_published_bundle(published):
+    out = published["work"] / "verify-ok"
+    done = verify(published, published["work"] / "bundle.tar.gz", out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = (out / "report" / "verification.md").read_text()
+    assert "good signature by publisher@test" in report
+    assert "| keras3-jax | bert-predict | tiny |" in report
+    assert "not reproduced" not in report and "(FAIL)" not in report
+    assert (out / "report" / "verification.html").is_file() and (out / "report" / "verification.parquet").is_file()
+    [rerun] = (out / "results").rglob("*.parquet")
+    assert pq.read_table(rerun).column("image_digest").to_pylist() == [published["image"].reference]
+
+
+def test_verify_refuses_a_bad_signature(published):
+    def edit(files):
+        files["release.json"] = files["release.json"].replace(b'"fwbench_version": "', b'"fwbench_version": "x')
+
+    out = published["work"] / "verify-bad-signature"
+    assert_refused(verify(published, rewrite_bundle(published, "bad-signature.tar.gz", edit), out),
+                   "bad release signature", out)
+    done = run_fwbench("verify", str(published["work"] / "bundle.tar.gz"), "--out", str(out))
+    assert_refused(done, "--allowed-signers", out)
+
+
+def test_verify_refuses_a_wrong_digest(published):
+    """release.json (re-signed by the publisher's key) and the rows name a digest the registry does not have."""
+    image = published["image"]
+    wrong = "sha256:" + "0" * 64
+
+    def edit(files):
+        files["release.json"] = files["release.json"].replace(image.digest.encode(), wrong.encode())
+        table = pq.read_table(io.BytesIO(files["report/merged.parquet"]))
+        digests = [d.replace(image.digest, wrong) for d in table.column("image_digest").to_pylist()]
+        import pyarrow as pa
+
+        table = table.set_column(table.schema.get_field_index("image_digest"), "image_digest", pa.array(digests))
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        files["report/merged.parquet"] = sink.getvalue()
+        signed = published["work"] / "resign" / "release.json"
+        signed.parent.mkdir(exist_ok=True)
+        signed.write_bytes(files["release.json"])
+        subprocess.run(["ssh-keygen", "-Y", "sign", "-q", "-f", str(published["key"]), "-n", "fwbench-release",
+                        str(signed)], check=True, capture_output=True)
+        files["release.json.sig"] = Path(str(signed) + ".sig").read_bytes()
+        Path(str(signed) + ".sig").unlink()
+
+    out = published["work"] / "verify-wrong-digest"
+    assert_refused(verify(published, rewrite_bundle(published, "wrong-digest.tar.gz", edit), out),
+                   f"cannot pull {image.repository}@{wrong}", out)
+
+
+def test_verify_refuses_a_tampered_image(published):
+    """The released tag re-pushed with one extra layer: pulling by digest still gets the original, but the tag
+    no longer names it, and verify refuses rather than vouch for a release whose images changed."""
+    import docker
+
+    client = docker.from_env()
+    image = published["image"]
+    container = client.containers.run(image.reference, entrypoint=["sh", "-c", "echo tampered > /tmp/extra"],
+                                      detach=True, network_disabled=True)
+    container.wait()
+    container.commit(repository=image.repository, tag=image.tag)
+    container.remove()
+    pushed = client.api.push(image.repository, tag=image.tag)
+    assert "error" not in pushed.lower(), pushed[-500:]
+    out = published["work"] / "verify-tampered"
+    assert_refused(verify(published, published["work"] / "bundle.tar.gz", out), "tampered", out)

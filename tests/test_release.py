@@ -1,0 +1,223 @@
+"""The release record, its SSH signature, bundles and the verification judgement, without Docker.
+(The Docker half, with a real registry, is tests/test_publish_verify.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fwbench import signing
+from fwbench.release import (Release, ReleaseError, ReleasedImage, compose_env, env_name, parse_release,
+                             read_release)
+from fwbench.release_cli import VerificationRefused, make_bundle, open_bundle
+from fwbench.verify import check_signature, published_specs
+from fwbench_aggregator import loading, verification
+from tests.aggregator_rows import record, write
+
+DIGEST = "sha256:" + "ab" * 32
+IMAGE = ReleasedImage(stack="keras3-jax", variant="cpu", pin_set="paper-2024",
+                      repository="127.0.0.1:5000/fwbench/keras3-jax", tag="paper-2024-cpu", digest=DIGEST,
+                      image_id="sha256:" + "cd" * 32, lock_sha256="0" * 64, sbom_sha256="1" * 64,
+                      base_image="python:3.11-slim-bookworm@sha256:" + "ef" * 32, base_image_digest="sha256:" + "ef" * 32,
+                      git_revision="abc")
+needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="no ssh-keygen")
+
+
+def release(*images: ReleasedImage) -> Release:
+    return Release("127.0.0.1:5000", "0.1.0", "abc", "2026-11-22T00:00:00Z", list(images or [IMAGE]))
+
+
+def test_release_round_trips_and_names_images_by_digest():
+    again = parse_release(release().to_json())
+    assert again == release()
+    assert again.image("keras3-jax", "paper-2024", "cpu").reference == f"127.0.0.1:5000/fwbench/keras3-jax@{DIGEST}"
+    assert again.by_reference(IMAGE.reference) == IMAGE and again.image("keras3-jax", "current", "cpu") is None
+
+
+@pytest.mark.parametrize("text, says", [
+    ("not json", "not an fwbench release"),
+    (json.dumps({"format_version": 99, "images": []}), "release format 99"),
+    (json.dumps({"format_version": 1, "images": [{"stack": "x"}]}), "not an fwbench release"),
+])
+def test_a_bad_release_file_is_one_clear_error(text, says):
+    with pytest.raises(ReleaseError, match=says):
+        parse_release(text)
+
+
+def test_a_release_with_a_malformed_digest_is_refused():
+    with pytest.raises(ReleaseError, match="no valid digest"):
+        parse_release(release(replace(IMAGE, digest="sha256:123")).to_json())
+
+
+def test_release_env_appends_each_stacks_digest_to_the_compose_image_reference():
+    other = replace(IMAGE, stack="native-torch", repository="127.0.0.1:5000/fwbench/native-torch", digest="sha256:" + "12" * 32)
+    text = compose_env(release(IMAGE, other), "paper-2024", "cpu")
+    lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert lines["FWBENCH_REGISTRY"] == "127.0.0.1:5000/"
+    assert lines[env_name("keras3-jax")] == f"@{DIGEST}" and env_name("keras3-jax") == "FWBENCH_DIGEST_KERAS3_JAX"
+    assert lines[env_name("native-torch")] == "@sha256:" + "12" * 32
+    assert (lines["FWBENCH_PIN_SET"], lines["FWBENCH_VARIANT"]) == ("paper-2024", "cpu")
+    with pytest.raises(ReleaseError, match="no current-gpu images"):
+        compose_env(release(), "current", "gpu")
+
+
+@pytest.fixture
+def key_pair(tmp_path):
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("no ssh-keygen")
+    key = tmp_path / "keys" / "publisher"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "publisher", "-f", str(key)], check=True)
+    allowed = tmp_path / "keys" / "allowed_signers"
+    allowed.write_text(f"publisher@fwbench {key.with_suffix('.pub').read_text()}")
+    return key, allowed
+
+
+@needs_ssh_keygen
+def test_a_signed_release_verifies_and_any_change_or_other_key_is_refused(tmp_path, key_pair):
+    key, allowed = key_pair
+    path = tmp_path / "release.json"
+    path.write_text(release().to_json())
+    signature = signing.sign_file(path, key)
+    assert signing.verify_bytes(path.read_bytes(), signature, allowed) == "publisher@fwbench"
+    tampered = path.read_text().replace(DIGEST, "sha256:" + "99" * 32)
+    with pytest.raises(signing.SigningError, match="bad release signature"):
+        signing.verify_bytes(tampered.encode(), signature, allowed)
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    other_allowed = tmp_path / "other_allowed"
+    other_allowed.write_text(f"someone {stranger.with_suffix('.pub').read_text()}")
+    with pytest.raises(signing.SigningError, match="not by any key"):
+        signing.verify_bytes(path.read_bytes(), signature, other_allowed)
+    with pytest.raises(signing.SigningError, match="not signed"):
+        signing.verify_bytes(path.read_bytes(), tmp_path / "missing.sig", allowed)
+
+
+def rows_in(tmp_path: Path, name: str, ms: float, device: str = "Test CPU", digest: str | None = IMAGE.reference,
+            status: str = "ok", input_sha: str = "f" * 64, repeats: int = 1) -> Path:
+    out = tmp_path / name
+    rng = np.random.default_rng(len(name))
+    for task in ("bert-predict", "bert-fit"):
+        for repeat in range(repeats):
+            write(out, record("keras3-jax", task, compile_mode="xla", repeat=repeat, status=status,
+                              step_ms=ms * np.exp(rng.normal(0, 0.02, 20)), device_model=device, device_name=device,
+                              image_digest=digest, pin_set="paper-2024", image_variant="cpu", engine="docker",
+                              input_sha256=input_sha))
+    return out
+
+
+@needs_ssh_keygen
+def test_bundle_packs_rows_release_signature_and_report_and_the_signature_check_follows_it(tmp_path, key_pair):
+    key, allowed = key_pair
+    results = rows_in(tmp_path, "published", 10.0)
+    release_path = tmp_path / "release" / "release.json"
+    release_path.parent.mkdir()
+    release_path.write_text(release().to_json())
+    signing.sign_file(release_path, key)
+    bundle = make_bundle([results], release_path, tmp_path / "bundle.tar.gz")
+    with tarfile.open(bundle) as archive:
+        names = set(archive.getnames())
+    assert {"release.json", "release.json.sig", "report/merged.parquet", "report/report.md"} <= names
+    opened = open_bundle(bundle, tmp_path / "opened")
+    assert check_signature(opened, allowed, allow_unsigned=False).startswith("good signature by publisher@fwbench")
+    with pytest.raises(VerificationRefused, match="allowed-signers"):
+        check_signature(opened, None, allow_unsigned=False)
+    assert "NOT VERIFIED" in check_signature(opened, None, allow_unsigned=True)
+    (opened / "release.json").write_text(release(replace(IMAGE, digest="sha256:" + "77" * 32)).to_json())
+    with pytest.raises(VerificationRefused, match="bad release signature"):
+        check_signature(opened, allowed, allow_unsigned=False)
+    # The published cells become specs with the rows' own settings, in the image the rows name.
+    specs = published_specs(loading.load_results([opened / "report" / "merged.parquet"]).frame(), None, None,
+                            tmp_path / "data")
+    assert sorted((ref, s.task, s.steps, s.threads, s.pin_set) for ref, s in specs) == [
+        (IMAGE.reference, "bert-fit", 20, 2, "paper-2024"), (IMAGE.reference, "bert-predict", 20, 2, "paper-2024")]
+
+
+def test_bundle_refuses_rows_that_did_not_run_in_a_released_image(tmp_path):
+    results = rows_in(tmp_path, "local", 10.0, digest=None)
+    release_path = tmp_path / "release.json"
+    release_path.write_text(release().to_json())
+    with pytest.raises(ReleaseError, match="not in"):
+        make_bundle([results], release_path, tmp_path / "bundle.tar.gz")
+    assert not (tmp_path / "bundle.tar.gz").exists()
+
+
+def test_open_bundle_refuses_what_is_not_a_bundle(tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a tar")
+    with pytest.raises(VerificationRefused, match="not a readable fwbench bundle"):
+        open_bundle(junk, tmp_path / "x")
+    with pytest.raises(VerificationRefused, match="no bundle"):
+        open_bundle(tmp_path / "missing.tar.gz", tmp_path / "y")
+
+
+def judged(tmp_path, published_ms, rerun_ms, repeats=1, **rerun):
+    published = loading.load_results([rows_in(tmp_path, "pub", published_ms, repeats=repeats)])
+    again = loading.load_results([rows_in(tmp_path, "again", rerun_ms, repeats=repeats, **rerun)])
+    return {c.task: c for c in verification.verify(published, again, tolerance_pct=10, fail_above_pct=20)}
+
+
+def test_verdicts_reproduced_slower_faster(tmp_path):
+    assert {c.verdict for c in judged(tmp_path / "a", 10.0, 10.1).values()} == {verification.REPRODUCED}
+    slow = judged(tmp_path / "b", 10.0, 15.0)
+    assert {c.verdict for c in slow.values()} == {verification.SLOWER} and all(c.fails for c in slow.values())
+    assert {c.verdict for c in judged(tmp_path / "c", 10.0, 5.0).values()} == {verification.FASTER}
+
+
+def test_with_repeats_on_both_sides_compares_test_decides(tmp_path):
+    same = judged(tmp_path / "a", 10.0, 10.05, repeats=3)
+    assert {c.verdict for c in same.values()} == {verification.REPRODUCED}
+    assert all("p=" in c.detail for c in same.values())
+    slow = judged(tmp_path / "b", 10.0, 14.0, repeats=3)
+    assert {c.verdict for c in slow.values()} == {verification.SLOWER}
+
+
+def test_another_device_gives_ratios_only_and_a_failed_rerun_does_not_reproduce(tmp_path):
+    other = judged(tmp_path / "a", 10.0, 30.0, device="Another CPU")
+    assert {c.verdict for c in other.values()} == {verification.NOT_COMPARABLE}
+    assert not any(c.fails for c in other.values()) and all(c.ratio > 2 for c in other.values())
+    failed = judged(tmp_path / "b", 10.0, 10.0, status="error")
+    assert {c.verdict for c in failed.values()} == {verification.NOT_REPRODUCED} and all(c.fails for c in failed.values())
+    inputs = judged(tmp_path / "c", 10.0, 10.0, input_sha="e" * 64)
+    assert {c.detail for c in inputs.values()} == {"the re-run read other inputs (input_sha256)"}
+
+
+def test_verification_report_is_written_in_three_formats(tmp_path):
+    cells = list(judged(tmp_path, 10.0, 10.0).values())
+    md = verification.write_report(cells, tmp_path / "report", [("signature", "good")])
+    assert "| keras3-jax | bert-fit |" in md.read_text() and "2 reproduced" in md.read_text()
+    assert "<table" in (tmp_path / "report" / "verification.html").read_text()
+    import pandas as pd
+
+    assert len(pd.read_parquet(tmp_path / "report" / "verification.parquet")) == 2
+
+
+def test_read_release_of_a_missing_file_is_one_line(tmp_path):
+    with pytest.raises(ReleaseError, match="cannot read the release file"):
+        read_release(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["publish", "--registry", "127.0.0.1:5000", "--variant", "tpu"], 2, "error: --variant must be cpu or gpu, not 'tpu'"),
+    (["publish", "--registry", "127.0.0.1:5000", "--stack", "nope"], 2, "error: unknown stack"),
+    (["publish", "--registry", "127.0.0.1:5000", "--sign-key", "/no/such/key"], 2, "error: no signing key at /no/such/key"),
+    (["verify", "/no/such/bundle.tar.gz", "--out", "{tmp}/v"], 1,
+     "error: verification refused: no bundle at /no/such/bundle.tar.gz"),
+    (["verify", "/no/such/bundle.tar.gz", "--repeats", "0"], 2, "error: --repeats must be at least 1"),
+    (["bundle", "{tmp}", "--release", "/no/such/release.json", "-o", "{tmp}/b.tar.gz"], 1,
+     "error: cannot read the release file /no/such/release.json"),
+])
+def test_release_commands_refuse_bad_input_with_one_line(tmp_path, args, code, says):
+    from tests.conftest import run_fwbench
+
+    done = run_fwbench(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip().startswith(says) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
