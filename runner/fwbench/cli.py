@@ -399,8 +399,10 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
 
 from fwbench_aggregator.cli import register as _register_aggregator
 from fwbench.release_cli import register as _register_release
+from fwbench.k8s_cli import k8s_app as _k8s_app
 _register_aggregator(app)
 _register_release(app)
+app.add_typer(_k8s_app, name="k8s")
 
 
 def main() -> None:
