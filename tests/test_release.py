@@ -221,3 +221,12 @@ def test_release_commands_refuse_bad_input_with_one_line(tmp_path, args, code, s
     assert done.returncode == code, done.stderr
     assert done.stderr.strip().startswith(says) and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_publish_with_an_unknown_pin_set_is_one_line_through_python_dash_m(tmp_path):
+    """`python -m fwbench.cli` runs the CLI as __main__: the error raised by a helper must still be caught."""
+    from tests.conftest import run_fwbench
+
+    done = run_fwbench("publish", "--registry", "127.0.0.1:5000", "--pin-set", "nope")
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: unknown pin set 'nope' (choose from: current, paper-2024)"), done.stderr

@@ -18,6 +18,7 @@ from fwbench import data, pins, registry
 from fwbench import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.spec import CellSpec
+from fwbench.usage import UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
@@ -29,10 +30,6 @@ console = Console() if Console().is_terminal else Console(width=200)
 PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's); default current "
                 "(the current engine inside an image: the image's).")
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "unsupported": "dim"}
-
-
-class UsageError(Exception):
-    """Bad input from the user: one line on stderr, exit 2."""
 
 
 def default_data_dir() -> Path:
