@@ -33,7 +33,8 @@ def render_cmd(
 ) -> None:
     """Write per stack a ConfigMap (the plan) and an Indexed Job, plus a deny-all NetworkPolicy."""
     from fwbench import k8s, matrix
-    from fwbench.cli import UsageError, pin_set_or_default, released_images
+    from fwbench.cli import pin_set_or_default, released_images
+    from fwbench.usage import UsageError
     from fwbench.identity import SAFE_NAME
     from fwbench.spec import CellSpec
 
@@ -66,7 +67,7 @@ def run_cell_cmd(
     """Run cell INDEX of the plan in this image (current engine), resuming: an ok row already there is kept.
     Exits 0 once the row is written, whatever its status (a failed cell is a row, not a pod retry)."""
     from fwbench import k8s, matrix
-    from fwbench.cli import UsageError
+    from fwbench.usage import UsageError
     from fwbench.engines.local import current_engine
 
     if index is None:
