@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from fwbench.atomic import write_atomically
 from fwbench.identity import CellIdentity
 from fwbench_aggregator import compare, loading
 
@@ -138,10 +139,10 @@ def write_report(cells: list[VerifiedCell], out_dir: Path, facts: list[tuple[str
              "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(text.replace("|", "\\|") for text in _cells_as_text(c)) + " |" for c in cells]
     md = out_dir / "verification.md"
-    write_text_atomically(md, "\n".join(lines) + "\n")
+    write_atomically(md, "\n".join(lines) + "\n")
     body = "".join(f"<li><b>{html.escape(n)}</b>: {html.escape(v)}</li>" for n, v in facts)
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(t)}</td>" for t in _cells_as_text(c)) + "</tr>" for c in cells)
-    write_text_atomically(out_dir / "verification.html",
+    write_atomically(out_dir / "verification.html",
                 f"<!doctype html><html><head><meta charset='utf-8'><title>fwbench verification</title></head><body>"
                 f"<h1>fwbench verification</h1><ul>{body}<li><b>result</b>: {html.escape(summary)}</li></ul>"
                 f"<table border='1'><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in HEADERS)}</tr>{rows}</table>"
@@ -152,9 +153,3 @@ def write_report(cells: list[VerifiedCell], out_dir: Path, facts: list[tuple[str
     tmp.replace(out_dir / "verification.parquet")
     return md
 
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write text atomically (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

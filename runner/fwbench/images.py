@@ -27,30 +27,33 @@ def docker_client():
     return client
 
 
-def read_image_file(client, reference: str, path: str) -> bytes:
-    """One file from an image, without running it (a created, never started container)."""
+def read_image_files(client, reference: str, *paths: str) -> dict[str, bytes]:
+    """Files from an image, without running it (one created, never started container)."""
     container = client.containers.create(reference, entrypoint=["/bin/true"], network_disabled=True)
     try:
-        stream, _stat = container.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            member = archive.next()
-            return archive.extractfile(member).read()
-    except Exception as exc:  # docker.errors.NotFound when the file is missing
-        raise ReleaseError(f"{reference} has no {path} (not an fwbench image of this version?): "
-                           f"{exc.__class__.__name__}") from None
+        found = {}
+        for path in paths:
+            try:
+                stream, _stat = container.get_archive(path)
+            except Exception as exc:  # docker.errors.NotFound when the file is missing
+                raise ReleaseError(f"{reference} has no {path} (not an fwbench image of this version?): "
+                                   f"{exc.__class__.__name__}") from None
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+                found[path] = archive.extractfile(archive.next()).read()
+        return found
     finally:
         container.remove(force=True)
 
 
 def image_facts(client, reference: str) -> dict:
-    """What a release records about an image: id, labels, manifest (lock hash, base image) and SBOM hash."""
+    """What a release records about an image: id, labels, manifest (lock hash, base image) and SBOM."""
     image = client.images.get(reference)
     labels = image.labels or {}
     if LABEL_STACK not in labels:
         raise ReleaseError(f"{reference} is not an fwbench image (no {LABEL_STACK} label)")
-    manifest = json.loads(read_image_file(client, reference, IMAGE_MANIFEST_PATH))
-    sbom = read_image_file(client, reference, IMAGE_SBOM_PATH)
-    return {"image": image, "labels": labels, "manifest": manifest, "sbom": sbom,
+    files = read_image_files(client, reference, IMAGE_MANIFEST_PATH, IMAGE_SBOM_PATH)
+    sbom = files[IMAGE_SBOM_PATH]
+    return {"image": image, "labels": labels, "manifest": json.loads(files[IMAGE_MANIFEST_PATH]), "sbom": sbom,
             "sbom_sha256": hashlib.sha256(sbom).hexdigest()}
 
 
@@ -80,7 +83,9 @@ def push(client, local_name: str, repository: str, tag: str) -> str:
     return digest
 
 
-def release_entry(client, local_name: str, repository: str, tag: str, digest: str) -> ReleasedImage:
+def release_entry(client, local_name: str, repository: str, tag: str,
+                  digest: str) -> tuple[ReleasedImage, bytes]:
+    """The image's release entry, and its SBOM (to store beside the release)."""
     facts = image_facts(client, local_name)
     labels, manifest = facts["labels"], facts["manifest"]
     base = manifest.get("base_image") or labels.get("org.opencontainers.image.base.name") or ""
@@ -88,7 +93,8 @@ def release_entry(client, local_name: str, repository: str, tag: str, digest: st
         stack=labels[LABEL_STACK], variant=labels.get(LABEL_VARIANT, ""), pin_set=labels.get(LABEL_PIN_SET, ""),
         repository=repository, tag=tag, digest=digest, image_id=facts["image"].id,
         lock_sha256=manifest.get("lock_sha256", ""), sbom_sha256=facts["sbom_sha256"], base_image=base,
-        base_image_digest=base_image_digest(client, base), git_revision=manifest.get("git_revision", "unknown"))
+        base_image_digest=base_image_digest(client, base), git_revision=manifest.get("git_revision", "unknown")
+    ), facts["sbom"]
 
 
 def registry_digest(client, tagged: str) -> str:

@@ -8,11 +8,11 @@ Plain data and JSON here: the Docker side lives in fwbench.images, signing in fw
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from fwbench.atomic import write_atomically
 
 RELEASE_FORMAT_VERSION = 1
 # Inside every fwbench image (written by images/install.sh).
@@ -100,18 +100,6 @@ def read_release(path: Path) -> Release:
     except OSError as exc:
         raise ReleaseError(f"cannot read the release file {path}: {exc.strerror or exc}") from None
     return parse_release(text, str(path))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-                                     delete=False) as f:
-        f.write(text)
-        temp = Path(f.name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temp, 0o666 & ~umask)  # what open() would have made: a release is for others to read
-    os.replace(temp, path)
 
 
 def env_name(stack: str) -> str:

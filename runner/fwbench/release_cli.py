@@ -22,7 +22,8 @@ from typing import List, Optional
 import typer
 
 from fwbench import __version__, registry
-from fwbench.release import Release, ReleaseError, compose_env, read_release, write_atomically
+from fwbench.atomic import write_atomically
+from fwbench.release import Release, ReleaseError, compose_env, read_release
 from fwbench.signing import SigningError
 
 BUNDLE_RESULTS = "merged.parquet"
@@ -75,11 +76,10 @@ def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], o
         else:
             print(f"pushing {local_name} -> {repository}:{tag}", file=sys.stderr)
             digest = images.push(client, local_name, repository, tag)
-        entry = images.release_entry(client, local_name, repository, tag, digest)
+        entry, sbom = images.release_entry(client, local_name, repository, tag, digest)
         if (entry.stack, entry.pin_set, entry.variant) != (stack, pin_set, variant):
             raise ReleaseError(f"{local_name} is labelled {entry.stack} {entry.pin_set}-{entry.variant}")
-        write_atomically(out / "sboms" / f"{stack}-{tag}.cdx.json",
-                         images.read_image_file(client, local_name, "/opt/fwbench/sbom.cdx.json").decode())
+        write_atomically(out / "sboms" / f"{stack}-{tag}.cdx.json", sbom)
         if signing.cosign_available():
             signing.cosign_sign_image(entry.reference, cosign_key)
         release.images = [i for i in release.images if i.key != entry.key] + [entry]

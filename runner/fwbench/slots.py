@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from fwbench.harness.nvml import nvml_query
+
 # `auto` on a CPU-only host: one slot per `threads` cores, but no more than this many. Every cell
 # process loads a whole framework (GBs of memory) and shares the memory bandwidth: beyond a few cells at
 # once those, not the cores, limit how many can run without slowing each other.
@@ -96,21 +98,7 @@ def usable_gpus() -> list[int]:
 def _nvml_gpus() -> list[int] | None:
     """GPU indices from NVML; None when NVML cannot be asked (pynvml is not in the runner's install, or
     no driver)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return list(range(pynvml.nvmlDeviceGetCount()))
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return nvml_query(lambda pynvml: list(range(pynvml.nvmlDeviceGetCount())))
 
 
 def _nvidia_smi_gpus() -> list[int]:

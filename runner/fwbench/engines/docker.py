@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
+from fwbench.harness.nvml import nvml_query
 from fwbench.pins import DEFAULT_PIN_SET
 from fwbench.spec import CellSpec
 
@@ -25,16 +26,11 @@ DEFAULT_IMAGE = "fwbench/{stack}:{pin_set}-{variant}"
 
 def host_has_gpu() -> bool:
     """An NVIDIA GPU is usable by containers only if the host driver answers NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no pynvml, no driver, no GPU
-        return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
+    count = nvml_query(lambda pynvml: pynvml.nvmlDeviceGetCount())
+    if count is not None:
+        return count > 0
+    # No pynvml or no answer from NVML: the driver's tools and device node say whether a GPU is there.
+    return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
 
 
 def docker_device_request(gpu_index: int | None):
@@ -95,16 +91,15 @@ class DockerEngine:
         try:
             self._images[stack] = self.client.images.get(name)
         except docker.errors.ImageNotFound:
-            if stack in self.references:
-                try:
-                    self._images[stack] = self.client.images.pull(name)
-                except docker.errors.APIError as exc:
-                    raise EngineError(f"cannot pull {name}: {exc.explanation or exc}") from None
-                return self.prepare(stack)
-            raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
-                              f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
-                              f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} -t {name} .)"
-                              ) from None
+            if stack not in self.references:
+                raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
+                                  f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
+                                  f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} "
+                                  f"-t {name} .)") from None
+            try:
+                self._images[stack] = self.client.images.pull(name)
+            except docker.errors.APIError as exc:
+                raise EngineError(f"cannot pull {name}: {exc.explanation or exc}") from None
         except docker.errors.APIError as exc:  # e.g. an invalid reference
             raise EngineError(f"image {name}: {exc.explanation or exc}") from None
         labels = self._images[stack].labels or {}
@@ -138,7 +133,6 @@ class DockerEngine:
         return environment
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
-        import docker
         import requests
 
         if spec.stack not in self._images:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fwbench.harness.nvml import nvml_query
+
 CELL_MODULE = "fwbench.harness.cell"
 BUSY_OTHER_CPU_CORES = 0.5  # other processes using more than half a core count as competition
 MIN_SAMPLE_S = 0.5  # shortest span the CPU competition is measured over
@@ -126,25 +128,18 @@ def gpu_others(gpu_index: int = 0) -> tuple[int, int] | None:
 
     NVML reports host pids: inside a container the cell's own pid is not among them, so one process
     (the largest memory user, the cell's own context) is assumed to be the cell."""
-    try:
-        import pynvml
 
-        pynvml.nvmlInit()
-    except Exception:  # no pynvml, no driver: a CPU machine
-        return None
-    try:
+    def memory_by_pid(pynvml) -> dict[int, int]:
         handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
-        processes = {}
+        found = {}
         for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
             for process in query(handle):
-                processes[process.pid] = int(process.usedGpuMemory or 0)
-    except Exception:
+                found[process.pid] = int(process.usedGpuMemory or 0)
+        return found
+
+    processes = nvml_query(memory_by_pid)  # None: no pynvml, no driver (a CPU machine), or NVML failed
+    if processes is None:
         return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
     if os.getpid() in processes:
         processes.pop(os.getpid())
     elif processes:
