@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
+import kubernetes  # in the test extra
 import pytest
 import yaml
 
-from fwbench import k8s, matrix
+from fwbench import cellplan, k8s, matrix
 from fwbench.spec import CellSpec
-
-kubernetes = pytest.importorskip("kubernetes")
 
 IMAGE = "ghcr.io/o/fwbench/keras3-jax@sha256:" + "ab" * 32
 
@@ -68,9 +67,9 @@ def test_each_completion_index_reads_its_own_cell(tmp_path):
     assert "resources" not in job["spec"]["template"]["spec"]["containers"][0]
     plan = tmp_path / "cells.json"
     plan.write_text(configmap["data"]["cells.json"])
-    assert (k8s.cell_of_index(plan, 3).task, k8s.cell_of_index(plan, 3).repeat) == ("bert-fit", 1)
+    assert (cellplan.cell_of_index(plan, 3).task, cellplan.cell_of_index(plan, 3).repeat) == ("bert-fit", 1)
     with pytest.raises(ValueError, match="outside the plan's 4 cells"):
-        k8s.cell_of_index(plan, 4)
+        cellplan.cell_of_index(plan, 4)
 
 
 def test_render_command_writes_the_objects_of_a_release_and_refuses_bad_input(tmp_path):

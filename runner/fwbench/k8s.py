@@ -118,10 +118,3 @@ def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix:
     policy = out_dir / f"{prefix}-network-policy.yaml"
     policy.write_text(yaml.safe_dump(deny_all_network_policy(prefix, namespace), sort_keys=False))
     return [*written, policy]
-
-
-def cell_of_index(plan: Path, index: int) -> CellSpec:
-    cells = json.loads(plan.read_text())
-    if not 0 <= index < len(cells):
-        raise ValueError(f"completion index {index} is outside the plan's {len(cells)} cells")
-    return CellSpec(**cells[index])

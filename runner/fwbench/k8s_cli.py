@@ -66,20 +66,23 @@ def run_cell_cmd(
 ) -> None:
     """Run cell INDEX of the plan in this image (current engine), resuming: an ok row already there is kept.
     Exits 0 once the row is written, whatever its status (a failed cell is a row, not a pod retry)."""
-    from fwbench import k8s, matrix
-    from fwbench.usage import UsageError
+    from fwbench import cellplan
     from fwbench.engines.local import current_engine
+    from fwbench.usage import UsageError
 
     if index is None:
         raise UsageError("no cell index: pass --index or run as an Indexed Job pod (JOB_COMPLETION_INDEX)")
     try:
-        spec = k8s.cell_of_index(plan, index)
-    except (OSError, ValueError, TypeError) as exc:
-        raise UsageError(f"cannot read cell {index} of {plan}: {exc}") from None
-    matrix.ensure_data([spec])
-    engine = current_engine(spec.pin_set)
-    [result] = matrix.run_matrix([spec], out, engine, resume=True)
+        spec = cellplan.cell_of_index(plan, index)
+    except cellplan.PlanError as exc:
+        raise UsageError(str(exc)) from None
+    result = cellplan.run_planned_cell(spec, out, current_engine(spec.pin_set), _explain_stop)
     row = result.row or {}
     print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
     if not result.path.is_file():
         raise typer.Exit(1)
+
+
+def _explain_stop(kind: str, signal_name: str) -> str:
+    return (f"Kubernetes stopped the pod ({signal_name}: the Job or pod was deleted, preempted or evicted, or "
+            "its activeDeadlineSeconds passed) before the cell finished")
