@@ -53,7 +53,10 @@ def test_default_time_limit_covers_the_slowest_cell_and_the_stop_grace():
 
 
 @pytest.mark.parametrize("reference,enroot", [
-    ("ghcr.io/o/fwbench/keras3-jax@sha256:ab", "ghcr.io#o/fwbench/keras3-jax@sha256:ab"),
+    # enroot reads `registry#image:tag` and fetches /v2/<image>/manifests/<tag>: a digest goes there.
+    ("ghcr.io/o/fwbench/keras3-jax@sha256:ab", "ghcr.io#o/fwbench/keras3-jax:sha256:ab"),
+    ("ghcr.io/o/fwbench/keras3-jax:current-gpu@sha256:ab", "ghcr.io#o/fwbench/keras3-jax:sha256:ab"),
+    ("localhost:5000/fwbench/keras3-jax@sha256:ab", "localhost:5000#fwbench/keras3-jax:sha256:ab"),
     ("localhost:5000/fwbench/native-torch:current-gpu", "localhost:5000#fwbench/native-torch:current-gpu"),
     ("fwbench/native-torch:current-gpu", "fwbench/native-torch:current-gpu"),  # Docker Hub: enroot's default
 ])
@@ -85,7 +88,7 @@ def test_the_batch_script_is_one_array_task_per_cell(tmp_path):
 def test_container_runtimes_run_the_image_by_digest_with_the_folders_mounted(tmp_path):
     image = "ghcr.io/o/fwbench/native-torch@sha256:" + "a" * 64
     pyxis = _script(tmp_path, "pyxis", image).splitlines()[-1]
-    assert f"--container-image=ghcr.io#o/fwbench/native-torch@sha256:{'a' * 64}" in pyxis
+    assert f"--container-image=ghcr.io#o/fwbench/native-torch:sha256:{'a' * 64}" in pyxis
     assert f"--container-mounts={tmp_path}/out:/results,{tmp_path}/sub:/submission,{tmp_path}/data:/data" in pyxis
     assert pyxis.endswith("fwbench slurm run-cell /submission/cells.json --out /results --submission /submission")
     apptainer = _script(tmp_path, "apptainer", image).splitlines()[-1]

@@ -167,12 +167,18 @@ def _placement(options: SlurmOptions, gres: bool = True) -> list[str]:
 # -- the batch script ----------------------------------------------------------------------------------
 
 def enroot_reference(reference: str) -> str:
-    """Pyxis/enroot name an image registry#path[:tag|@digest] (a plain docker reference would be read
-    as a Docker Hub path)."""
-    first, _, rest = reference.partition("/")
+    """Pyxis/enroot name an image `registry#path[:tag]` (a plain docker reference would be read as a Docker
+    Hub path), and take a digest in the tag's place (`path:sha256:...`; enroot's grammar has no `@digest`)."""
+    name, _, digest = reference.partition("@")
+    if digest:
+        first, _, rest = name.partition("/")
+        if ":" in rest.rsplit("/", 1)[-1]:  # a tag beside the digest: the digest decides
+            rest = rest.rsplit(":", 1)[0]
+        name = f"{first}/{rest}" if rest else first
+    first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{rest}"
-    return reference
+        name = f"{first}#{rest}"
+    return f"{name}:{digest}" if digest else name
 
 
 def job_script(folder: Path, out: Path, data_dir: Path, count: int, options: SlurmOptions,
