@@ -14,6 +14,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+  # The Slurm test starts a one-node cluster on localhost (Debian's slurm-wlm and munge; root only).
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+  else
+    echo "note: slurm-wlm/munge not installed (or not root); the Slurm cluster test will be skipped" >&2
+  fi
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[report,test]'
 exec .venv/bin/python -m pytest -ra "$@"

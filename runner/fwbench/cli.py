@@ -29,7 +29,8 @@ console = Console() if Console().is_terminal else Console(width=200)
 
 PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's); default current "
                 "(the current engine inside an image: the image's).")
-STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "unsupported": "dim"}
+STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "cancelled": "yellow",
+                "unsupported": "dim"}
 
 
 def default_data_dir() -> Path:
@@ -396,8 +397,12 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
 
 from fwbench_aggregator.cli import register as _register_aggregator
 from fwbench.release_cli import register as _register_release
+from fwbench.k8s_cli import k8s_app as _k8s_app
+from fwbench.slurm_cli import slurm_app as _slurm_app
 _register_aggregator(app)
 _register_release(app)
+app.add_typer(_k8s_app, name="k8s")
+app.add_typer(_slurm_app, name="slurm")
 
 
 def main() -> None:

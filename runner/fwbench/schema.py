@@ -14,7 +14,7 @@ ADDED_IN_V3 = ("pin_deviations", "compiled_target", "tokenize_in_step")
 ADDED_IN_V4 = ("cpu_set", "gpu_index", "parallel_cells")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4}
 
-STATUSES = ("ok", "error", "timeout", "oom", "unsupported")
+STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported")
 
 # (name, type, description). Types: string, int64, float64, bool, timestamp, list<float64>.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -39,7 +39,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jit_compile", "bool", "Keras jit_compile flag the cell really used (null for native-torch)."),
     ("jit_policy", "string", "--jit: published (each Keras cell's XLA setting as in the published run), on or off."),
     ("repeat", "int64", "Repeat index (each repeat is its own process)."),
-    ("status", "string", "ok, error, timeout, oom or unsupported."),
+    ("status", "string", "ok, error, timeout, oom, cancelled (stopped by the cluster's scheduler) or unsupported."),
     ("error_type", "string", "Exception class or failure kind when status is not ok."),
     ("error_message", "string", "One-paragraph reason when status is not ok."),
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),

@@ -1,0 +1,120 @@
+"""`fwbench k8s render`: the plan as Kubernetes objects, for the cluster's own scheduler to run.
+
+Per stack (an Indexed Job has one pod template, so one image): a ConfigMap holding that stack's cells (one
+CellSpec per completion index) and an Indexed Job whose pod k runs cell k in the stack's released image, by
+digest, with the current engine: one GPU (nvidia.com/gpu: 1), non-root, read-only root filesystem, results
+to a PersistentVolumeClaim in the usual one-file-per-cell layout (atomic, so a retried or resubmitted index
+resumes). A NetworkPolicy denies the pods all traffic (Kubernetes has no per-pod "no network"; the policy
+needs a CNI that enforces it). Plain dictionaries: rendering needs no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from fwbench.spec import CellSpec
+
+PLAN_KEY = "cells.json"
+APP_LABEL = "app.kubernetes.io/name"
+UID = 1000  # the images' fwbench user
+
+
+def object_name(prefix: str, stack: str) -> str:
+    """DNS-1123 names: lower case, digits, '-', at most 63 characters."""
+    return f"{prefix}-{stack}"[:63].rstrip("-")
+
+
+def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: str | None) -> dict:
+    cells = [asdict(replace(spec, data_dir="/data", engine="current")) for spec in specs]
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _metadata(object_name(prefix, stack), stack, prefix, namespace),
+            "data": {PLAN_KEY: json.dumps(cells, indent=1, sort_keys=True)}}
+
+
+def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, results_claim: str,
+                gpu: bool, namespace: str | None, backoff_limit: int = 3) -> dict:
+    name = object_name(prefix, stack)
+    container = {
+        "name": "cell",
+        "image": image,
+        # The image's entrypoint is `fwbench`: run the cell of this pod's completion index.
+        "args": ["k8s", "run-cell", f"/plan/{PLAN_KEY}", "--out", "/results"],
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": "/tmp/cache"},
+                {"name": "KERAS_HOME", "value": "/tmp/keras"}, {"name": "FWBENCH_IMAGE_DIGEST", "value": image},
+                {"name": "XLA_PYTHON_CLIENT_PREALLOCATE", "value": "false"},
+                {"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "true"}],
+        "volumeMounts": [{"name": "plan", "mountPath": "/plan", "readOnly": True},
+                         {"name": "results", "mountPath": "/results"},
+                         {"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID,
+                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}  # a Quantity: a string in the API
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _metadata(name, stack, prefix, namespace),
+        "spec": {
+            "completionMode": "Indexed", "completions": count, "parallelism": min(parallelism, count),
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"labels": _labels(stack, prefix)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "plan", "configMap": {"name": name}},
+                        {"name": "results", "persistentVolumeClaim": {"claimName": results_claim}},
+                        # Shared inputs are regenerated per pod (deterministic from the seed; input_sha256
+                        # on every row proves it), so pods never write one file concurrently.
+                        {"name": "data", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def deny_all_network_policy(prefix: str, namespace: str | None) -> dict:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{prefix}-no-network", **({"namespace": namespace} if namespace else {}),
+                         "labels": {APP_LABEL: "fwbench"}},
+            "spec": {"podSelector": {"matchLabels": {"fwbench.io/run": prefix}},
+                     "policyTypes": ["Ingress", "Egress"]}}
+
+
+def _labels(stack: str, prefix: str) -> dict:
+    return {APP_LABEL: "fwbench", "fwbench.io/stack": stack, "fwbench.io/run": prefix}
+
+
+def _metadata(name: str, stack: str, prefix: str, namespace: str | None) -> dict:
+    return {"name": name, **({"namespace": namespace} if namespace else {}), "labels": _labels(stack, prefix)}
+
+
+def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix: str, parallelism: int,
+           results_claim: str, gpu: bool, namespace: str | None) -> list[Path]:
+    """One YAML file per stack (ConfigMap + Job) and the NetworkPolicy; returns the files written."""
+    import yaml
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    by_stack: dict[str, list[CellSpec]] = {}
+    for spec in specs:
+        by_stack.setdefault(spec.stack, []).append(spec)
+    for stack, cells in by_stack.items():
+        documents = [plan_configmap(prefix, stack, cells, namespace),
+                     indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim, gpu, namespace)]
+        path = out_dir / f"{object_name(prefix, stack)}.yaml"
+        path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+        written.append(path)
+    policy = out_dir / f"{prefix}-network-policy.yaml"
+    policy.write_text(yaml.safe_dump(deny_all_network_policy(prefix, namespace), sort_keys=False))
+    return [*written, policy]

@@ -1,0 +1,381 @@
+"""`fwbench slurm`: the plan as a Slurm job array, one array task per cell; Slurm queues and runs them.
+
+A submission lives in the results folder, which compute nodes must share with the submitter:
+    <out>/.slurm/<submission>/cells.json       the cells, one per array index (fwbench.cellplan)
+    <out>/.slurm/<submission>/job.sbatch       the batch script sbatch was given (readable, re-submittable)
+    <out>/.slurm/<submission>/submission.json  job id, options, when
+    <out>/.slurm/<submission>/logs/<index>.out each array task's output (Slurm creates it when the task starts)
+    <out>/.slurm/<submission>/done/<index>.json the row an array task wrote (written after the row)
+Rows go to <out> in the usual one-file-per-cell layout, so `fwbench aggregate <out>` reads them as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from fwbench import cellplan, results
+from fwbench.atomic import write_atomically
+from fwbench.harness.cell import base_record
+from fwbench.identity import CellIdentity
+from fwbench.spec import CellSpec
+
+SUBMISSIONS = ".slurm"
+CONTAINERS = ("none", "pyxis", "apptainer")
+# Where the containers see the results folder, the submission folder and the shared data.
+IN_CONTAINER = {"results": "/results", "submission": "/submission", "data": "/data"}
+_GRES_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?)$")
+
+
+class SlurmError(RuntimeError):
+    """A one-line reason a submission cannot go ahead (nothing is submitted)."""
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: str | None = None
+    gres: str | None = None  # e.g. gpu:1 or gpu:a100:1
+    time_limit: str = "60"  # per array task, Slurm's format (minutes, or [D-]HH:MM:SS)
+    cpus_per_task: int = 1
+    mem: str | None = None  # e.g. 32G
+    container: str = "none"  # none (this fwbench, on a shared filesystem) | pyxis | apptainer
+    max_running: int | None = None  # at most this many array tasks at once (the %N of --array)
+    stop_grace_s: int = 90  # SIGUSR1 this long before the time limit, to write the row
+    account: str | None = None
+    qos: str | None = None
+    extra: tuple[str, ...] = ()  # further sbatch options, verbatim (e.g. --constraint=a100)
+
+
+@dataclass
+class Submission:
+    folder: Path
+    job_id: str
+    specs: list[CellSpec]
+    skipped: int  # cells left out because they already have ok rows
+
+
+# -- checks before anything is submitted -----------------------------------------------------------
+
+def check_gres(gres: str) -> None:
+    """Slurm's --gres syntax: name[:type][:count], comma separated."""
+    for item in gres.split(","):
+        parts = item.split(":")
+        ok = 1 <= len(parts) <= 3 and _GRES_NAME.match(parts[0]) and all(_GRES_TYPE.match(p) for p in parts[1:])
+        if ok and len(parts) == 3:
+            ok = parts[2].isdigit()
+        if not ok:
+            raise SlurmError(f"--gres {gres!r} is malformed: expected name[:type][:count] items separated by "
+                             "commas, e.g. gpu:1 or gpu:a100:1")
+
+
+def check_time(time_limit: str) -> None:
+    if not _TIME.match(time_limit):
+        raise SlurmError(f"--time {time_limit!r} is not a Slurm time: minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]")
+
+
+def time_limit_s(time_limit: str) -> int:
+    days, _, clock = time_limit.rpartition("-") if "-" in time_limit else ("0", "", time_limit)
+    parts = [int(p) for p in clock.split(":")]
+    if "-" in time_limit:  # D-HH[:MM[:SS]]
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts
+    elif len(parts) == 1:  # minutes
+        hours, minutes, seconds = 0, parts[0], 0
+    elif len(parts) == 2:  # MM:SS
+        hours, (minutes, seconds) = 0, parts
+    else:
+        hours, minutes, seconds = parts
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def default_time_limit(specs: list[CellSpec], grace_s: int) -> str:
+    """The slowest cell's own timeout, plus the stop grace and time to start (environment, data)."""
+    seconds = max(spec.timeout_s for spec in specs) + grace_s + 600
+    return str(int(-(-seconds // 60)))  # minutes, rounded up
+
+
+def client(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SlurmError(f"{name} was not found on PATH: run this on a Slurm login node "
+                         "(or put Slurm's client commands on PATH)")
+    return path
+
+
+def _slurm(argv: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([client(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout_s:g} s (is slurmctld reachable?)") from None
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "no output"
+
+
+def check_partition(partition: str) -> None:
+    listed = _slurm(["sinfo", "--noheader", "--format=%R"])
+    if listed.returncode != 0:
+        raise SlurmError(f"sinfo failed: {_first_line(listed.stderr)}")
+    known = sorted({line.strip() for line in listed.stdout.splitlines() if line.strip()})
+    if partition not in known:
+        raise SlurmError(f"unknown Slurm partition {partition!r} (this cluster has: {', '.join(known) or 'none'})")
+
+
+def probe_shared_folder(out: Path, options: SlurmOptions, timeout_s: float) -> None:
+    """A file the submitter writes into the results folder must be visible to a job on the partition's
+    nodes; otherwise the rows would land where nobody collects them."""
+    token = secrets.token_hex(8)
+    probe = out / SUBMISSIONS / f"probe-{token}"
+    write_atomically(probe, token)
+    argv = ["srun", "--job-name=fwbench-probe", "--ntasks=1", "--time=1", "--quiet",
+            *_placement(options, gres=False), "cat", str(probe)]
+    try:
+        done = _slurm(argv, timeout_s)
+    except SlurmError:
+        raise SlurmError(f"the shared-folder probe (srun on partition {options.partition or 'default'}) did not "
+                         f"run within {timeout_s:g} s; is the queue busy? (--probe-timeout, or --no-probe)") from None
+    finally:
+        probe.unlink(missing_ok=True)
+    if done.stdout.strip() != token:
+        seen = _first_line(done.stderr) if done.returncode else "the file was missing or different there"
+        raise SlurmError(f"the results folder {out} is not shared with the compute nodes: a job could not read "
+                         f"the file the submitter wrote there ({seen}); put --out on a filesystem they share")
+
+
+def _placement(options: SlurmOptions, gres: bool = True) -> list[str]:
+    argv = []
+    for flag, value in (("--partition", options.partition), ("--account", options.account),
+                        ("--qos", options.qos), ("--gres", options.gres if gres else None)):
+        if value:
+            argv.append(f"{flag}={value}")
+    return argv
+
+
+# -- the batch script ----------------------------------------------------------------------------------
+
+def enroot_reference(reference: str) -> str:
+    """Pyxis/enroot name an image `registry#path[:tag]` (a plain docker reference would be read as a Docker
+    Hub path), and take a digest in the tag's place (`path:sha256:...`; enroot's grammar has no `@digest`)."""
+    name, _, digest = reference.partition("@")
+    if digest:
+        first, _, rest = name.partition("/")
+        if ":" in rest.rsplit("/", 1)[-1]:  # a tag beside the digest: the digest decides
+            rest = rest.rsplit(":", 1)[0]
+        name = f"{first}/{rest}" if rest else first
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        name = f"{first}#{rest}"
+    return f"{name}:{digest}" if digest else name
+
+
+def job_script(folder: Path, out: Path, data_dir: Path, count: int, options: SlurmOptions,
+               image: str | None, time_limit: str) -> str:
+    """The sbatch script: one array task per cell, each running `fwbench slurm run-cell` on its index."""
+    array = f"0-{count - 1}" + (f"%{options.max_running}" if options.max_running else "")
+    lines = ["#!/bin/bash", "#SBATCH --job-name=fwbench", f"#SBATCH --array={array}", "#SBATCH --ntasks=1",
+             f"#SBATCH --cpus-per-task={options.cpus_per_task}", f"#SBATCH --time={time_limit}",
+             # Ahead of the limit: the task stops its cell and writes a timeout row before SIGKILL.
+             f"#SBATCH --signal=USR1@{options.stop_grace_s}",
+             f"#SBATCH --output={folder}/logs/%a.out", "#SBATCH --open-mode=append"]
+    lines += [f"#SBATCH {flag}" for flag in _placement(options)]
+    if options.mem:
+        lines.append(f"#SBATCH --mem={options.mem}")
+    lines += [f"#SBATCH {flag}" for flag in options.extra]
+    srun = ["srun", "--ntasks=1", f"--cpus-per-task={options.cpus_per_task}"]
+    if options.container == "none":
+        command = [*srun, sys.executable, "-m", "fwbench.cli", "slurm", "run-cell", str(folder / "cells.json"),
+                   "--out", str(out), "--submission", str(folder)]
+    else:
+        mounts = {str(out): IN_CONTAINER["results"], str(folder): IN_CONTAINER["submission"],
+                  str(data_dir): IN_CONTAINER["data"]}
+        inner = ["fwbench", "slurm", "run-cell", f"{IN_CONTAINER['submission']}/cells.json",
+                 "--out", IN_CONTAINER["results"], "--submission", IN_CONTAINER["submission"]]
+        if options.container == "pyxis":
+            command = [*srun, f"--container-image={enroot_reference(image or '')}",
+                       "--container-mounts=" + ",".join(f"{host}:{inside}" for host, inside in mounts.items()),
+                       "--no-container-mount-home", "--container-workdir=/tmp", *inner]
+        else:  # apptainer: pulls docker://reference (by digest) into its cache and runs it unprivileged
+            command = [*srun, "apptainer", "exec", "--nv", "--containall", "--env", "HOME=/tmp",
+                       "--bind", ",".join(f"{host}:{inside}" for host, inside in mounts.items()),
+                       f"docker://{image}", *inner]
+    body = ["", "# fwbench: one array task per cell of cells.json (its index = SLURM_ARRAY_TASK_ID).",
+            "set -eu", "exec " + shlex.join(command), ""]
+    return "\n".join(lines + body)
+
+
+# -- submit ----------------------------------------------------------------------------------------------
+
+def completed_identity(spec: CellSpec) -> tuple[CellIdentity, int]:
+    """A cell's identity as far as the submitter knows it: the device is the compute node's to say."""
+    identity = replace(spec, device_model=None).identity
+    return identity, spec.repeat
+
+
+def ok_cells(out: Path) -> set[tuple[CellIdentity, int]]:
+    """The (identity without device, repeat) of every ok row of the current schema in the results folder."""
+    done = set()
+    for path in out.rglob("*.parquet"):
+        if SUBMISSIONS in path.parts or path.name.startswith("."):
+            continue
+        row = results.read_row(path)
+        if row and row.get("status") == "ok" and row.get("schema_version") == results.SCHEMA_VERSION:
+            identity = CellIdentity.of_row({**row, "device_model": None, "device_name": None})
+            done.add((identity, row.get("repeat")))
+    return done
+
+
+def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptions, images: dict[str, str],
+           probe_timeout_s: float | None) -> Submission | None:
+    """Check, write and sbatch one job array for the cells without ok rows (None: all have one)."""
+    if options.container not in CONTAINERS:
+        raise SlurmError(f"--container must be one of {', '.join(CONTAINERS)}, not {options.container!r}")
+    if options.gres:
+        check_gres(options.gres)
+    check_time(options.time_limit)
+    if time_limit_s(options.time_limit) <= options.stop_grace_s:
+        raise SlurmError(f"--time {options.time_limit} leaves no time before the stop signal "
+                         f"{options.stop_grace_s} s ahead of it (--stop-grace)")
+    client("sbatch")
+    if options.partition:
+        check_partition(options.partition)
+    done = ok_cells(out)
+    todo = [spec for spec in specs if completed_identity(spec) not in done]
+    if not todo:
+        return None
+    if probe_timeout_s is not None:
+        probe_shared_folder(out, options, probe_timeout_s)
+
+    in_container = options.container != "none"
+    stack_images = {spec.stack for spec in todo}
+    if in_container and len(stack_images) != 1:
+        raise SlurmError("a container submission runs one image: submit one stack at a time (--stack)")
+    image = images.get(next(iter(stack_images))) if in_container else None
+    # Two submissions in one second stay apart.
+    folder = out.resolve() / SUBMISSIONS / f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "done").mkdir()
+    planned = [replace(spec, data_dir=IN_CONTAINER["data"]) if in_container else spec for spec in todo]
+    cellplan.write_plan(folder / "cells.json", planned)
+    script = job_script(folder, out.resolve(), data_dir.resolve(), len(planned), options, image, options.time_limit)
+    write_atomically(folder / "job.sbatch", script)
+    submitted = _slurm(["sbatch", "--parsable", str(folder / "job.sbatch")])
+    if submitted.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise SlurmError(f"sbatch refused the job array: {_first_line(submitted.stderr)}")
+    job_id = submitted.stdout.strip().split(";")[0]
+    write_atomically(folder / "submission.json", json.dumps({
+        "job_id": job_id, "cells": len(planned), "skipped": len(specs) - len(todo), "submitted_at": time.time(),
+        "options": asdict(options), "image": image, "out": str(out.resolve())}, indent=1) + "\n")
+    return Submission(folder, job_id, planned, len(specs) - len(todo))
+
+
+# -- in the array task -------------------------------------------------------------------------------
+
+def mark_done(folder: Path, index: int, row_path: Path, out: Path) -> None:
+    row = results.read_row(row_path) or {}
+    write_atomically(folder / "done" / f"{index}.json", json.dumps(
+        {"row": str(row_path.relative_to(out)), "status": row.get("status")}) + "\n")
+
+
+def explain_stop(kind: str, signal_name: str) -> str:
+    if kind == "timeout":
+        return (f"Slurm's time limit of the array task was about to be reached ({signal_name} from "
+                "sbatch --signal): the cell was stopped; raise --time")
+    return (f"Slurm stopped the array task ({signal_name}: scancel, preemption, or the time limit itself) "
+            "before the cell finished")
+
+
+# -- status ---------------------------------------------------------------------------------------------
+
+@dataclass
+class TaskState:
+    index: int
+    spec: CellSpec
+    state: str  # PENDING / RUNNING / ... while Slurm has it; else the row's status, or "no row"
+    detail: str = ""
+
+
+def submissions(out: Path) -> list[Path]:
+    base = out / SUBMISSIONS
+    found = [path.parent for path in base.glob("*/submission.json")] if base.is_dir() else []
+    return sorted(found)
+
+
+def read_submission(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "submission.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SlurmError(f"cannot read the submission {folder}: {exc}") from None
+
+
+def queued(job_id: str) -> dict[int, str] | None:
+    """Array index -> Slurm state for the tasks Slurm still lists (None: squeue failed)."""
+    listed = _slurm(["squeue", "--noheader", "--array", f"--jobs={job_id}", "--format=%K %T"])
+    if listed.returncode != 0:
+        if "Invalid job id" in listed.stderr:
+            return {}  # the whole array has left the queue
+        return None
+    states = {}
+    for line in listed.stdout.splitlines():
+        index, _, state = line.strip().partition(" ")
+        if index.isdigit():
+            states[int(index)] = state
+    return states
+
+
+def task_states(folder: Path, record_lost: bool = True) -> list[TaskState]:
+    """Each array task's state. A task Slurm no longer lists that left no row (killed outright, or
+    cancelled before it started) gets a row saying so, so the matrix shows the gap and a resubmission
+    reruns it."""
+    meta = read_submission(folder)
+    out = Path(meta["out"])
+    specs = cellplan.read_plan(folder / "cells.json")
+    in_queue = queued(meta["job_id"])
+    states = []
+    for index, spec in enumerate(specs):
+        marker = folder / "done" / f"{index}.json"
+        if marker.is_file():
+            done = json.loads(marker.read_text())
+            row = results.read_row(out / done["row"]) or {}
+            states.append(TaskState(index, spec, row.get("status", "row missing"), row.get("error_message") or ""))
+        elif in_queue is None:
+            states.append(TaskState(index, spec, "unknown", "squeue failed"))
+        elif index in in_queue:
+            states.append(TaskState(index, spec, in_queue[index]))
+        else:
+            log = folder / "logs" / f"{index}.out"
+            state = TaskState(index, spec, "no row", f"see {log}" if log.is_file() else "never started")
+            if record_lost:
+                state = _record_lost(folder, out, index, spec, log)
+            states.append(state)
+    return states
+
+
+def _record_lost(folder: Path, out: Path, index: int, spec: CellSpec, log: Path) -> TaskState:
+    if log.is_file():
+        status, kind = "error", "SlurmTaskKilled"
+        message = ("the Slurm array task ended without writing its row: killed outright (SIGKILL: out of "
+                   f"memory, node failure) or its command failed to start; its output: {log}")
+    else:
+        status, kind = "cancelled", "SlurmTaskNotStarted"
+        message = "the Slurm array task never started (cancelled while pending)"
+    record = {**base_record(replace(spec, run_id=folder.name)), "status": status, "error_type": kind,
+              "error_message": message}
+    path = results.target_path(spec, out, CellIdentity.of_row(record))
+    results.write_row(record, path)
+    mark_done(folder, index, path, out)
+    return TaskState(index, spec, status, message)
+

@@ -1,0 +1,192 @@
+"""`fwbench slurm submit | status | run-cell`: the matrix as a Slurm job array (see fwbench.slurm)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fwbench import registry
+
+slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
+
+
+@slurm_app.command("submit")
+def submit_cmd(
+    stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable; one with --container)."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
+    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
+    compile: Optional[List[str]] = typer.Option(None, "--compile", help="native-torch compile modes (repeatable)."),
+    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
+    warmup: Optional[int] = typer.Option(None, help="Untimed warm-up steps (default: the preset's)."),
+    repeats: int = typer.Option(1, help="Independent array tasks per cell."),
+    timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
+    out: Path = typer.Option(..., "--out", help="Results folder, on a filesystem the compute nodes share."),
+    engine: str = typer.Option("local", help="--container none: local (per-stack venv) or current (this interpreter)."),
+    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help="current or paper-2024."),
+    data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data folder (default: $FWBENCH_DATA or "
+                                                                 "~/.cache/fwbench/data); must be shared too."),
+    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: --cpus-per-task)."),
+    tf32: str = typer.Option("default", help="TF32 policy: default, on, off."),
+    jit: str = typer.Option("published", help="Keras XLA: published, on, off."),
+    seed: int = typer.Option(0, help="Seed of the shared data."),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition (default: the cluster's)."),
+    gres: Optional[str] = typer.Option(None, "--gres", help="Generic resources per task, e.g. gpu:1."),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="Per array task, Slurm's format (default: the "
+                                                                   "cells' timeout + 10 min + --stop-grace)."),
+    cpus_per_task: int = typer.Option(1, "--cpus-per-task", help="CPU cores per array task."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Memory per task, e.g. 32G."),
+    account: Optional[str] = typer.Option(None, "--account", help="Slurm account."),
+    qos: Optional[str] = typer.Option(None, "--qos", help="Slurm QOS."),
+    max_running: Optional[int] = typer.Option(None, "--max-running", help="At most this many tasks at once."),
+    stop_grace: int = typer.Option(90, "--stop-grace", help="Seconds before the time limit at which a task stops "
+                                                            "its cell and writes a timeout row."),
+    sbatch_arg: Optional[List[str]] = typer.Option(None, "--sbatch-arg", help="Another sbatch option, verbatim "
+                                                                              "(repeatable), e.g. --constraint=a100."),
+    container: str = typer.Option("none", help="none (this fwbench, shared filesystem), pyxis (srun "
+                                               "--container-image) or apptainer (docker:// by digest)."),
+    release: Optional[Path] = typer.Option(None, "--release", help="Containers: this release's image, by digest."),
+    image: Optional[str] = typer.Option(None, help="Containers without --release: image reference template "
+                                                   "(default fwbench/{stack}:{pin_set}-{variant})."),
+    variant: str = typer.Option("gpu", help="Containers: image variant, gpu or cpu."),
+    probe: bool = typer.Option(True, help="Check first, with a quick srun, that the compute nodes see --out."),
+    probe_timeout: float = typer.Option(300, help="Seconds to wait for that check to run."),
+    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
+) -> None:
+    """Submit one job array for the cells that have no ok row in --out yet (a resubmission completes a matrix)."""
+    from dataclasses import replace
+
+    from fwbench import matrix, slurm
+    from fwbench.cli import default_data_dir, pin_set_or_default, released_images
+    from fwbench.spec import CellSpec
+    from fwbench.usage import UsageError
+
+    preset_obj = registry.get_preset(preset)
+    for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads),
+                        ("--cpus-per-task", cpus_per_task), ("--max-running", max_running)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    if container != "none" and variant not in ("cpu", "gpu"):
+        raise UsageError(f"--variant must be cpu or gpu, not {variant!r}")
+    if container == "none" and engine not in ("local", "current"):
+        raise UsageError(f"--engine must be local or current, not {engine!r} (containers: --container)")
+    if release is not None and container == "none":
+        raise UsageError("--release needs --container pyxis or apptainer")
+    options = slurm.SlurmOptions(partition, gres, time_limit or "1", cpus_per_task, mem, container, max_running,
+                                 stop_grace, account, qos, tuple(sbatch_arg or ()))
+    data_root = (data_dir or default_data_dir()).resolve()
+    pin_set = pin_set_or_default(pin_set)
+    base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir=str(data_root),
+                    steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
+                    seed=seed, threads=threads or cpus_per_task, tf32=tf32, jit=jit,
+                    timeout_s=timeout or preset_obj.timeout_s, pin_set=pin_set, fault=inject_fault)
+    # The identity the array task will give its row (the compute node adds its device).
+    if container != "none":
+        base = replace(base, engine="current", image_variant=variant)
+    else:
+        base = replace(base, engine=engine, image_variant="venv" if engine == "local" else "host")
+    specs = matrix.plan(stack, task, preset, compile, repeats, base)
+    if time_limit is None:
+        options = replace(options, time_limit=slurm.default_time_limit(specs, stop_grace))
+    images = {}
+    if container != "none":
+        stacks = sorted({spec.stack for spec in specs})
+        if release is not None:
+            images = released_images(release, stacks, pin_set, variant)
+        else:
+            template = image or "fwbench/{stack}:{pin_set}-{variant}"
+            images = {s: template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
+    from fwbench.cli import check_out_dir
+
+    check_out_dir(out)
+    try:
+        # Inputs and environments are made once, here, on the shared filesystem: not by each task at once.
+        matrix.ensure_data([replace(spec, data_dir=str(data_root)) for spec in specs])
+        if container == "none" and engine == "local":
+            from fwbench.engines.local import local_engine
+
+            runner = local_engine(pin_set)
+            for stack_id in sorted({spec.stack for spec in specs}):
+                runner.prepare(stack_id, lambda event: print(event.message, file=sys.stderr))
+        submission = slurm.submit(specs, out, data_root, options, images,
+                                  probe_timeout if probe else None)
+    except slurm.SlurmError as exc:
+        raise UsageError(str(exc)) from None
+    if submission is None:
+        print(f"nothing to submit: all {len(specs)} cells have ok rows in {out}", file=sys.stderr)
+        return
+    print(submission.job_id)
+    print(f"submitted job array {submission.job_id}: {len(submission.specs)} cells"
+          f"{f' ({submission.skipped} skipped: ok rows already in {out})' if submission.skipped else ''}; "
+          f"script {submission.folder / 'job.sbatch'}; watch with: fwbench slurm status --out {out}",
+          file=sys.stderr)
+
+
+@slurm_app.command("status")
+def status_cmd(
+    out: Path = typer.Option(..., "--out", help="The results folder of the submissions."),
+    all_submissions: bool = typer.Option(False, "--all", help="Every submission, not only the newest."),
+) -> None:
+    """Each array task's cell and state (Slurm's while queued or running, then its row's status). A task that
+    ended without a row (killed outright, or cancelled before it started) gets a row saying so."""
+    from rich.table import Table
+
+    from fwbench import slurm
+    from fwbench.cli import STATUS_STYLE, console
+    from fwbench.usage import UsageError
+
+    folders = slurm.submissions(out)
+    if not folders:
+        raise UsageError(f"no Slurm submissions in {out} (fwbench slurm submit --out {out} ...)")
+    totals: Counter = Counter()
+    for folder in folders if all_submissions else folders[-1:]:
+        try:
+            states = slurm.task_states(folder)
+        except slurm.SlurmError as exc:
+            raise UsageError(str(exc)) from None
+        meta = slurm.read_submission(folder)
+        table = Table(title=f"job array {meta['job_id']} ({folder.name})")
+        for column in ("index", "cell", "repeat", "state", "detail"):
+            table.add_column(column)
+        for state in states:
+            style = STATUS_STYLE.get(state.state, "cyan")
+            table.add_row(str(state.index), state.spec.cell_id, str(state.spec.repeat),
+                          f"[{style}]{state.state}[/]", state.detail[:120])
+            totals[state.state] += 1
+        console.print(table)
+    console.print(", ".join(f"{count} {state}" for state, count in sorted(totals.items())))
+
+
+@slurm_app.command("run-cell")
+def run_cell_cmd(
+    plan: Path = typer.Argument(..., help="The submission's cells.json."),
+    out: Path = typer.Option(..., "--out", help="Results folder."),
+    submission: Path = typer.Option(..., "--submission", help="The submission's folder (for the done marker)."),
+    index: Optional[int] = typer.Option(None, "--index", envvar="SLURM_ARRAY_TASK_ID",
+                                        help="Which cell (Slurm sets SLURM_ARRAY_TASK_ID)."),
+) -> None:
+    """What each array task runs: its cell, resuming, leaving a row even when Slurm stops it (timeout,
+    scancel). Exits 0 once the row is written, whatever its status."""
+    from fwbench import cellplan, slurm
+    from fwbench.engines.local import current_engine, local_engine
+    from fwbench.usage import UsageError
+
+    if index is None:
+        raise UsageError("no cell index: pass --index or run as a Slurm array task (SLURM_ARRAY_TASK_ID)")
+    try:
+        spec = cellplan.cell_of_index(plan, index)
+    except cellplan.PlanError as exc:
+        raise UsageError(str(exc)) from None
+    engine = local_engine(spec.pin_set) if spec.engine == "local" else current_engine(spec.pin_set)
+    print(f"fwbench slurm: task {index} on {os.uname().nodename}: {spec.cell_id} r{spec.repeat}", file=sys.stderr)
+    result = cellplan.run_planned_cell(spec, out, engine, slurm.explain_stop)
+    if result.path.is_file():
+        slurm.mark_done(submission, index, result.path, out)
+    row = result.row or {}
+    print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
+    if not result.path.is_file():
+        raise typer.Exit(1)

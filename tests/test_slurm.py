@@ -1,0 +1,171 @@
+"""fwbench slurm without a cluster: checks, the batch script, the skip of ok cells, and a task's stop rows.
+
+The real one-node cluster runs in tests/test_slurm_cluster.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fwbench import cellplan, results, slurm
+from fwbench.harness.cell import base_record
+from fwbench.spec import CellSpec
+from tests.conftest import FWBENCH, run_fwbench
+
+SPEC = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none", data_dir="/d",
+                steps=3, engine="local", image_variant="venv")
+
+
+@pytest.mark.parametrize("gres", ["gpu:1", "gpu", "gpu:a100:2", "gpu:1,mps:100", "gpu:h100-80gb:8"])
+def test_well_formed_gres_passes(gres):
+    slurm.check_gres(gres)
+
+
+@pytest.mark.parametrize("gres", ["", "gpu:", "gpu::1", ":1", "gpu:a100:x", "gpu:1:2:3", "1gpu:1", "gpu 1", "gpu:1,"])
+def test_malformed_gres_is_refused(gres):
+    with pytest.raises(slurm.SlurmError, match="is malformed"):
+        slurm.check_gres(gres)
+
+
+@pytest.mark.parametrize("text,seconds", [("5", 300), ("1:30", 90), ("2:00:00", 7200), ("1-2", 93600),
+                                          ("1-0:30", 88200), ("0-0:0:20", 20)])
+def test_slurm_times_are_read_as_slurm_reads_them(text, seconds):
+    slurm.check_time(text)
+    assert slurm.time_limit_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1h", "1:2:3:4", "-5", "1.5"])
+def test_bad_times_are_refused(text):
+    with pytest.raises(slurm.SlurmError, match="not a Slurm time"):
+        slurm.check_time(text)
+
+
+def test_default_time_limit_covers_the_slowest_cell_and_the_stop_grace():
+    specs = [replace(SPEC, timeout_s=600), replace(SPEC, timeout_s=1200)]
+    assert slurm.time_limit_s(slurm.default_time_limit(specs, 90)) >= 1200 + 90 + 600
+
+
+@pytest.mark.parametrize("reference,enroot", [
+    # enroot reads `registry#image:tag` and fetches /v2/<image>/manifests/<tag>: a digest goes there.
+    ("ghcr.io/o/fwbench/keras3-jax@sha256:ab", "ghcr.io#o/fwbench/keras3-jax:sha256:ab"),
+    ("ghcr.io/o/fwbench/keras3-jax:current-gpu@sha256:ab", "ghcr.io#o/fwbench/keras3-jax:sha256:ab"),
+    ("localhost:5000/fwbench/keras3-jax@sha256:ab", "localhost:5000#fwbench/keras3-jax:sha256:ab"),
+    ("localhost:5000/fwbench/native-torch:current-gpu", "localhost:5000#fwbench/native-torch:current-gpu"),
+    ("fwbench/native-torch:current-gpu", "fwbench/native-torch:current-gpu"),  # Docker Hub: enroot's default
+])
+def test_pyxis_gets_enroot_image_names(reference, enroot):
+    assert slurm.enroot_reference(reference) == enroot
+
+
+def _script(tmp_path, container, image=None):
+    options = slurm.SlurmOptions(partition="gpu", gres="gpu:1", time_limit="30", cpus_per_task=8, mem="32G",
+                                 container=container, max_running=4, extra=("--constraint=a100",))
+    text = slurm.job_script(tmp_path / "sub", tmp_path / "out", tmp_path / "data", 12, options, image, "30")
+    path = tmp_path / f"{container}.sbatch"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True)  # valid shell
+    return text
+
+
+def test_the_batch_script_is_one_array_task_per_cell(tmp_path):
+    text = _script(tmp_path, "none")
+    for line in ("#SBATCH --array=0-11%4", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "#SBATCH --time=30",
+                 "#SBATCH --cpus-per-task=8", "#SBATCH --mem=32G", "#SBATCH --constraint=a100",
+                 "#SBATCH --signal=USR1@90", f"#SBATCH --output={tmp_path}/sub/logs/%a.out"):
+        assert line in text.splitlines()
+    command = text.splitlines()[-1]
+    assert command.startswith("exec srun --ntasks=1 --cpus-per-task=8 ")
+    assert f"{sys.executable} -m fwbench.cli slurm run-cell {tmp_path}/sub/cells.json --out {tmp_path}/out" in command
+
+
+def test_container_runtimes_run_the_image_by_digest_with_the_folders_mounted(tmp_path):
+    image = "ghcr.io/o/fwbench/native-torch@sha256:" + "a" * 64
+    pyxis = _script(tmp_path, "pyxis", image).splitlines()[-1]
+    assert f"--container-image=ghcr.io#o/fwbench/native-torch:sha256:{'a' * 64}" in pyxis
+    assert f"--container-mounts={tmp_path}/out:/results,{tmp_path}/sub:/submission,{tmp_path}/data:/data" in pyxis
+    assert pyxis.endswith("fwbench slurm run-cell /submission/cells.json --out /results --submission /submission")
+    apptainer = _script(tmp_path, "apptainer", image).splitlines()[-1]
+    assert f"apptainer exec --nv --containall --env HOME=/tmp --bind {tmp_path}/out:/results," in apptainer
+    assert f"docker://{image} fwbench slurm run-cell" in apptainer
+
+
+def test_a_resubmission_skips_cells_with_ok_rows_whatever_device_they_ran_on(tmp_path):
+    done = replace(SPEC, device_model="NVIDIA H100 80GB HBM3")
+    record = {**base_record(done), "status": "ok"}
+    results.write_row(record, done.result_path(tmp_path))
+    failed = replace(SPEC, task="bert-fit")
+    results.write_row({**base_record(failed), "status": "error"}, failed.result_path(tmp_path))
+    ok = slurm.ok_cells(tmp_path)
+    assert slurm.completed_identity(SPEC) in ok
+    assert slurm.completed_identity(failed) not in ok  # only ok rows count as done
+    assert slurm.completed_identity(replace(SPEC, threads=4)) not in ok  # other settings: another cell
+    assert slurm.completed_identity(replace(SPEC, repeat=1)) not in ok
+
+
+def test_submit_without_slurm_is_one_line_and_writes_nothing(tmp_path):
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
+    if any(Path(d, "sbatch").exists() for d in env["PATH"].split(":")):
+        env["PATH"] = str(Path(sys.executable).parent)
+    done = run_fwbench("slurm", "submit", "--stack", "native-torch", "--task", "bert-predict", "--out",
+                       str(tmp_path / "out"), "--engine", "current", "--data", str(tmp_path / "data"), env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: sbatch was not found on PATH: run this on a Slurm login node (or put Slurm's client commands on PATH)"]
+    assert not (tmp_path / "out" / ".slurm").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gres", "gpu::1"], "error: --gres 'gpu::1' is malformed"),
+    (["--time", "1h"], "error: --time '1h' is not a Slurm time"),
+    (["--container", "docker"], "error: --container must be one of none, pyxis, apptainer"),
+    (["--cpus-per-task", "0"], "error: --cpus-per-task must be at least 1"),
+    (["--release", "r.json"], "error: --release needs --container pyxis or apptainer"),
+])
+def test_bad_submit_options_are_one_line(tmp_path, args, message):
+    done = run_fwbench("slurm", "submit", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
+                       "--out", str(tmp_path / "out"), "--data", str(tmp_path / "data"), *args)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(message), done.stderr
+
+
+def test_status_without_submissions_is_one_line(tmp_path):
+    done = run_fwbench("slurm", "status", "--out", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.startswith("error: no Slurm submissions in"), done.stderr
+
+
+@pytest.mark.parametrize("sig,status,words", [(signal.SIGUSR1, "timeout", "time limit"),
+                                              (signal.SIGTERM, "cancelled", "stopped the array task")])
+def test_a_task_stopped_by_slurm_leaves_a_row_saying_so(tmp_path, sig, status, words):
+    """A real cell process (the current engine; an injected sleep keeps it running) gets the signal Slurm
+    sends: the task stops it and writes the row."""
+    from fwbench import data
+
+    data.generate(tmp_path / "data", "tiny", 0, ["bert-predict"])
+    spec = replace(SPEC, data_dir=str(tmp_path / "data"), engine="current", image_variant="host", fault="sleep:120")
+    plan = tmp_path / "sub" / "cells.json"
+    cellplan.write_plan(plan, [spec])
+    (tmp_path / "sub" / "done").mkdir()
+    out = tmp_path / "out"
+    task = subprocess.Popen([*FWBENCH, "slurm", "run-cell", str(plan), "--out", str(out), "--submission",
+                             str(tmp_path / "sub")], env={**os.environ, "SLURM_ARRAY_TASK_ID": "0"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list((out / "logs").glob("*.log")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the cell process is running
+    task.send_signal(sig)
+    _, stderr = task.communicate(timeout=60)
+    assert task.returncode == 0, stderr
+    [path] = [p for p in out.rglob("*.parquet")]
+    row = results.read_row(path)
+    assert row["status"] == status and words in row["error_message"], row
+    assert row["error_type"] == f"Stopped by {sig.name}"
+    marker = (tmp_path / "sub" / "done" / "0.json").read_text()
+    assert status in marker
