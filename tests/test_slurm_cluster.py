@@ -58,6 +58,7 @@ def rows(out: Path) -> dict[int, dict]:
     found = {}
     for path in out.rglob("*.parquet"):
         row = results.read_row(path)
+        assert row["repeat"] not in found, f"two rows of repeat {row['repeat']}: a rerun must replace its row"
         found[row["repeat"]] = row
     return found
 

@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from fwbench import cellplan, results
 from fwbench.atomic import write_atomically
@@ -238,8 +239,10 @@ def ok_cells(out: Path) -> set[tuple[CellIdentity, int]]:
 
 
 def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptions, images: dict[str, str],
-           probe_timeout_s: float | None) -> Submission | None:
-    """Check, write and sbatch one job array for the cells without ok rows (None: all have one)."""
+           probe_timeout_s: float | None, prepare: Callable[[list[CellSpec]], None] = lambda todo: None,
+           ) -> Submission | None:
+    """Check, write and sbatch one job array for the cells without ok rows (None: all have one).
+    `prepare(cells)` makes their inputs and environments once every check has passed, before sbatch."""
     if options.container not in CONTAINERS:
         raise SlurmError(f"--container must be one of {', '.join(CONTAINERS)}, not {options.container!r}")
     if options.gres:
@@ -257,6 +260,7 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
         return None
     if probe_timeout_s is not None:
         probe_shared_folder(out, options, probe_timeout_s)
+    prepare(todo)
 
     in_container = options.container != "none"
     stack_images = {spec.stack for spec in todo}

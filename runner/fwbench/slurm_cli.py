@@ -103,17 +103,18 @@ def submit_cmd(
     from fwbench.cli import check_out_dir
 
     check_out_dir(out)
-    try:
+    def prepare(todo: list[CellSpec]) -> None:
         # Inputs and environments are made once, here, on the shared filesystem: not by each task at once.
-        matrix.ensure_data([replace(spec, data_dir=str(data_root)) for spec in specs])
+        matrix.ensure_data([replace(spec, data_dir=str(data_root)) for spec in todo])
         if container == "none" and engine == "local":
             from fwbench.engines.local import local_engine
 
             runner = local_engine(pin_set)
-            for stack_id in sorted({spec.stack for spec in specs}):
+            for stack_id in sorted({spec.stack for spec in todo}):
                 runner.prepare(stack_id, lambda event: print(event.message, file=sys.stderr))
-        submission = slurm.submit(specs, out, data_root, options, images,
-                                  probe_timeout if probe else None)
+
+    try:
+        submission = slurm.submit(specs, out, data_root, options, images, probe_timeout if probe else None, prepare)
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
     if submission is None:
