@@ -85,18 +85,16 @@ def check_time(time_limit: str) -> None:
 
 
 def time_limit_s(time_limit: str) -> int:
-    days, _, clock = time_limit.rpartition("-") if "-" in time_limit else ("0", "", time_limit)
-    parts = [int(p) for p in clock.split(":")]
-    if "-" in time_limit:  # D-HH[:MM[:SS]]
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts
-    elif len(parts) == 1:  # minutes
+    """Seconds of a Slurm time: minutes, MM:SS, HH:MM:SS, or D-HH[:MM[:SS]]."""
+    days, clock = time_limit.split("-", 1) if "-" in time_limit else ("0", time_limit)
+    parts = [int(part) for part in clock.split(":")]
+    if "-" in time_limit:
+        hours, minutes, seconds = parts + [0] * (3 - len(parts))
+    elif len(parts) == 1:
         hours, minutes, seconds = 0, parts[0], 0
-    elif len(parts) == 2:  # MM:SS
-        hours, (minutes, seconds) = 0, parts
     else:
-        hours, minutes, seconds = parts
-    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+        hours, minutes, seconds = ([0] + parts)[-3:]
+    return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 def default_time_limit(specs: list[CellSpec], grace_s: int) -> str:
