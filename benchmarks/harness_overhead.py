@@ -37,7 +37,7 @@ def parse_args():
 def reexec_in_stack_environment(args) -> int:
     from fwbench.engines import cell_environment
     from fwbench.engines.local import StackEnvironment
-    from fwbench.spec import CellSpec
+    from fwbench.core.spec import CellSpec
 
     environment = StackEnvironment(args.stack)
     environment.build()
@@ -48,10 +48,10 @@ def reexec_in_stack_environment(args) -> int:
 
 
 def measure(args) -> None:
-    from fwbench import data, registry
+    from fwbench.core import data, registry
     from fwbench.harness import backends
     from fwbench.harness.clock import StepClock, run_loop
-    from fwbench.spec import CellSpec
+    from fwbench.core.spec import CellSpec
     from fwbench.workloads import CellContext, StepCell, check_cell
     import importlib
 

@@ -52,7 +52,7 @@ def fwbench(*args: str) -> float:
 
 
 def rows(out: Path) -> dict[tuple[str, int], dict]:
-    from fwbench import results
+    from fwbench.core import results
 
     found = {}
     for path in out.rglob("*.parquet"):

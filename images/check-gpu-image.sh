@@ -41,7 +41,7 @@ for target in "${targets[@]}"; do
 import sys
 from pathlib import Path
 
-from fwbench import results
+from fwbench.core import results
 
 [row] = [results.read_row(p) for p in Path(sys.argv[1]).rglob("*.parquet")]
 if (row["status"], row["image_variant"], row["pin_set"]) != ("ok", "gpu", sys.argv[2]):

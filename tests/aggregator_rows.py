@@ -1,4 +1,4 @@
-"""Synthetic result rows for the aggregator tests, written with the real writer (fwbench.results.write_row)."""
+"""Synthetic result rows for the aggregator tests, written with the real writer (fwbench.core.results.write_row)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fwbench import registry
-from fwbench.results import write_row
+from fwbench.core import registry
+from fwbench.core.results import write_row
 
 LIBRARY_VERSIONS = {"torch": "2.2.1", "transformers": "4.38.2"}
 

@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def locked_version(stack_id: str, pin_set: str = "current") -> str:
     """The version of a stack's framework its environment installs (images/<stack>/<pin-set>/ lock file; the
     local engine and the image install it), so tests follow every lock refresh."""
-    from fwbench import registry
+    from fwbench.core import registry
 
     framework = registry.get_stack(stack_id).framework
     lock = REPO_ROOT / "images" / stack_id / pin_set / "requirements-cpu.lock"
@@ -36,7 +36,7 @@ def run_fwbench(*args: str, timeout: float = 3600, env: dict[str, str] | None = 
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory) -> Path:
     """One shared data directory for every integration test, like a real run."""
-    from fwbench import data
+    from fwbench.core import data
 
     directory = tmp_path_factory.mktemp("fwbench-data")
     data.generate(directory, "tiny")

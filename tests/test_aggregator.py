@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.aggregator_rows import CENTRES, record, tree_digest, write, write_matrix
-from fwbench.cli import app
-from fwbench.schema import SCHEMA_VERSION
+from fwbench.cli.commands import app
+from fwbench.core.schema import SCHEMA_VERSION
 from fwbench_aggregator import loading, stats
 from fwbench_aggregator.aggregate import aggregate
 from fwbench_aggregator.summary import speedup_percent
@@ -288,7 +288,7 @@ def test_duplicates_are_merged_and_reported(tmp_path):
 def test_aggregate_never_imports_a_framework(matrix_dir, tmp_path):
     code = textwrap.dedent(f"""
         import sys
-        from fwbench.cli import app
+        from fwbench.cli.commands import app
         from fwbench_aggregator.cli import run_aggregate
         from pathlib import Path
         run_aggregate([Path({str(matrix_dir)!r})], Path({str(tmp_path / 'rep')!r}))

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from rich.console import Console
 
-from fwbench.build_status import build_status
+from fwbench.cli.build_status import build_status
 from fwbench.engines import EngineError
 from fwbench.engines import local
 from fwbench.engines.local import BuildProgress, PipProgress, StackEnvironment, requirement_count
@@ -143,7 +143,7 @@ def test_plain_output_prints_step_lines_and_only_occasional_details(monkeypatch)
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=40)
     clock = iter([0.0, 1.0, 2.0, 20.0, 21.0])
-    monkeypatch.setattr("fwbench.build_status.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("fwbench.cli.build_status.time.monotonic", lambda: next(clock))
     with build_status(console, "building native-torch") as report:
         report(BuildProgress("creating the virtual environment (log: /a/very/long/path/to/the/build.log)"))
         report(BuildProgress("collecting torch==2.14.1 (package 1)", step=False))  # 1 s after the step: quiet

@@ -13,10 +13,10 @@ import pytest
 
 from dataclasses import replace
 
-from fwbench import results
+from fwbench.core import results
 from fwbench.harness.cell import base_record
 from fwbench.harness.envinfo import cpu_model
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 
 FWBENCH = [sys.executable, "-m", "fwbench.cli"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fwbench.cli import app
+from fwbench.cli.commands import app
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import loading
 from tests.aggregator_rows import CENTRES, record, write, write_matrix

@@ -113,7 +113,7 @@ def test_a_release_env_runs_every_stack_by_digest_and_names_it_on_the_rows(compo
     the released one by digest, and its rows' image_digest (FWBENCH_IMAGE_DIGEST) names the same reference."""
     import shutil
 
-    from fwbench.release import Release, ReleasedImage, compose_env
+    from fwbench.release.record import Release, ReleasedImage, compose_env
 
     stacks = {"bench-tensorflow": "keras3-tensorflow", "bench-jax": "keras3-jax", "bench-torch": "keras3-torch",
               "bench-keras2": "keras2-tensorflow", "bench-native": "native-torch"}

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fwbench import data, registry
+from fwbench.core import data, registry
 
 
 def test_every_task_has_data_of_the_registry_sizes(tmp_path):

@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from fwbench import data
+from fwbench.core import data
 
 # Computed with the code of 005b880 (before the model definitions moved out of registry.py / data.py).
 PINNED = {

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import registry, results
+from fwbench.core import registry, results
 from tests.conftest import run_fwbench
 
 pytestmark = pytest.mark.docker

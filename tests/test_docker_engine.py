@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import matrix
+from fwbench.engines import matrix
 from fwbench.engines import CellOutcome
 from fwbench.harness.cell import base_record
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 
 docker = pytest.importorskip("docker")  # the test extra installs the SDK
 
@@ -124,7 +124,7 @@ def test_a_released_image_runs_by_digest_is_pulled_when_absent_and_named_on_the_
 
 
 def test_run_with_a_release_that_lacks_the_stack_is_one_clear_error(tmp_path):
-    from fwbench.release import Release
+    from fwbench.release.record import Release
     from tests.conftest import run_fwbench
 
     release_path = tmp_path / "release.json"

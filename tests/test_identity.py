@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from fwbench.cli import app
-from fwbench.identity import CellIdentity
+from fwbench.cli.commands import app
+from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import loading
 from fwbench_aggregator.aggregate import aggregate
@@ -26,7 +26,7 @@ STEPS = [5.0, 5.2, 4.9, 5.1, 5.0]
 
 def write_named(out: Path, rec: dict, name: str) -> Path:
     """A row under its own file name (two identities must not share one)."""
-    from fwbench.results import write_row
+    from fwbench.core.results import write_row
 
     return write_row(rec, Path(out) / rec["preset"] / rec["stack"] / name)
 
@@ -62,8 +62,8 @@ def test_the_same_identity_from_two_folders_is_deduplicated_not_pooled_twice(tmp
 
 def test_identity_round_trips_through_a_parquet_row(tmp_path):
     from fwbench.harness.cell import base_record
-    from fwbench.results import normalise, read_row, write_row
-    from fwbench.spec import CellSpec
+    from fwbench.core.results import normalise, read_row, write_row
+    from fwbench.core.spec import CellSpec
 
     spec = CellSpec(stack="keras3-jax", task="sam-fit", preset="tiny", compile_mode="xla", data_dir="/d", steps=7,
                     tf32="off", threads=3, image_variant="cpu", device_model="Some CPU", seed=4)
@@ -105,7 +105,7 @@ def test_invalid_rows_are_skipped_with_one_line_naming_the_file(tmp_path, field,
 
 def _write_raw(out: Path, rec: dict) -> Path:
     """A row whose own stack/preset would make an unsafe path: written under a fixed, safe name."""
-    from fwbench.results import SCHEMA, normalise
+    from fwbench.core.results import SCHEMA, normalise
 
     path = Path(out) / "raw" / "bad.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def _write_raw(out: Path, rec: dict) -> Path:
 
 
 def test_schema_v1_rows_are_still_read(tmp_path):
-    from fwbench.schema import ADDED_IN_V2
+    from fwbench.core.schema import ADDED_IN_V2
 
     good = write(tmp_path / "v1", record("native-torch", "bert-fit", step_ms=STEPS))
     table = pq.read_table(good)
@@ -198,8 +198,8 @@ def test_repeats_are_the_unit_of_the_test(tmp_path):
 def test_jit_policy_is_part_of_the_identity_of_keras_cells_only():
     import os
 
-    from fwbench import matrix
-    from fwbench.spec import CellSpec
+    from fwbench.engines import matrix
+    from fwbench.core.spec import CellSpec
 
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=5,
                     threads=os.cpu_count(), jit="on")

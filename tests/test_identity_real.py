@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import results
+from fwbench.core import results
 from fwbench_aggregator.aggregate import aggregate
 from tests.conftest import run_fwbench
 

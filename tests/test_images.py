@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fwbench import registry
-from fwbench.pins import PIN_SETS, pinned_versions
+from fwbench.core import registry
+from fwbench.core.pins import PIN_SETS, pinned_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "images"

@@ -8,8 +8,9 @@ import kubernetes  # in the test extra
 import pytest
 import yaml
 
-from fwbench import cellplan, k8s, matrix
-from fwbench.spec import CellSpec
+from fwbench.cluster import cellplan, k8s
+from fwbench.engines import matrix
+from fwbench.core.spec import CellSpec
 
 IMAGE = "ghcr.io/o/fwbench/keras3-jax@sha256:" + "ab" * 32
 
@@ -73,7 +74,7 @@ def test_each_completion_index_reads_its_own_cell(tmp_path):
 
 
 def test_render_command_writes_the_objects_of_a_release_and_refuses_bad_input(tmp_path):
-    from fwbench.release import Release, ReleasedImage
+    from fwbench.release.record import Release, ReleasedImage
     from tests.conftest import run_fwbench
 
     image = ReleasedImage(stack="keras3-jax", variant="gpu", pin_set="current", repository="ghcr.io/o/fwbench/keras3-jax",

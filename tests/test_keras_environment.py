@@ -7,7 +7,7 @@ import pytest
 from fwbench.engines import cell_environment
 from fwbench.harness import backends
 from fwbench.harness.cell import base_record
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 
 
 def spec(stack: str) -> CellSpec:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fwbench import data, registry, results
+from fwbench.core import data, registry, results
 from tests.conftest import locked_version
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 
 from fwbench.engines import cell_environment
 from fwbench.engines.local import StackEnvironment
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""One definition per model (fwbench.models): typed architectures, shapes, batch sizes, and workloads that
+"""One definition per model (fwbench.core.models): typed architectures, shapes, batch sizes, and workloads that
 read only attributes those definitions have (checked on the sources: no framework needed)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import models, registry
+from fwbench.core import models, registry
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "runner" / "fwbench" / "workloads"
 FAMILIES = ("keras", "torch")
@@ -109,7 +109,7 @@ def test_paper_preset_matches_the_published_sizes():
 
 
 def test_workload_modules_declare_a_cell_for_every_kind_of_their_tasks():
-    from fwbench import stackdoc
+    from fwbench.cli import stackdoc
 
     for family in FAMILIES:
         for model_id in models.MODELS:

@@ -6,8 +6,8 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from fwbench import data, registry, results
-from fwbench.schema import COLUMN_NAMES
+from fwbench.core import data, registry, results
+from fwbench.core.schema import COLUMN_NAMES
 from tests.conftest import locked_version, run_fwbench
 
 pytestmark = pytest.mark.integration

@@ -16,12 +16,13 @@ from dataclasses import replace
 
 import pytest
 
-from fwbench import matrix, results
+from fwbench.engines import matrix
+from fwbench.core import results
 from fwbench.engines.local import current_engine
 from fwbench.harness.cell import base_record
 from fwbench.harness.envinfo import cpu_model
-from fwbench.slots import parse_cpu_set, plan_slots, usable_cpus
-from fwbench.spec import CellSpec
+from fwbench.engines.slots import parse_cpu_set, plan_slots, usable_cpus
+from fwbench.core.spec import CellSpec
 from fwbench_aggregator.aggregate import aggregate
 from tests.aggregator_rows import record, write
 from tests.test_cli import FWBENCH, _cell_pids, _gone, fwbench

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from fwbench.release import read_release
+from fwbench.release.record import read_release
 from tests.conftest import run_fwbench
 from tests.test_docker_e2e import PIN_SET, REQUIRED, compose, docker_ready
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fwbench import signing
-from fwbench.release import (Release, ReleaseError, ReleasedImage, compose_env, env_name, parse_release,
+from fwbench.release import signing
+from fwbench.release.record import (Release, ReleaseError, ReleasedImage, compose_env, env_name, parse_release,
                              read_release)
-from fwbench.release_cli import VerificationRefused, make_bundle, open_bundle
-from fwbench.verify import check_signature, published_specs
+from fwbench.cli.release import VerificationRefused, make_bundle, open_bundle
+from fwbench.release.verify import check_signature, published_specs
 from fwbench_aggregator import loading, verification
 from tests.aggregator_rows import record, write
 

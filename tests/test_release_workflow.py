@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fwbench import registry
-from fwbench.pins import PIN_SETS
+from fwbench.core import registry
+from fwbench.core.pins import PIN_SETS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

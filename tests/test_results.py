@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from fwbench import results
+from fwbench.core import results
 from fwbench.harness.cell import base_record
-from fwbench.schema import COLUMN_NAMES, SCHEMA_VERSION
-from fwbench.spec import CellSpec
+from fwbench.core.schema import COLUMN_NAMES, SCHEMA_VERSION
+from fwbench.core.spec import CellSpec
 
 SPEC = CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none",
                 data_dir="/nowhere", steps=3)

@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from fwbench import slots
-from fwbench.slots import UNPINNED, Slot, SlotError, plan_slots
+from fwbench.engines import slots
+from fwbench.engines.slots import UNPINNED, Slot, SlotError, plan_slots
 
 
 @pytest.mark.parametrize("cpus, text", [({0, 1, 2, 3}, "0-3"), ({0, 2}, "0,2"), ({0, 1, 4}, "0-1,4"),

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import cellplan, results, slurm
+from fwbench.cluster import cellplan, slurm
+from fwbench.core import results
 from fwbench.harness.cell import base_record
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 from tests.conftest import FWBENCH, run_fwbench
 
 SPEC = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none", data_dir="/d",
@@ -145,7 +146,7 @@ def test_status_without_submissions_is_one_line(tmp_path):
 def test_a_task_stopped_by_slurm_leaves_a_row_saying_so(tmp_path, sig, status, words):
     """A real cell process (the current engine; an injected sleep keeps it running) gets the signal Slurm
     sends: the task stops it and writes the row."""
-    from fwbench import data
+    from fwbench.core import data
 
     data.generate(tmp_path / "data", "tiny", 0, ["bert-predict"])
     spec = replace(SPEC, data_dir=str(tmp_path / "data"), engine="current", image_variant="host", fault="sleep:120")

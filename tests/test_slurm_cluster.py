@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import results
+from fwbench.core import results
 from tests.conftest import run_fwbench
 from tests.slurm_cluster import one_node_cluster, slurm_available
 

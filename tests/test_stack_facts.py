@@ -1,4 +1,4 @@
-"""Stack facts live in one place (fwbench.registry.Stack): harness backend, Keras backend and version,
+"""Stack facts live in one place (fwbench.core.registry.Stack): harness backend, Keras backend and version,
 cell environment, XLA policy, image repository, report order. Nothing else re-derives them from the id."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import registry
+from fwbench.core import registry
 from fwbench.harness import backends
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,7 @@ SCANNED = [*sorted((ROOT / "runner" / "fwbench").rglob("*.py")),
 # Places allowed to name a stack in a comparison, and why. Stack *facts* are never among them.
 JUSTIFIED = {
     # `demo --compiled` is a CLI option that adds the native-torch compiled variant by name.
-    "runner/fwbench/cli.py",
+    "runner/fwbench/cli/commands.py",
     # The provenance check of compiled native-torch variants (the variant itself, not a stack fact).
     "aggregator/fwbench_aggregator/provenance.py",
 }
@@ -55,7 +55,7 @@ def stack_comparisons_in(text: str, path: Path) -> list[str]:
 def test_no_module_outside_the_registry_compares_stack_ids_to_stack_names():
     found = [hit for path in SCANNED if path.name != "registry.py"
              and path.relative_to(ROOT).as_posix() not in JUSTIFIED for hit in stack_comparisons(path)]
-    assert not found, "read the fact from fwbench.registry.Stack instead:\n" + "\n".join(found)
+    assert not found, "read the fact from fwbench.core.registry.Stack instead:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_comparisons_and_every_exception_is_still_needed():

@@ -5,13 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fwbench import registry, stackdoc
+from fwbench.core import registry
+from fwbench.cli import stackdoc
 
 
 def test_docs_stacks_md_has_the_current_table():
     document = stackdoc.DOC.read_text()
     assert stackdoc.render(document) == document, (
-        "docs/stacks.md is stale: run `python -m fwbench.stackdoc --write`")
+        "docs/stacks.md is stale: run `python -m fwbench.cli.stackdoc --write`")
 
 
 def test_every_cell_has_a_row_with_files_that_exist_and_its_timed_call():
@@ -38,7 +39,7 @@ def test_table_names_the_known_timed_calls():
 
 def test_generator_runs_as_a_module():
     # The dev environment has no deep-learning framework: the generator only parses the workload sources.
-    done = subprocess.run([sys.executable, "-m", "fwbench.stackdoc"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "fwbench.cli.stackdoc"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{stackdoc.markdown_table()}\n\n{stackdoc.pin_table()}"
 

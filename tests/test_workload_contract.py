@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fwbench import registry
-from fwbench.spec import CellSpec
+from fwbench.core import registry
+from fwbench.core.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, ReportError, StepCell, check_cell
 
 

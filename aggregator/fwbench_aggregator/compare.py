@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fwbench.identity import CellIdentity
+from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import loading, stats
 from fwbench_aggregator.summary import is_busy
 from fwbench_aggregator.variants import Variant, assign_variants, task_order

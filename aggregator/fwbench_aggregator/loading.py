@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fwbench import registry
-from fwbench.identity import SAFE_NAME, CellIdentity
-from fwbench.results import SCHEMA
-from fwbench.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
+from fwbench.core import registry
+from fwbench.core.identity import SAFE_NAME, CellIdentity
+from fwbench.core.results import SCHEMA
+from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
 

@@ -7,7 +7,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from fwbench import pins, registry
+from fwbench.core import pins, registry
 from fwbench_aggregator.summary import CellFacts, PresetSummary
 from fwbench_aggregator.variants import NATIVE_COMPILED, Variant
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from fwbench import pins, registry
-from fwbench.schema import SCHEMA_VERSION, STATUSES
+from fwbench.core import pins, registry
+from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
 from fwbench_aggregator import plots, provenance, published, stats

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from fwbench import registry
-from fwbench.identity import CellIdentity, describe, differing_settings
+from fwbench.core import registry
+from fwbench.core.identity import CellIdentity, describe, differing_settings
 
 # Published column order (the stack definitions' report order), then native PyTorch eager and compiled.
 _STACK_ORDER = registry.REPORT_ORDER

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from fwbench.atomic import write_atomically
-from fwbench.identity import CellIdentity
+from fwbench.core.atomic import write_atomically
+from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import compare, loading
 
 ANY_DEVICE = "(any device)"

@@ -5,7 +5,7 @@
   * `docker`:  the stack's image, one container per cell (engines/docker.py)
 
 Every engine also names the image variant each stack's cells run with (cpu, gpu, venv, host) and the device
-model they are expected to run on: both are part of a cell's identity (fwbench.identity).
+model they are expected to run on: both are part of a cell's identity (fwbench.core.identity).
 
 A cell never outlives its runner: a runner killed with SIGKILL cannot clean up, so the local cell
 process asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), and a docker cell's
@@ -23,9 +23,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fwbench import registry
-from fwbench.slots import parse_cpu_set
-from fwbench.spec import CellSpec
+from fwbench.core import registry
+from fwbench.engines.slots import parse_cpu_set
+from fwbench.core.spec import CellSpec
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
 KILL_GRACE_S = 10.0
@@ -78,7 +78,7 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
     for name in registry.get_stack(spec.stack).env_unset:
         env.pop(name, None)
     if spec.gpu_index is not None:
-        # The slot's one GPU (fwbench.slots). CUDA numbers GPUs fastest-first unless told otherwise;
+        # The slot's one GPU (fwbench.engines.slots). CUDA numbers GPUs fastest-first unless told otherwise;
         # PCI order makes its numbers NVML's, the numbering the slot (and the row) use.
         env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_index)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -87,7 +87,7 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
 
 def keras_environment(stack: str) -> dict[str, str]:
     """Framework switches a stack's cell needs (Keras reads them at import; recorded on its rows by the
-    cell): from the stack's definition, fwbench.registry.Stack.env."""
+    cell): from the stack's definition, fwbench.core.registry.Stack.env."""
     return registry.get_stack(stack).environment()
 
 

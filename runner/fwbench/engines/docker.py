@@ -17,8 +17,8 @@ from pathlib import Path
 
 from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
 from fwbench.harness.nvml import nvml_query
-from fwbench.pins import DEFAULT_PIN_SET
-from fwbench.spec import CellSpec
+from fwbench.core.pins import DEFAULT_PIN_SET
+from fwbench.core.spec import CellSpec
 
 # Image tags name the pin set and the variant: fwbench/keras3-jax:paper-2024-gpu.
 DEFAULT_IMAGE = "fwbench/{stack}:{pin_set}-{variant}"
@@ -150,7 +150,7 @@ class DockerEngine:
                      str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
             environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
             device_requests=device_requests, mem_limit=self.memory, detach=True,
-            # The slot's cores (fwbench.slots); None: every core, as without --parallel.
+            # The slot's cores (fwbench.engines.slots); None: every core, as without --parallel.
             cpuset_cpus=spec.cpu_set,
             labels={"io.fwbench.cell": spec.cell_id, "io.fwbench.runner-pid": str(os.getpid())})
         # Removes the container should this runner die without doing so (see engines/watchdog.py).

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
-from fwbench.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
-from fwbench.spec import CellSpec
+from fwbench.core.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
+from fwbench.core.spec import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 READY_MARKER = ".fwbench-ready"

@@ -12,7 +12,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
-from fwbench import registry
+from fwbench.core import registry
 
 
 def process_peak_rss_bytes() -> int:
@@ -276,7 +276,7 @@ class TensorFlowBackend:
 
 
 def backend_for(stack_id: str, threads: int | None = None):
-    """The harness backend of a stack, as its definition names it (fwbench.registry.Stack.harness_backend).
+    """The harness backend of a stack, as its definition names it (fwbench.core.registry.Stack.harness_backend).
 
     `threads` is applied before the framework starts where that must happen first (JAX)."""
     stack = registry.STACKS.get(stack_id)

@@ -18,12 +18,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fwbench import __version__, data, pins, registry
+from fwbench import __version__
+from fwbench.core import data, pins, registry
 from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
-from fwbench.schema import SCHEMA_VERSION
-from fwbench.slots import own_cpu_set
-from fwbench.spec import CellSpec
+from fwbench.core.schema import SCHEMA_VERSION
+from fwbench.engines.slots import own_cpu_set
+from fwbench.core.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",

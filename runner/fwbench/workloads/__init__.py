@@ -3,7 +3,7 @@
 A model module exposes
   * `build(ctx: CellContext)`, which returns a cell, and
   * `CELLS`: task kind -> the cell class `build` returns for that kind (read by the harness, which checks
-    the built cell against it, and by `python -m fwbench.stackdoc`, which documents it).
+    the built cell against it, and by `python -m fwbench.cli.stackdoc`, which documents it).
 
 A cell is one of two explicit kinds, each a class defined at module level:
   * `StepCell`: `step()` -> output runs one step; the harness loops and times it;
@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fwbench import models, registry
-from fwbench.schema import COLUMN_NAMES
-from fwbench.spec import CellSpec
+from fwbench.core import models, registry
+from fwbench.core.schema import COLUMN_NAMES
+from fwbench.core.spec import CellSpec
 
 
 class Unsupported(Exception):
@@ -83,10 +83,10 @@ class CellContext:
     _reported: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def report(self, **fields: Any) -> None:
-        """Record row fields for this cell's result. Only result columns (fwbench.schema) are accepted."""
+        """Record row fields for this cell's result. Only result columns (fwbench.core.schema) are accepted."""
         unknown = sorted(set(fields) - set(COLUMN_NAMES))
         if unknown:
-            raise ReportError(f"not result columns (see fwbench.schema): {', '.join(unknown)}")
+            raise ReportError(f"not result columns (see fwbench.core.schema): {', '.join(unknown)}")
         self._reported.update(fields)
 
     @property

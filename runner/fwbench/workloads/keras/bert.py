@@ -2,7 +2,7 @@
 the model library: Keras 2, and Keras 3.0.5 in the paper-2024 pin set).
 
 fit: Keras `fit` with AdamW + sparse cross-entropy from logits; predict: Keras `predict`.
-Sizes come from fwbench.models, so `tiny` here is the same network as native-torch's `tiny`.
+Sizes come from fwbench.core.models, so `tiny` here is the same network as native-torch's `tiny`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Segment Anything (KerasHub: ViTDetBackbone + SAMPromptEncoder + SAMMaskDecoder -> SAMBackbone
 -> SAMImageSegmenter; KerasCV 0.8.2's SAM classes where KerasCV is the model library: Keras 2, and Keras 3.0.5
-in the paper-2024 pin set), random weights, sizes from fwbench.models.
+in the paper-2024 pin set), random weights, sizes from fwbench.core.models.
 
 fit: Adam + MSE training of the ViTDet image encoder alone, towards a fixed image embedding (as published;
 fitting the whole segmenter is not implemented by Keras). predict: the full segmenter's `predict` on the

@@ -8,7 +8,7 @@ data, so no tokenizer is needed).
 
 At the SD v1 sizes (paper, small) the models are KerasCV's own ImageEncoder / DiffusionModel classes.
 Those hard-code SD v1's widths, so smaller presets (tiny) assemble the same topology from KerasCV's own
-blocks with the preset's widths (fwbench.models).
+blocks with the preset's widths (fwbench.core.models).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from fwbench.spec import CellSpec
+from fwbench.core.spec import CellSpec
 
 PLAN_KEY = "cells.json"
 APP_LABEL = "app.kubernetes.io/name"

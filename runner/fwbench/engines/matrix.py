@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from fwbench import data, registry, results
+from fwbench.core import data, registry, results
 from fwbench.engines import CellOutcome
 from fwbench.harness.cell import base_record
-from fwbench.identity import CellIdentity
-from fwbench.slots import UNPINNED, Slot
-from fwbench.spec import CellSpec
+from fwbench.core.identity import CellIdentity
+from fwbench.engines.slots import UNPINNED, Slot
+from fwbench.core.spec import CellSpec
 
 
 @dataclass
@@ -94,7 +94,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
                on_start: Callable[[CellSpec], None] = lambda spec: None,
                on_done: Callable[[CellResult], None] = lambda result: None,
                slots: list[Slot] | None = None) -> list[CellResult]:
-    """Run every cell, one at a time per slot (fwbench.slots; default: one unpinned slot, one cell at a
+    """Run every cell, one at a time per slot (fwbench.engines.slots; default: one unpinned slot, one cell at a
     time). The callbacks are never called concurrently; the results come back in plan order."""
     slots = slots or [UNPINNED]
     out_dir = Path(out_dir)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fwbench import registry
+from fwbench.core import registry
 
 MANIFEST = "manifest.json"
 DATA_FORMAT_VERSION = 1
@@ -31,7 +31,7 @@ class DataError(RuntimeError):
 def task_arrays(task_id: str, preset: str, seed: int) -> dict[str, np.ndarray]:
     """The inputs of one task, from a generator seeded by (seed, task_id) only.
 
-    What the arrays are is the model's definition (fwbench.models); this module only seeds, writes,
+    What the arrays are is the model's definition (fwbench.core.models); this module only seeds, writes,
     hashes and verifies them."""
     wl = registry.workload(task_id, preset)
     # A per-task stream, so adding a task never changes another task's bytes.

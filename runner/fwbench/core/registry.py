@@ -5,7 +5,7 @@ stack, its Keras backend and major version, the environment switches of its cell
 policy per task, its image repository and its place in the report. The runner, the harness, the
 engines, the workloads and the aggregator read these definitions; none of them compares a stack id to a
 stack name (tests/test_stack_facts.py checks that). Model sizes, input shapes and input generators are in
-fwbench.models, one definition per model. The contract every stack implements is docs/workloads.md.
+fwbench.core.models, one definition per model. The contract every stack implements is docs/workloads.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fwbench import models, pins
+from fwbench.core import models, pins
 
 
 class RegistryError(ValueError):
@@ -52,7 +52,7 @@ class Stack:
     # published table's NA.
     unsupported: tuple[tuple[str, str], ...] = ()
     # What the published run installed for this stack (package -> version, as its requirements named them)
-    # and how the paper-2024 pin set differs from it on purpose (see fwbench.pins).
+    # and how the paper-2024 pin set differs from it on purpose (see fwbench.core.pins).
     published_pins: tuple[tuple[str, str], ...] = ()
     pin_deviations: tuple[pins.Deviation, ...] = (pins.PYTHON_DEVIATION,)
 
@@ -160,7 +160,7 @@ REPORT_ORDER: tuple[str, ...] = tuple(s.id for s in sorted(STACKS.values(), key=
 @dataclass(frozen=True)
 class Task:
     id: str  # e.g. "gemma-generate-bs32"
-    model: str  # sam, stable_diffusion, bert, gemma, mistral (a key of fwbench.models.MODELS)
+    model: str  # sam, stable_diffusion, bert, gemma, mistral (a key of fwbench.core.models.MODELS)
     kind: str  # fit, predict, generate
     batch: Mapping[str, int] = field(hash=False)  # preset -> batch size; `paper` = the published v2 table's
 
@@ -233,8 +233,8 @@ class Workload:
     task: Task
     preset: str
     batch_size: int
-    arch: Any  # the model's architecture class (fwbench.models), e.g. BertArch
-    shapes: Any  # the model's shapes class (fwbench.models), e.g. TextShapes
+    arch: Any  # the model's architecture class (fwbench.core.models), e.g. BertArch
+    shapes: Any  # the model's shapes class (fwbench.core.models), e.g. TextShapes
 
     @property
     def model(self) -> models.Model:

@@ -1,6 +1,6 @@
 """One definition per model: its typed architecture per preset, its input shapes and its input generator.
 
-Read by the data writer (fwbench.data), by both workload families (`ctx.arch.hidden`, `ctx.shapes.seq_len`)
+Read by the data writer (fwbench.core.data), by both workload families (`ctx.arch.hidden`, `ctx.shapes.seq_len`)
 and by the tests, so a `tiny` BERT on Keras and on native torch are the same network and read the same
 bytes. Plain Python and NumPy only: no deep-learning framework is imported here.
 

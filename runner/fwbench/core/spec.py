@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fwbench.identity import CellIdentity
+from fwbench.core.identity import CellIdentity
 
 
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
@@ -34,7 +34,7 @@ class CellSpec:
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
-    # Where the runner placed the cell (fwbench.slots; not part of the identity): the CPU cores it is
+    # Where the runner placed the cell (fwbench.engines.slots; not part of the identity): the CPU cores it is
     # pinned to ("0-3"; None: not pinned) and the NVML index of its one GPU (None: the engine's default).
     cpu_set: str | None = None
     gpu_index: int | None = None
@@ -54,7 +54,7 @@ class CellSpec:
     def result_path(self, out_dir: Path) -> Path:
         """The readable file name of this cell-repeat: today's name for default settings, plus one
         token per non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`). See
-        fwbench.results.target_path for when a settings hash is added to it."""
+        fwbench.core.results.target_path for when a settings hash is added to it."""
         from fwbench import results  # the writer owns the naming rules
 
         return results.readable_path(self, Path(out_dir))

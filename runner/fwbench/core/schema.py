@@ -126,7 +126,7 @@ COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
 
 
 def markdown_table() -> str:
-    """The column table of docs/results-schema.md (regenerate with `python -m fwbench.schema`)."""
+    """The column table of docs/results-schema.md (regenerate with `python -m fwbench.core.schema`)."""
     lines = ["| column | type | meaning |", "|---|---|---|"]
     lines += [f"| `{name}` | {kind} | {doc} |" for name, kind, doc in COLUMNS]
     return "\n".join(lines)

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from fwbench import registry
+from fwbench.core import registry
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes Indexed Jobs (one pod per cell).")
 
@@ -32,11 +32,12 @@ def render_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="Directory for the YAML files."),
 ) -> None:
     """Write per stack a ConfigMap (the plan) and an Indexed Job, plus a deny-all NetworkPolicy."""
-    from fwbench import k8s, matrix
-    from fwbench.cli import pin_set_or_default, released_images
-    from fwbench.usage import UsageError
-    from fwbench.identity import SAFE_NAME
-    from fwbench.spec import CellSpec
+    from fwbench.cluster import k8s
+    from fwbench.engines import matrix
+    from fwbench.cli.commands import pin_set_or_default, released_images
+    from fwbench.core.usage import UsageError
+    from fwbench.core.identity import SAFE_NAME
+    from fwbench.core.spec import CellSpec
 
     if variant not in ("cpu", "gpu"):
         raise UsageError(f"--variant must be cpu or gpu, not {variant!r}")
@@ -66,9 +67,9 @@ def run_cell_cmd(
 ) -> None:
     """Run cell INDEX of the plan in this image (current engine), resuming: an ok row already there is kept.
     Exits 0 once the row is written, whatever its status (a failed cell is a row, not a pod retry)."""
-    from fwbench import cellplan
+    from fwbench.cluster import cellplan
     from fwbench.engines.local import current_engine
-    from fwbench.usage import UsageError
+    from fwbench.core.usage import UsageError
 
     if index is None:
         raise UsageError("no cell index: pass --index or run as an Indexed Job pod (JOB_COMPLETION_INDEX)")

@@ -1,4 +1,4 @@
-"""`fwbench slurm submit | status | run-cell`: the matrix as a Slurm job array (see fwbench.slurm)."""
+"""`fwbench slurm submit | status | run-cell`: the matrix as a Slurm job array (see fwbench.cluster.slurm)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from fwbench import registry
+from fwbench.core import registry
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
 
@@ -60,10 +60,11 @@ def submit_cmd(
     """Submit one job array for the cells that have no ok row in --out yet (a resubmission completes a matrix)."""
     from dataclasses import replace
 
-    from fwbench import matrix, slurm
-    from fwbench.cli import default_data_dir, pin_set_or_default, released_images
-    from fwbench.spec import CellSpec
-    from fwbench.usage import UsageError
+    from fwbench.engines import matrix
+    from fwbench.cluster import slurm
+    from fwbench.cli.commands import default_data_dir, pin_set_or_default, released_images
+    from fwbench.core.spec import CellSpec
+    from fwbench.core.usage import UsageError
 
     preset_obj = registry.get_preset(preset)
     for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads),
@@ -100,7 +101,7 @@ def submit_cmd(
         else:
             template = image or "fwbench/{stack}:{pin_set}-{variant}"
             images = {s: template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
-    from fwbench.cli import check_out_dir
+    from fwbench.cli.commands import check_out_dir
 
     check_out_dir(out)
     def prepare(todo: list[CellSpec]) -> None:
@@ -136,9 +137,9 @@ def status_cmd(
     ended without a row (killed outright, or cancelled before it started) gets a row saying so."""
     from rich.table import Table
 
-    from fwbench import slurm
-    from fwbench.cli import STATUS_STYLE, console
-    from fwbench.usage import UsageError
+    from fwbench.cluster import slurm
+    from fwbench.cli.commands import STATUS_STYLE, console
+    from fwbench.core.usage import UsageError
 
     folders = slurm.submissions(out)
     if not folders:
@@ -172,9 +173,9 @@ def run_cell_cmd(
 ) -> None:
     """What each array task runs: its cell, resuming, leaving a row even when Slurm stops it (timeout,
     scancel). Exits 0 once the row is written, whatever its status."""
-    from fwbench import cellplan, slurm
+    from fwbench.cluster import cellplan, slurm
     from fwbench.engines.local import current_engine, local_engine
-    from fwbench.usage import UsageError
+    from fwbench.core.usage import UsageError
 
     if index is None:
         raise UsageError("no cell index: pass --index or run as a Slurm array task (SLURM_ARRAY_TASK_ID)")

@@ -9,7 +9,7 @@ version, and a CPU variant differs from its GPU variant only in CUDA packages (t
   current     today's releases of every framework and model library.
   paper-2024  the versions of the published Keras 3 benchmark run (keras-benchmarks v0.0.5, 2024), except
               where PyPI no longer serves them or a hash-locked install cannot take them (each stack's
-              definition lists its published pins and deviations: fwbench.registry).
+              definition lists its published pins and deviations: fwbench.core.registry).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
-    from fwbench.registry import Stack
+    from fwbench.core.registry import Stack
 
 PIN_SETS = ("current", "paper-2024")
 DEFAULT_PIN_SET = "current"
@@ -30,7 +30,7 @@ PUBLISHED_PIN_SET = "paper-2024"
 LOCKED_PYTHON = "3.11"
 
 # What the published run asked for that every Keras stack shared (its requirements/keras-common.txt), on
-# Python 3.10. Each stack's own published pins are on its definition (fwbench.registry.Stack.published_pins).
+# Python 3.10. Each stack's own published pins are on its definition (fwbench.core.registry.Stack.published_pins).
 PUBLISHED_PYTHON = "3.10"
 KERAS_COMMON_PINS = (("keras-nlp", "0.8.2"), ("keras-cv", "0.8.2"), ("tf-keras", "2.15.0"),
                      ("tensorflow-datasets", "4.9.3"))

@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from fwbench import matrix, results
-from fwbench.atomic import write_atomically
+from fwbench.engines import matrix
+from fwbench.core import results
+from fwbench.core.atomic import write_atomically
 from fwbench.harness.cell import base_record
-from fwbench.identity import CellIdentity
-from fwbench.spec import CellSpec
+from fwbench.core.identity import CellIdentity
+from fwbench.core.spec import CellSpec
 
 # The signal -> what it means when it reaches a cluster task.
 STOP_SIGNALS = {signal.SIGUSR1: "timeout", signal.SIGTERM: "cancelled"}

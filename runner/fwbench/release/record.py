@@ -2,7 +2,7 @@
 
 `fwbench publish` writes it (release.json, signed beside it, plus release.env for Compose); `fwbench run
 --release` runs cells in exactly those images; `fwbench verify` checks images against it before re-running.
-Plain data and JSON here: the Docker side lives in fwbench.images, signing in fwbench.signing.
+Plain data and JSON here: the Docker side lives in fwbench.release.images, signing in fwbench.release.signing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fwbench.atomic import write_atomically
+from fwbench.core.atomic import write_atomically
 
 RELEASE_FORMAT_VERSION = 1
 # Inside every fwbench image (written by images/install.sh).

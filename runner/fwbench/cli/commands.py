@@ -14,11 +14,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fwbench import data, pins, registry
-from fwbench import slots as slot_plan
+from fwbench.core import data, pins, registry
+from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
-from fwbench.spec import CellSpec
-from fwbench.usage import UsageError
+from fwbench.core.spec import CellSpec
+from fwbench.core.usage import UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
@@ -73,7 +73,7 @@ def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory:
 
 
 def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -> dict[str, str]:
-    from fwbench.release import ReleaseError, read_release
+    from fwbench.release.record import ReleaseError, read_release
 
     try:
         release = read_release(path)
@@ -179,7 +179,7 @@ def run_cmd(
         steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
         seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, jit=jit, per_step_sync=per_step_sync,
         timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault)
-    from fwbench import matrix
+    from fwbench.engines import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
     runner = make_engine(engine, image, gpus, docker_memory, pin_set, release, stack)
@@ -231,8 +231,8 @@ def warn_if_busy() -> None:
 def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None) -> list:
     """Prepare environments and data, run every cell with live progress (up to one per slot at once),
     print the summary."""
-    from fwbench import matrix
-    from fwbench.build_status import build_status
+    from fwbench.engines import matrix
+    from fwbench.cli.build_status import build_status
 
     matrix.ensure_data(specs)
     for stack_id in dict.fromkeys(s.stack for s in specs):
@@ -344,7 +344,7 @@ def demo_cmd(
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
 ) -> None:
     """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
-    from fwbench import matrix
+    from fwbench.engines import matrix
     from fwbench.engines.local import REPO_ROOT
 
     pin_set = pin_set_or_default(pin_set)
@@ -369,7 +369,7 @@ def demo_cmd(
 def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
               pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP)) -> None:
     """Build (or reuse) the local engine's virtual environment of each stack (for one pin set)."""
-    from fwbench.build_status import build_status
+    from fwbench.cli.build_status import build_status
     from fwbench.engines.local import StackEnvironment
 
     pin_set = pin_set_or_default(pin_set)
@@ -396,9 +396,9 @@ def env_path(stack: str = typer.Argument(..., help="Stack id."),
 
 
 from fwbench_aggregator.cli import register as _register_aggregator
-from fwbench.release_cli import register as _register_release
-from fwbench.k8s_cli import k8s_app as _k8s_app
-from fwbench.slurm_cli import slurm_app as _slurm_app
+from fwbench.cli.release import register as _register_release
+from fwbench.cli.k8s import k8s_app as _k8s_app
+from fwbench.cli.slurm import slurm_app as _slurm_app
 _register_aggregator(app)
 _register_release(app)
 app.add_typer(_k8s_app, name="k8s")
@@ -406,7 +406,7 @@ app.add_typer(_slurm_app, name="slurm")
 
 
 def main() -> None:
-    from fwbench.data import DataError
+    from fwbench.core.data import DataError
     from fwbench.harness.clock import ClockError
 
     try:

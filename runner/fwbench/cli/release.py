@@ -21,10 +21,11 @@ from typing import List, Optional
 
 import typer
 
-from fwbench import __version__, registry
-from fwbench.atomic import write_atomically
-from fwbench.release import Release, ReleaseError, compose_env, read_release
-from fwbench.signing import SigningError
+from fwbench import __version__
+from fwbench.core import registry
+from fwbench.core.atomic import write_atomically
+from fwbench.release.record import Release, ReleaseError, compose_env, read_release
+from fwbench.release.signing import SigningError
 
 BUNDLE_RESULTS = "merged.parquet"
 BUNDLE_FILES = ("release.json", "release.json.sig", "release.json.cosign.bundle")
@@ -51,7 +52,7 @@ def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], o
             cosign_key: Path | None, image_template: str, pushed: bool = False) -> Release:
     """pushed: the images are already on the registry (CI's Buildx pushed them): record them by the digest their
     tag resolves to, reading their facts from a pull by that digest."""
-    from fwbench import images, signing
+    from fwbench.release import images, signing
 
     client = images.docker_client()
     registry_host = registry_host.rstrip("/")
@@ -96,7 +97,7 @@ def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], o
 
 
 def _pull_pushed(client, repository: str, tag: str) -> str:
-    from fwbench import images
+    from fwbench.release import images
 
     import docker
 
@@ -177,7 +178,7 @@ def register(app: typer.Typer) -> None:
                                     "fwbench/<stack>:<pin-set>-<variant> (e.g. pushed by Buildx): record, don't push."),
     ) -> None:
         """Push built images, write release.json (images by digest, lock/SBOM/base digests) and release.env, sign."""
-        from fwbench.cli import pin_set_or_default
+        from fwbench.cli.commands import pin_set_or_default
 
         if variant not in ("cpu", "gpu"):
             raise _fail(f"--variant must be cpu or gpu, not {variant!r}", 2)
@@ -228,7 +229,7 @@ def register(app: typer.Typer) -> None:
                                                       "workflow, e.g. '^https://github.com/OWNER/fwbench/'."),
     ) -> None:
         """Check a published bundle's signature and images, re-run its cells in those images, compare, report."""
-        from fwbench.verify import run_verify
+        from fwbench.release.verify import run_verify
 
         if repeats is not None and repeats < 1:
             raise _fail("--repeats must be at least 1", 2)

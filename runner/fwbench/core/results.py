@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fwbench.identity import CellIdentity, file_tokens
-from fwbench.schema import COLUMNS, SCHEMA_VERSION
+from fwbench.core.identity import CellIdentity, file_tokens
+from fwbench.core.schema import COLUMNS, SCHEMA_VERSION
 
 _TYPES = {
     "string": pa.string(),
@@ -98,7 +98,7 @@ def has_ok_row(path: Path) -> bool:
 
 def host_defaults(preset: str) -> dict[str, Any]:
     """Defaults that depend on the preset and the host: they give no file-name token."""
-    from fwbench import registry
+    from fwbench.core import registry
 
     p = registry.get_preset(preset)
     return {"threads": os.cpu_count() or 1, "warmup": p.warmup, "steps": p.steps}

@@ -9,7 +9,7 @@ import io
 import json
 import tarfile
 
-from fwbench.release import IMAGE_MANIFEST_PATH, IMAGE_SBOM_PATH, ReleaseError, ReleasedImage
+from fwbench.release.record import IMAGE_MANIFEST_PATH, IMAGE_SBOM_PATH, ReleaseError, ReleasedImage
 
 LABEL_STACK, LABEL_VARIANT, LABEL_PIN_SET = "io.fwbench.stack", "io.fwbench.variant", "io.fwbench.pin-set"
 

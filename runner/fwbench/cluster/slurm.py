@@ -1,7 +1,7 @@
 """`fwbench slurm`: the plan as a Slurm job array, one array task per cell; Slurm queues and runs them.
 
 A submission lives in the results folder, which compute nodes must share with the submitter:
-    <out>/.slurm/<submission>/cells.json       the cells, one per array index (fwbench.cellplan)
+    <out>/.slurm/<submission>/cells.json       the cells, one per array index (fwbench.cluster.cellplan)
     <out>/.slurm/<submission>/job.sbatch       the batch script sbatch was given (readable, re-submittable)
     <out>/.slurm/<submission>/submission.json  job id, options, when
     <out>/.slurm/<submission>/logs/<index>.out each array task's output (Slurm creates it when the task starts)
@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from fwbench import cellplan, results
-from fwbench.atomic import write_atomically
+from fwbench.cluster import cellplan
+from fwbench.core import results
+from fwbench.core.atomic import write_atomically
 from fwbench.harness.cell import base_record
-from fwbench.identity import CellIdentity
-from fwbench.spec import CellSpec
+from fwbench.core.identity import CellIdentity
+from fwbench.core.spec import CellSpec
 
 SUBMISSIONS = ".slurm"
 CONTAINERS = ("none", "pyxis", "apptainer")

@@ -9,16 +9,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fwbench import registry
-from fwbench.release import read_release
-from fwbench.release_cli import VerificationRefused, open_bundle
-from fwbench.spec import CellSpec
+from fwbench.core import registry
+from fwbench.release.record import read_release
+from fwbench.cli.release import VerificationRefused, open_bundle
+from fwbench.core.spec import CellSpec
 
 
 def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsigned: bool,
                     cosign_identity: str | None = None) -> str:
     """The report's signature line; raises VerificationRefused unless the signature is good or allowed to be absent."""
-    from fwbench import signing
+    from fwbench.release import signing
 
     signature = bundle_dir / "release.json.sig"
     data = (bundle_dir / "release.json").read_bytes()
@@ -61,7 +61,8 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
 def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
                repeats: int | None, fail_above: float | None, tolerance: float, gpus: str,
                cosign_key: Path | None, cosign_identity: str | None = None) -> int:
-    from fwbench import images, matrix, signing
+    from fwbench.release import images, signing
+    from fwbench.engines import matrix
     from fwbench.engines.docker import DockerEngine
     from fwbench_aggregator import loading, verification
 
