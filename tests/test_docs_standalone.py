@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "runner" / "fwbench" / "registry.py",
-        ROOT / "runner" / "fwbench" / "models.py"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "runner" / "fwbench" / "core" / "registry.py",
+        ROOT / "runner" / "fwbench" / "core" / "models.py"]
 LINK = re.compile(r"\]\(([^)#\s]+)")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fwbench import pins, registry
+from fwbench.core import pins, registry
 
 IMAGES = Path(__file__).resolve().parents[1] / "images"
 VARIANTS = ("cpu", "gpu")

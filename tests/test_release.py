@@ -16,7 +16,7 @@ import pytest
 from fwbench.release import signing
 from fwbench.release.record import (Release, ReleaseError, ReleasedImage, compose_env, env_name, parse_release,
                              read_release)
-from fwbench.cli.release import VerificationRefused, make_bundle, open_bundle
+from fwbench.release.bundle import VerificationRefused, make_bundle, open_bundle
 from fwbench.release.verify import check_signature, published_specs
 from fwbench_aggregator import loading, verification
 from tests.aggregator_rows import record, write

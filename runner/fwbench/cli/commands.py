@@ -9,83 +9,22 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fwbench.core import data, pins, registry
+from fwbench.core import data, registry
 from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
+from fwbench.cli.common import (PIN_SET_HELP, STATUS_STYLE, check_out_dir, console, default_data_dir,
+                                 make_engine, pin_set_or_default)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
 env_app = typer.Typer(no_args_is_help=True, help="Manage the per-stack environments of the local engine.")
 app.add_typer(env_app, name="env")
-# Piped or logged output has no terminal width to fit: do not squash stack and task names.
-console = Console() if Console().is_terminal else Console(width=200)
-
-PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's); default current "
-                "(the current engine inside an image: the image's).")
-STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "cancelled": "yellow",
-                "unsupported": "dim"}
-
-
-def default_data_dir() -> Path:
-    from fwbench.engines.local import fwbench_home
-
-    return Path(os.environ.get("FWBENCH_DATA", fwbench_home() / "data"))
-
-
-def check_pin_set(pin_set: str | None) -> None:
-    if pin_set is not None and pin_set not in pins.PIN_SETS:
-        raise UsageError(f"unknown pin set '{pin_set}' (choose from: {', '.join(pins.PIN_SETS)})")
-
-
-def pin_set_or_default(pin_set: str | None) -> str:
-    check_pin_set(pin_set)
-    return pin_set or pins.DEFAULT_PIN_SET
-
-
-def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
-                pin_set: str | None = None, release: Path | None = None, stacks: list[str] | None = None):
-    """pin_set None: the default one (current engine inside an image: the image's). release: the docker engine
-    runs `stacks` in that release's images, by digest."""
-    from fwbench.engines.local import current_engine, local_engine
-
-    check_pin_set(pin_set)
-    if release is not None and name != "docker":
-        raise UsageError("--release needs --engine docker")
-    if name == "docker":
-        from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
-
-        engine = DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
-        if release is not None:
-            engine.references = released_images(release, stacks or [], engine.pin_set, engine.variant)
-        return engine
-    if name == "local":
-        return local_engine(pin_set_or_default(pin_set))
-    if name == "current":
-        return current_engine(pin_set)
-    raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
-
-
-def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -> dict[str, str]:
-    from fwbench.release.record import ReleaseError, read_release
-
-    try:
-        release = read_release(path)
-    except ReleaseError as exc:
-        raise UsageError(str(exc)) from None
-    references = {}
-    for stack in stacks:
-        released = release.image(stack, pin_set, variant)
-        if released is None:
-            raise UsageError(f"{path} has no {stack} {pin_set}-{variant} image (--pin-set, --gpus)")
-        references[stack] = released.reference
-    return references
 
 
 @app.command("list")
@@ -202,19 +141,6 @@ def engine_gpus(runner, cells_at_once: int | None) -> list[int]:
         raise UsageError("--parallel needs to tell the GPUs apart to give each container its own, but neither "
                          "NVML (pip install nvidia-ml-py) nor nvidia-smi lists them here")
     return gpus
-
-
-def check_out_dir(out: Path) -> None:
-    """The results folder must be (or become) a writable directory, before any cell runs."""
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".fwbench-write-test-"):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--out {out} cannot be used as a results folder: {reason}") from None
 
 
 def warn_if_busy() -> None:

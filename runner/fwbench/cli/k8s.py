@@ -34,7 +34,7 @@ def render_cmd(
     """Write per stack a ConfigMap (the plan) and an Indexed Job, plus a deny-all NetworkPolicy."""
     from fwbench.cluster import k8s
     from fwbench.engines import matrix
-    from fwbench.cli.commands import pin_set_or_default, released_images
+    from fwbench.cli.common import pin_set_or_default, released_images
     from fwbench.core.usage import UsageError
     from fwbench.core.identity import SAFE_NAME
     from fwbench.core.spec import CellSpec

@@ -10,156 +10,22 @@ Nothing is re-run until every check has passed.
 
 from __future__ import annotations
 
-import datetime
-import os
-import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from fwbench import __version__
 from fwbench.core import registry
-from fwbench.core.atomic import write_atomically
-from fwbench.release.record import Release, ReleaseError, compose_env, read_release
+from fwbench.release.bundle import VerificationRefused, make_bundle
+from fwbench.release.publish import publish
+from fwbench.release.record import ReleaseError
 from fwbench.release.signing import SigningError
-
-BUNDLE_RESULTS = "merged.parquet"
-BUNDLE_FILES = ("release.json", "release.json.sig", "release.json.cosign.bundle")
-
-
-class VerificationRefused(Exception):
-    """A check failed before anything was re-run: one line, exit 1."""
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
     print(f"error: {message}", file=sys.stderr)
     return typer.Exit(code)
-
-
-def git_revision() -> str:
-    if os.environ.get("FWBENCH_GIT_REVISION"):
-        return os.environ["FWBENCH_GIT_REVISION"]
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
-def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], out: Path, sign_key: Path | None,
-            cosign_key: Path | None, image_template: str, pushed: bool = False) -> Release:
-    """pushed: the images are already on the registry (CI's Buildx pushed them): record them by the digest their
-    tag resolves to, reading their facts from a pull by that digest."""
-    from fwbench.release import images, signing
-
-    client = images.docker_client()
-    registry_host = registry_host.rstrip("/")
-    release_path = out / "release.json"
-    release = Release(registry_host, __version__, git_revision(),
-                      datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    if release_path.is_file():  # publishing another variant or pin set into the same release
-        earlier = read_release(release_path)
-        if earlier.registry == registry_host:
-            release.images = list(earlier.images)
-    local_names = {s: image_template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
-    if pushed:
-        local_names = {s: _pull_pushed(client, f"{registry_host}/fwbench/{s}", f"{pin_set}-{variant}") for s in stacks}
-    missing = [name for name in local_names.values() if not _image_exists(client, name)]
-    if missing:
-        raise ReleaseError(f"not built: {', '.join(missing)} (docker compose build, see README)")
-    (out / "sboms").mkdir(parents=True, exist_ok=True)
-    for stack, local_name in local_names.items():
-        repository, tag = f"{registry_host}/fwbench/{stack}", f"{pin_set}-{variant}"
-        if pushed:
-            digest = local_name.rsplit("@", 1)[1]
-        else:
-            print(f"pushing {local_name} -> {repository}:{tag}", file=sys.stderr)
-            digest = images.push(client, local_name, repository, tag)
-        entry, sbom = images.release_entry(client, local_name, repository, tag, digest)
-        if (entry.stack, entry.pin_set, entry.variant) != (stack, pin_set, variant):
-            raise ReleaseError(f"{local_name} is labelled {entry.stack} {entry.pin_set}-{entry.variant}")
-        write_atomically(out / "sboms" / f"{stack}-{tag}.cdx.json", sbom)
-        if signing.cosign_available():
-            signing.cosign_sign_image(entry.reference, cosign_key)
-        release.images = [i for i in release.images if i.key != entry.key] + [entry]
-        print(f"  {entry.reference}", file=sys.stderr)
-    write_atomically(release_path, release.to_json())
-    write_atomically(out / "release.env", compose_env(release, pin_set, variant))
-    if sign_key:
-        signing.sign_file(release_path, sign_key)
-    else:
-        Path(str(release_path) + ".sig").unlink(missing_ok=True)  # a stale signature would not match
-        print("warning: release.json is not signed (--sign-key): verifiers must pass --allow-unsigned",
-              file=sys.stderr)
-    return release
-
-
-def _pull_pushed(client, repository: str, tag: str) -> str:
-    from fwbench.release import images
-
-    import docker
-
-    reference = f"{repository}@{images.registry_digest(client, f'{repository}:{tag}')}"
-    try:
-        client.images.pull(reference)
-    except docker.errors.APIError as exc:
-        raise ReleaseError(f"cannot pull {reference}: {exc.explanation or exc}") from None
-    return reference
-
-
-def _image_exists(client, name: str) -> bool:
-    import docker
-
-    try:
-        client.images.get(name)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
-def make_bundle(result_dirs: list[Path], release_path: Path, output: Path) -> Path:
-    """merged rows + release.json (+ .sig) + the report, as one .tar.gz. Every ok row must have run in an
-    image of the release (by digest), or there is nothing to verify it against."""
-    from fwbench_aggregator.aggregate import aggregate
-
-    release = read_release(release_path)
-    with tempfile.TemporaryDirectory(prefix="fwbench-bundle-") as work:
-        report_dir = Path(work) / "report"
-        outcome = aggregate(result_dirs, report_dir, strict=False, include_busy=True)
-        frame = outcome.loaded.frame()
-        ok = frame[frame["status"] == "ok"]
-        foreign = sorted({str(d) for d in ok["image_digest"] if not release.by_reference(str(d))})
-        if ok.empty:
-            raise ReleaseError("no ok rows to bundle")
-        if foreign:
-            raise ReleaseError(f"{len(foreign)} image(s) on the rows are not in {release_path}: {foreign[0]} "
-                               "(run with `fwbench run --engine docker --release release.json`)")
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(f".{output.name}.tmp")
-        with tarfile.open(tmp, "w:gz") as archive:
-            for name in BUNDLE_FILES:
-                source = release_path.with_name(name)
-                if source.is_file():
-                    archive.add(source, arcname=name)
-            archive.add(report_dir, arcname="report")
-        tmp.replace(output)
-    return output
-
-
-def open_bundle(bundle: Path, into: Path) -> Path:
-    if not bundle.is_file():
-        raise VerificationRefused(f"no bundle at {bundle}")
-    try:
-        with tarfile.open(bundle) as archive:
-            archive.extractall(into, filter="data")  # refuses absolute paths, links out, devices
-    except (tarfile.TarError, OSError) as exc:
-        raise VerificationRefused(f"{bundle} is not a readable fwbench bundle: {exc}") from None
-    for needed in ("release.json", f"report/{BUNDLE_RESULTS}"):
-        if not (into / needed).is_file():
-            raise VerificationRefused(f"{bundle} has no {needed} (make it with `fwbench bundle`)")
-    return into
 
 
 def register(app: typer.Typer) -> None:
@@ -178,7 +44,7 @@ def register(app: typer.Typer) -> None:
                                     "fwbench/<stack>:<pin-set>-<variant> (e.g. pushed by Buildx): record, don't push."),
     ) -> None:
         """Push built images, write release.json (images by digest, lock/SBOM/base digests) and release.env, sign."""
-        from fwbench.cli.commands import pin_set_or_default
+        from fwbench.cli.common import pin_set_or_default
 
         if variant not in ("cpu", "gpu"):
             raise _fail(f"--variant must be cpu or gpu, not {variant!r}", 2)
@@ -243,4 +109,3 @@ def register(app: typer.Typer) -> None:
             raise _fail(f"verification refused: {exc}") from None
         if code:
             raise typer.Exit(code)
-

@@ -62,7 +62,7 @@ def submit_cmd(
 
     from fwbench.engines import matrix
     from fwbench.cluster import slurm
-    from fwbench.cli.commands import default_data_dir, pin_set_or_default, released_images
+    from fwbench.cli.common import default_data_dir, pin_set_or_default, released_images
     from fwbench.core.spec import CellSpec
     from fwbench.core.usage import UsageError
 
@@ -101,7 +101,7 @@ def submit_cmd(
         else:
             template = image or "fwbench/{stack}:{pin_set}-{variant}"
             images = {s: template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
-    from fwbench.cli.commands import check_out_dir
+    from fwbench.cli.common import check_out_dir
 
     check_out_dir(out)
     def prepare(todo: list[CellSpec]) -> None:
@@ -138,7 +138,7 @@ def status_cmd(
     from rich.table import Table
 
     from fwbench.cluster import slurm
-    from fwbench.cli.commands import STATUS_STYLE, console
+    from fwbench.cli.common import STATUS_STYLE, console
     from fwbench.core.usage import UsageError
 
     folders = slurm.submissions(out)

@@ -17,10 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
-
-if TYPE_CHECKING:
-    from fwbench.core.registry import Stack
+from typing import Mapping, Protocol
 
 PIN_SETS = ("current", "paper-2024")
 DEFAULT_PIN_SET = "current"
@@ -71,7 +68,14 @@ def pinned_versions(path: Path) -> dict[str, str]:
     return found
 
 
-def pin_deviations(stack: "Stack", pin_set: str, installed: Mapping[str, str], python_version: str) -> list[str]:
+class PinnedStack(Protocol):
+    """What pin_deviations reads of a stack (fwbench.core.registry.Stack has it; registry imports this module)."""
+
+    published_pins: tuple[tuple[str, str], ...]
+    pin_deviations: tuple[Deviation, ...]
+
+
+def pin_deviations(stack: PinnedStack, pin_set: str, installed: Mapping[str, str], python_version: str) -> list[str]:
     """How the libraries a paper-2024 cell really ran differ from the published pins: the stack's declared
     deviations, then anything else found ("undeclared: ..."), so a drifted environment cannot pass as
     published. Empty for other pin sets (they do not claim the published versions)."""

@@ -55,7 +55,7 @@ class CellSpec:
         """The readable file name of this cell-repeat: today's name for default settings, plus one
         token per non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`). See
         fwbench.core.results.target_path for when a settings hash is added to it."""
-        from fwbench import results  # the writer owns the naming rules
+        from fwbench.core import results  # the writer owns the naming rules
 
         return results.readable_path(self, Path(out_dir))
 

@@ -1,7 +1,6 @@
 """The user-error exception every fwbench command raises for bad input (one line on stderr, exit 2).
 
-Its own module: `python -m fwbench.cli` runs the CLI as __main__, and a class defined there would not be the
-one that other modules (release_cli, k8s_cli) import and raise."""
+In core, so that every layer can raise it (the CLI's main() catches it, whichever module raised it)."""
 
 
 class UsageError(Exception):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench.core import registry
-from fwbench.engines.slots import parse_cpu_set
+from fwbench.core.cpusets import parse_cpu_set
 from fwbench.core.spec import CellSpec
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.

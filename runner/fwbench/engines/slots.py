@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 
 from fwbench.harness.nvml import nvml_query
+from fwbench.core.cpusets import format_cpu_set, parse_cpu_set  # noqa: F401 (also read as slots.*)
 
 # `auto` on a CPU-only host: one slot per `threads` cores, but no more than this many. Every cell
 # process loads a whole framework (GBs of memory) and shares the memory bandwidth: beyond a few cells at
@@ -42,43 +43,11 @@ class Slot:
 UNPINNED = Slot(0, None, None)  # --parallel 1: cells run exactly as they always have
 
 
-def format_cpu_set(cpus) -> str:
-    """CPU ids as the kernel's list format: {0,1,2,3} -> "0-3", {0,2} -> "0,2", {0,1,4} -> "0-1,4"."""
-    ids = sorted(set(int(c) for c in cpus))
-    parts = []
-    start = previous = None
-    for cpu in ids + [None]:
-        if start is not None and (cpu is None or cpu != previous + 1):
-            parts.append(str(start) if start == previous else f"{start}-{previous}")
-            start = None
-        if cpu is not None and start is None:
-            start = cpu
-        previous = cpu
-    return ",".join(parts)
-
-
-def parse_cpu_set(text: str) -> set[int]:
-    """The kernel's list format back to CPU ids ("0-1,4" -> {0, 1, 4}); ValueError if malformed."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.strip().partition("-")
-        low, high = int(first), int(last or first)
-        if low < 0 or high < low:
-            raise ValueError(f"bad CPU range {part!r}")
-        cpus.update(range(low, high + 1))
-    return cpus
-
-
 def usable_cpus() -> list[int]:
     """The CPU cores this process may run on (its affinity: a container's or taskset's limit)."""
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
-
-
-def own_cpu_set() -> str | None:
-    """This process's cores as a CPU list ("0-3"); None where the OS cannot say (no sched_getaffinity)."""
-    return format_cpu_set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def usable_gpus() -> list[int]:

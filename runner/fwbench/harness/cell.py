@@ -23,7 +23,7 @@ from fwbench.core import data, pins, registry
 from fwbench.harness import backends, contention, envinfo
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.core.schema import SCHEMA_VERSION
-from fwbench.engines.slots import own_cpu_set
+from fwbench.core.cpusets import own_cpu_set
 from fwbench.core.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 

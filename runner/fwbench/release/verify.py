@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fwbench.core import registry
 from fwbench.release.record import read_release
-from fwbench.cli.release import VerificationRefused, open_bundle
+from fwbench.release.bundle import VerificationRefused, open_bundle
 from fwbench.core.spec import CellSpec
 
 
