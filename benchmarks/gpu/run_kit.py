@@ -1,0 +1,409 @@
+"""The GPU kit, on the offline host: install the wheelhouse, record the host, run cells in chunks that fit a
+time budget (resuming where the last chunk stopped), aggregate a report, and run the GPU checks.
+
+Runs with the host's own Python (no fwbench install: this checkout's runner/ and aggregator/ go on
+PYTHONPATH; the wheels are installed with --no-index --no-deps into .gpu-kit/site, also on PYTHONPATH):
+
+    python3 benchmarks/gpu/run_kit.py run --budget-s 540 --export "$OUT"    # one chunk; call again to continue
+    python3 benchmarks/gpu/run_kit.py checks --export "$OUT"                # the GPU checks, a line each
+    python3 benchmarks/gpu/run_kit.py status                                # units done / left
+    python3 benchmarks/gpu/run_kit.py restore rows.tar.gz                   # continue on a fresh machine
+
+Everything goes under one folder (--out, default .gpu-kit/out): rows/ (one Parquet row per cell-repeat),
+report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt. --export DIR copies the few files worth
+bringing back (rows packed into rows.tar.gz) into DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(HERE)]
+
+from fwbench.atomic import write_atomically  # noqa: E402
+from fwbench.pins import normalise, pinned_versions  # noqa: E402
+
+import kit_plan  # noqa: E402
+from kit_plan import KitError, KitState, Unit  # noqa: E402
+
+KIT = REPO / ".gpu-kit"
+LOCK = HERE / "wheelhouse.lock.json"
+# Seconds a unit needs beyond its cell's timeout: the CLI's start, the data check, writing the row.
+UNIT_OVERHEAD_S = 20.0
+# A repeat of a cell that already ran ok gets this many times its wall time as its timeout (at least
+# MIN_REPEAT_TIMEOUT_S, at most --cell-timeout), so that more repeats fit a chunk.
+REPEAT_TIMEOUT_FACTOR, MIN_REPEAT_TIMEOUT_S = 3.0, 120.0
+KIT_STACKS = ("native-torch", "keras3-jax", "keras3-torch")
+
+
+def log(message: str) -> None:
+    print(f"[kit {datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+# -- install -----------------------------------------------------------------------------------------
+
+def python_tag() -> str:
+    return f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def locked_wheels() -> list[dict]:
+    lock = json.loads(LOCK.read_text())
+    if python_tag() not in lock:
+        raise KitError(f"{LOCK.name} has no wheels for {python_tag()} (it has {', '.join(sorted(lock))}): "
+                       f"make_wheelhouse.py --python-version {sys.version_info.major}.{sys.version_info.minor}")
+    return lock[python_tag()]
+
+
+def install(wheels: Path, site: Path) -> None:
+    """Check every locked wheel's SHA-256, then install them all into `site` without an index or deps."""
+    entries = locked_wheels()
+    files = []
+    for entry in entries:
+        path = wheels / entry["filename"]
+        if not path.is_file():
+            raise KitError(f"{path} is missing: copy the wheelhouse (make_wheelhouse.py) to {wheels}")
+        if sha256(path) != entry["sha256"]:
+            raise KitError(f"{path.name}: its SHA-256 is not the one in {LOCK.name}")
+        files.append(path)
+    stamp = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
+    marker = site / ".kit-installed"
+    if marker.is_file() and marker.read_text().strip() == stamp:
+        log(f"wheelhouse already installed in {site}")
+        return
+    if site.exists():
+        shutil.rmtree(site)
+    site.mkdir(parents=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+    if pip.returncode == 0:
+        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                "--disable-pip-version-check", "--target", str(site), *map(str, files)]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise KitError(f"pip install --no-index --no-deps failed: {done.stderr.strip()[-500:]}")
+    else:
+        # No pip in the image: a wheel is a zip of its files as installed (these have no .data scripts).
+        for path in files:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(site)
+    write_atomically(marker, stamp + "\n")
+    log(f"installed {len(files)} wheels into {site} (--no-index --no-deps)")
+
+
+def kit_environment(site: Path) -> dict[str, str]:
+    paths = [str(site), str(REPO / "runner"), str(REPO / "aggregator"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def check_imports(site: Path, modules: list[str]) -> list[str]:
+    """The modules that do not import in a fresh interpreter with the kit's path (one line each)."""
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n"
+            "    except Exception as exc:\n        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n")
+    done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                          env={**kit_environment(site), "KERAS_BACKEND": "torch"})
+    return [line for line in done.stdout.splitlines() if line.strip()] + (
+        [f"check failed: {done.stderr.strip()[-300:]}"] if done.returncode else [])
+
+
+# -- host facts --------------------------------------------------------------------------------------
+
+def installed_versions(site: Path) -> dict[str, str]:
+    paths = [str(site), *sys.path]
+    return {normalise(dist.metadata["Name"]): dist.version
+            for dist in metadata.distributions(path=paths) if dist.metadata["Name"]}
+
+
+def pin_differences(versions: dict[str, str]) -> dict[str, list[str]]:
+    """Per stack: how the host's libraries differ from the repository's `current` pins (the rows carry the
+    host's real versions in library_versions; this says at a glance where they are not the pinned ones)."""
+    differences = {}
+    for stack in KIT_STACKS:
+        pins = pinned_versions(REPO / "images" / stack / "current" / "requirements.txt")
+        differences[stack] = [f"{name} {versions.get(name, 'absent')} (pinned {pinned})"
+                              for name, pinned in sorted(pins.items()) if versions.get(name) != pinned]
+    return differences
+
+
+def record_host(out: Path, site: Path) -> dict:
+    from fwbench.harness.envinfo import cpu_model, nvml_info
+
+    versions = installed_versions(site)
+    facts = {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hostname": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
+        "python_executable": sys.executable, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+        "nvml": nvml_info(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "git_revision": _git_revision(), "wheelhouse": locked_wheels(),
+        "versions": dict(sorted(versions.items())), "differences_from_current_pins": pin_differences(versions),
+    }
+    write_atomically(out / "host.json", json.dumps(facts, indent=2) + "\n")
+    smi = shutil.which("nvidia-smi")
+    text = subprocess.run([smi, "-q"], capture_output=True, text=True).stdout if smi else "nvidia-smi: not found\n"
+    write_atomically(out / "nvidia-smi.txt", text)
+    return facts
+
+
+def _git_revision() -> str | None:
+    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+# -- running units -----------------------------------------------------------------------------------
+
+def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
+    """The newest row written for this unit (the file name may carry setting tokens or a settings hash)."""
+    from fwbench.results import read_row
+
+    folder = rows / preset / unit.stack
+    paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
+                   key=lambda path: path.stat().st_mtime)
+    return read_row(paths[-1]) if paths else None
+
+
+def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, rows: Path | None = None) -> dict | None:
+    """One repeat of one cell through the repository's CLI (--engine current: this interpreter and its
+    libraries); --repeats r+1 with --resume runs just repeat r when the earlier ones have ok rows."""
+    rows = rows or args.out / "rows"
+    argv = [sys.executable, "-m", "fwbench.cli", "run", "--engine", "current", "--pin-set", "current",
+            "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", args.preset,
+            "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
+            "--out", str(rows), "--data", str(args.data), *(["--steps", str(args.steps)] if args.steps else []),
+            *(extra or [])]
+    env = kit_environment(args.site)
+    env.setdefault("FWBENCH_HOME", str(KIT / "home"))
+    with open(args.out / "kit.log", "a") as output:
+        output.write(f"\n$ {' '.join(argv)}\n")
+        output.flush()
+        subprocess.run(argv, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+    return unit_row(rows, args.preset, unit)
+
+
+def unit_timeout(state: KitState, unit: Unit, cell_timeout: float) -> float:
+    known = state.known_wall_s(unit)
+    if known is None:
+        return cell_timeout
+    return min(cell_timeout, max(MIN_REPEAT_TIMEOUT_S, REPEAT_TIMEOUT_FACTOR * known))
+
+
+def run_chunk(args) -> int:
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    install(args.wheels, args.site)
+    broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything", "torch", "jax",
+                                       "transformers", "peft", "fwbench.cli", "fwbench_aggregator.cli"])
+    if broken:
+        raise KitError("these do not import with the kit installed: " + "; ".join(broken))
+    if not (args.out / "host.json").is_file():
+        record_host(args.out, args.site)
+        log(f"host recorded in {args.out / 'host.json'}")
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats)
+    for line in left_out:
+        log(f"left out: {line}")
+    state = KitState(args.out / "kit-state.json")
+    pending = [unit for unit in units if state.runnable(unit, args.retry_failed)]
+    log(f"{len(units) - len(pending)} of {len(units)} units settled; budget {args.budget_s:.0f} s")
+    ran = 0
+    for unit in pending:
+        if not state.runnable(unit, args.retry_failed):  # its previous repeat failed in this chunk
+            continue
+        timeout_s = unit_timeout(state, unit, args.cell_timeout)
+        left = args.budget_s - (time.monotonic() - started)
+        if left < timeout_s + UNIT_OVERHEAD_S + args.reserve_s:
+            log(f"stopping: {unit.key} may take {timeout_s:.0f} s (+{UNIT_OVERHEAD_S:.0f}), {left:.0f} s left "
+                f"of the budget (with {args.reserve_s:.0f} s kept for the report); run again to continue")
+            break
+        log(f"{unit.key}: running (timeout {timeout_s:.0f} s)")
+        begun = time.monotonic()
+        row = run_unit(unit, args, timeout_s)
+        wall_s = time.monotonic() - begun
+        status = row["status"] if row else "no-row"
+        ms = row.get("ms_per_step") if row else None
+        state.record(unit, status, wall_s, ms)
+        write_atomically(state.path, state.to_json())
+        reason = "" if status == "ok" else f": {((row or {}).get('error_message') or 'see kit.log').splitlines()[0][:160]}"
+        log(f"{unit.key}: {status} in {wall_s:.0f} s" + (f", {ms:.2f} ms/step" if ms else "") + reason)
+        ran += 1
+    aggregate(args)
+    left_units = [unit for unit in units if state.runnable(unit, args.retry_failed)]
+    log(f"ran {ran} units this chunk; {len(left_units)} left" + (" (run again to continue)" if left_units else ""))
+    if args.export:
+        export(args)
+    return 0
+
+
+def aggregate(args) -> None:
+    rows = args.out / "rows"
+    if not any(rows.rglob("*.parquet")):
+        log("no rows yet: no report")
+        return
+    done = subprocess.run([sys.executable, "-m", "fwbench.cli", "aggregate", str(rows), "-o", str(args.out / "report")],
+                          env=kit_environment(args.site), capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise KitError(f"fwbench aggregate failed: {(done.stderr or done.stdout).strip()[-400:]}")
+    log(f"report: {args.out / 'report' / 'report.md'}")
+
+
+def export(args) -> None:
+    """The files worth bringing back, at most 8: the rows packed into one archive, the report, the host,
+    the kit's state and log, the checks."""
+    args.export.mkdir(parents=True, exist_ok=True)
+    rows = args.out / "rows"
+    if rows.is_dir():
+        archive = args.export / ".rows.tar.gz.tmp"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(rows, arcname="rows")
+        archive.replace(args.export / "rows.tar.gz")
+    for name in ("report/report.md", "report/report.html", "host.json", "nvidia-smi.txt", "kit-state.json",
+                 "checks.txt", "kit.log"):
+        source = args.out / name
+        if source.is_file():
+            write_atomically(args.export / source.name, source.read_bytes())
+    log(f"exported to {args.export}")
+
+
+def restore(args) -> int:
+    """Unpack an exported rows.tar.gz into the out folder, so that `run` continues where it left off on a
+    fresh machine (kit-state.json beside it, if given, is restored too)."""
+    with tarfile.open(args.archive) as tar:
+        members = [m for m in tar.getmembers() if m.name == "rows" or m.name.startswith("rows/")]
+        if any(m.issym() or m.islnk() or ".." in Path(m.name).parts for m in members):
+            raise KitError(f"{args.archive}: unexpected links or paths in the archive")
+        tar.extractall(args.out, members=members)
+    state = args.archive.with_name("kit-state.json")
+    if state.is_file():
+        write_atomically(args.out / "kit-state.json", state.read_bytes())
+    log(f"restored {len(members)} entries into {args.out}")
+    return 0
+
+
+def status(args) -> int:
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats)
+    state = KitState(args.out / "kit-state.json")
+    counts: dict[str, int] = {}
+    for unit in units:
+        key = state.status(unit) or ("pending" if state.runnable(unit, False) else "waiting")
+        counts[key] = counts.get(key, 0) + 1
+    print(", ".join(f"{count} {name}" for name, count in sorted(counts.items())) + f" (of {len(units)} units; "
+          f"{len(left_out)} cells left out as this host cannot run them)")
+    return 0
+
+
+# -- command line ------------------------------------------------------------------------------------
+
+def _argument(parse):
+    """argparse shows an ArgumentTypeError's own message (a ValueError becomes 'invalid value')."""
+    def parsed(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parsed
+
+
+def check_names(variants: list[tuple[str, str]], tasks: list[str]) -> None:
+    """Unknown stacks, tasks or compile modes: one error before anything runs (not one failed unit each)."""
+    from fwbench import registry
+
+    try:
+        for task in tasks:
+            registry.get_task(task)
+        for stack, mode in variants:
+            registry.check_compile_mode(registry.get_stack(stack), mode)
+    except registry.RegistryError as exc:
+        raise KitError(str(exc)) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = top.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--out", type=Path, default=KIT / "out", help="the kit's folder (default .gpu-kit/out)")
+        sub.add_argument("--wheels", type=Path, default=KIT / "wheels", help="the wheelhouse (default .gpu-kit/wheels)")
+        sub.add_argument("--site", type=Path, default=KIT / "site", help="where the wheels are installed")
+        sub.add_argument("--data", type=Path, default=KIT / "data", help="fwbench's shared input data")
+        sub.add_argument("--preset", default="paper")
+        sub.add_argument("--steps", type=int, help="timed steps (default: the preset's)")
+        sub.add_argument("--tasks", type=_argument(kit_plan.parse_tasks), default=kit_plan.parse_tasks(None),
+                         help="comma-separated task ids (default: all 12, BERT, SAM, SD, Gemma, Mistral)")
+        sub.add_argument("--variants", type=_argument(kit_plan.parse_variants), default=kit_plan.parse_variants(None),
+                         help="comma-separated STACK:COMPILE_MODE (default: native-torch:none, "
+                              "native-torch:reduce-overhead, keras3-jax:xla, keras3-torch:none)")
+        sub.add_argument("--repeats", type=int, default=3)
+        sub.add_argument("--export", type=Path, help="copy rows.tar.gz, the report, host facts and state here")
+
+    run = commands.add_parser("run", help="one chunk of cells within --budget-s; resumes")
+    common(run)
+    run.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after this (default 540)")
+    run.add_argument("--cell-timeout", type=float, default=420.0, help="a first run of a cell may take this long")
+    run.add_argument("--reserve-s", type=float, default=30.0, help="seconds kept for the report and export")
+    run.add_argument("--retry-failed", action="store_true", help="run units whose row was not ok again")
+    checks = commands.add_parser("checks", help="the GPU checks, a pass/fail/skip line each")
+    common(checks)
+    checks.add_argument("--task", default="bert-predict", help="the cell the checks time (default bert-predict)")
+    checks.add_argument("--cell-timeout", type=float, default=300.0)
+    sub = commands.add_parser("status", help="units done and left")
+    common(sub)
+    sub = commands.add_parser("install", help="only install the wheelhouse and check the imports")
+    common(sub)
+    sub = commands.add_parser("restore", help="unpack an exported rows.tar.gz to continue on a fresh machine")
+    common(sub)
+    sub.add_argument("archive", type=Path)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if getattr(args, "budget_s", 1) <= 0 or getattr(args, "cell_timeout", 1) <= 0 or args.repeats < 1:
+            raise KitError("--budget-s, --cell-timeout and --repeats must be positive")
+        args.out, args.site, args.wheels, args.data = (p.resolve() for p in (args.out, args.site, args.wheels, args.data))
+        check_names(args.variants, args.tasks)
+        if args.command == "run":
+            return run_chunk(args)
+        if args.command == "checks":
+            import kit_checks
+
+            return kit_checks.run_checks(args)
+        if args.command == "install":
+            install(args.wheels, args.site)
+            broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything"])
+            print("\n".join(broken) or "the kit's packages import")
+            return 1 if broken else 0
+        if args.command == "restore":
+            args.out.mkdir(parents=True, exist_ok=True)
+            return restore(args)
+        return status(args)
+    except (KitError, OSError, tarfile.TarError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
