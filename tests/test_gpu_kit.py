@@ -68,11 +68,49 @@ def test_state_resumes_skips_failures_and_waits_for_an_ok_previous_repeat(tmp_pa
     (tmp_path / "kit-state.json").write_text(state.to_json())
     again = KitState(tmp_path / "kit-state.json")
     assert not again.runnable(first, False) and again.runnable(second, False)
-    # A repeat of a cell that ran ok gets a timeout from its wall time, within [120 s, --cell-timeout].
-    assert run_kit.unit_timeout(again, second, 420.0) == 120.0
-    again.record(first, "ok", 100.0, 3.2)
-    assert run_kit.unit_timeout(again, second, 420.0) == 300.0
-    assert run_kit.unit_timeout(again, Unit("keras3-jax", "xla", "bert-fit", 0), 420.0) == 420.0
+    # A repeat of a cell that ran ok should have about its wall time left before it starts.
+    assert run_kit.needed_s(again, second, 150.0) == 60.0
+    again.record(first, "ok", 10.0, 3.2)
+    assert run_kit.needed_s(again, second, 150.0) == run_kit.MIN_REPEAT_S
+    assert run_kit.needed_s(again, Unit("keras3-jax", "xla", "bert-fit", 0), 150.0) == 150.0
+    again.record(first, "budget-cut", 80.0, None)
+    assert again.runnable(first, False)  # cut by the chunk, not by its own timeout: runs again
+
+
+def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(tmp_path, monkeypatch):
+    """The scheduling alone: the cell processes are replaced by rows (the CLI boundary is mocked)."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
+    for name in ("install", "aggregate"):
+        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
+    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
+    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    calls = []
+    durations = iter([100.0, 300.0, 90.0])
+
+    def fake_unit(unit, args, timeout_s, extra=None, rows=None):
+        took = next(durations)
+        calls.append((unit.key, round(timeout_s)))
+        clock["now"] += min(took, timeout_s)
+        status = "ok" if took <= timeout_s else "timeout"
+        path = args.out / "rows" / args.preset / unit.stack / f"{unit.task}.compile-{unit.compile_mode}.r{unit.repeat}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"row")
+        return {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
+
+    monkeypatch.setattr(run_kit, "run_unit", fake_unit)
+    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
+            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--cell-timeout", "480"]
+    assert run_kit.main(argv) == 0
+    # Budget 400 less 20 s overhead and 30 s reserve: the first cell may take 350 s; the second gets the 250 s
+    # left, needs 300 and is cut: its row is removed, and the next chunk runs it first with the full 350 s.
+    assert calls == [("native-torch/none/bert-fit/r0", 350), ("native-torch/none/bert-predict/r0", 250)]
+    state = KitState(tmp_path / "out" / "kit-state.json")
+    assert state.status(Unit("native-torch", "none", "bert-predict", 0)) == "budget-cut"
+    assert not (tmp_path / "out" / "rows" / "paper" / "native-torch" / "bert-predict.compile-none.r0.parquet").exists()
+    assert run_kit.main(argv) == 0
+    assert calls[2] == ("native-torch/none/bert-predict/r0", 350)
+    assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-predict", 0)) == "ok"
 
 
 # -- the wheelhouse lock ---------------------------------------------------------------------------

@@ -81,7 +81,8 @@ def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int) 
 
 class KitState:
     """What each unit came to (status, wall seconds of its run): resuming starts where the last chunk stopped.
-    A unit that ran and failed is not tried again (its row says why) unless asked (--retry-failed); a
+    A unit that ran and failed is not tried again (its row says why) unless asked (--retry-failed), except
+    one cut short by the chunk's budget (status budget-cut, no row kept); a
     cell's repeat r waits for an ok repeat r-1 (repeating a failing cell would only repeat the failure)."""
 
     def __init__(self, path: Path):
@@ -102,6 +103,8 @@ class KitState:
 
     def runnable(self, unit: Unit, retry_failed: bool) -> bool:
         status = self.status(unit)
+        if status == "budget-cut":  # the chunk ran out, not the cell: it runs again with its full timeout
+            return True
         if status == "ok" or (status is not None and not retry_failed):
             return False
         if unit.repeat == 0:

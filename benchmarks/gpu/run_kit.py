@@ -45,9 +45,9 @@ KIT = REPO / ".gpu-kit"
 LOCK = HERE / "wheelhouse.lock.json"
 # Seconds a unit needs beyond its cell's timeout: the CLI's start, the data check, writing the row.
 UNIT_OVERHEAD_S = 20.0
-# A repeat of a cell that already ran ok gets this many times its wall time as its timeout (at least
-# MIN_REPEAT_TIMEOUT_S, at most --cell-timeout), so that more repeats fit a chunk.
-REPEAT_TIMEOUT_FACTOR, MIN_REPEAT_TIMEOUT_S = 3.0, 120.0
+# A repeat of a cell that already ran ok is expected to take about as long again: it starts only if this many
+# times its wall time (at least MIN_REPEAT_S) is left.
+REPEAT_FACTOR, MIN_REPEAT_S = 1.5, 30.0
 KIT_STACKS = ("native-torch", "keras3-jax", "keras3-torch")
 
 
@@ -200,19 +200,23 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
     return unit_row(rows, args.preset, unit)
 
 
-def unit_timeout(state: KitState, unit: Unit, cell_timeout: float) -> float:
+def needed_s(state: KitState, unit: Unit, first_run_s: float) -> float:
+    """How much of the budget a unit should have before it starts: a cell run before, about its wall time;
+    a first run, --min-first-s (on a GPU most cells take well under that)."""
     known = state.known_wall_s(unit)
-    if known is None:
-        return cell_timeout
-    return min(cell_timeout, max(MIN_REPEAT_TIMEOUT_S, REPEAT_TIMEOUT_FACTOR * known))
+    return first_run_s if known is None else max(MIN_REPEAT_S, REPEAT_FACTOR * known)
 
 
 def run_chunk(args) -> int:
+    """Run units in order while they fit the budget. Each cell's --timeout is what is left of the budget (at
+    most --cell-timeout), so no cell outlives the chunk; a cell cut short that way (its timeout below the
+    longest a chunk can give) has its row removed and runs again first in the next chunk, with the full
+    timeout: only a cell that timed out with all of it is recorded as a timeout."""
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     install(args.wheels, args.site)
-    broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything", "torch", "jax",
-                                       "transformers", "peft", "fwbench.cli", "fwbench_aggregator.cli"])
+    broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything", "torch",
+                                       "jax", "transformers", "peft", "fwbench.cli", "fwbench_aggregator.cli"])
     if broken:
         raise KitError("these do not import with the kit installed: " + "; ".join(broken))
     if not (args.out / "host.json").is_file():
@@ -222,35 +226,54 @@ def run_chunk(args) -> int:
     for line in left_out:
         log(f"left out: {line}")
     state = KitState(args.out / "kit-state.json")
+    full_timeout = min(args.cell_timeout, args.budget_s - UNIT_OVERHEAD_S - args.reserve_s)
     pending = [unit for unit in units if state.runnable(unit, args.retry_failed)]
-    log(f"{len(units) - len(pending)} of {len(units)} units settled; budget {args.budget_s:.0f} s")
+    log(f"{len(units) - len(pending)} of {len(units)} units settled; budget {args.budget_s:.0f} s, "
+        f"a cell may take up to {full_timeout:.0f} s")
     ran = 0
     for unit in pending:
         if not state.runnable(unit, args.retry_failed):  # its previous repeat failed in this chunk
             continue
-        timeout_s = unit_timeout(state, unit, args.cell_timeout)
-        left = args.budget_s - (time.monotonic() - started)
-        if left < timeout_s + UNIT_OVERHEAD_S + args.reserve_s:
-            log(f"stopping: {unit.key} may take {timeout_s:.0f} s (+{UNIT_OVERHEAD_S:.0f}), {left:.0f} s left "
-                f"of the budget (with {args.reserve_s:.0f} s kept for the report); run again to continue")
+        left = args.budget_s - (time.monotonic() - started) - UNIT_OVERHEAD_S - args.reserve_s
+        need = min(needed_s(state, unit, args.min_first_s), full_timeout)
+        if left < need:
+            log(f"stopping: {unit.key} should have {need:.0f} s, {max(left, 0):.0f} s left of the budget "
+                f"(less {UNIT_OVERHEAD_S:.0f} s overhead and {args.reserve_s:.0f} s for the report); run again "
+                "to continue")
             break
+        timeout_s = min(full_timeout, left)
         log(f"{unit.key}: running (timeout {timeout_s:.0f} s)")
         begun = time.monotonic()
         row = run_unit(unit, args, timeout_s)
         wall_s = time.monotonic() - begun
         status = row["status"] if row else "no-row"
-        ms = row.get("ms_per_step") if row else None
+        if status == "timeout" and timeout_s < full_timeout:
+            remove_unit_row(args.out / "rows", args.preset, unit)
+            status = "budget-cut"
+        ms = row.get("ms_per_step") if row and status == "ok" else None
         state.record(unit, status, wall_s, ms)
         write_atomically(state.path, state.to_json())
         reason = "" if status == "ok" else f": {((row or {}).get('error_message') or 'see kit.log').splitlines()[0][:160]}"
         log(f"{unit.key}: {status} in {wall_s:.0f} s" + (f", {ms:.2f} ms/step" if ms else "") + reason)
         ran += 1
+        if status == "budget-cut":
+            log(f"{unit.key}: cut by this chunk's budget, not by its own timeout: its row is removed and it runs "
+                "first in the next chunk")
+            break
     aggregate(args)
     left_units = [unit for unit in units if state.runnable(unit, args.retry_failed)]
     log(f"ran {ran} units this chunk; {len(left_units)} left" + (" (run again to continue)" if left_units else ""))
     if args.export:
         export(args)
     return 0
+
+
+def remove_unit_row(rows: Path, preset: str, unit: Unit) -> None:
+    folder = rows / preset / unit.stack
+    paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
+                   key=lambda path: path.stat().st_mtime)
+    if paths:
+        paths[-1].unlink()
 
 
 def aggregate(args) -> None:
@@ -357,7 +380,10 @@ def parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="one chunk of cells within --budget-s; resumes")
     common(run)
     run.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after this (default 540)")
-    run.add_argument("--cell-timeout", type=float, default=420.0, help="a first run of a cell may take this long")
+    run.add_argument("--cell-timeout", type=float, default=480.0,
+                     help="the longest a cell may take (default 480; within a chunk, at most what is left of it)")
+    run.add_argument("--min-first-s", type=float, default=150.0,
+                     help="start a cell's first run only with this much of the budget left (default 150)")
     run.add_argument("--reserve-s", type=float, default=30.0, help="seconds kept for the report and export")
     run.add_argument("--retry-failed", action="store_true", help="run units whose row was not ok again")
     checks = commands.add_parser("checks", help="the GPU checks, a pass/fail/skip line each")
