@@ -1,7 +1,7 @@
 """The GPU checks of issue 17: does what the harness claims on a GPU really happen there? Each check runs a
 native-torch cell (default bert-predict at the kit's preset) through the CLI and reads its row:
 
-  per-step sync      a cell timed without the per-step sync must differ from the synced one
+  per-step sync      a cell timed without the per-step sync must differ from the synced one (tiny sizes)
   TF32               --tf32 on is recorded as set (and effective on an Ampere or newer GPU)
   CUDA graphs        reduce-overhead compiled, and replayed CUDA graphs (no cudagraph skips)
   peak memory        every ok row (checks and kit rows) has a peak memory figure
@@ -26,6 +26,7 @@ from kit_plan import Unit
 
 # Synced and unsynced ms/step closer than this are taken as equal (a sync that does nothing).
 SYNC_MIN_DIFFERENCE = 0.01
+SYNC_STEPS = 200
 COMPETITOR = ("import sys, time, torch\n"
               "x = torch.randn(4096, 4096, device='cuda')\n"
               "print('ready', flush=True)\n"
@@ -52,12 +53,13 @@ class Checks:
         self.lines.append(line)
         print(line, flush=True)
 
-    def cell(self, name: str, mode: str = "none", extra: list[str] | None = None) -> dict | None:
+    def cell(self, name: str, mode: str = "none", extra: list[str] | None = None,
+             preset: str | None = None) -> dict | None:
         rows = self.folder / name
         if rows.exists():
             shutil.rmtree(rows)  # a check measures now, never an earlier row
         unit = Unit("native-torch", mode, self.args.task, 0)
-        row = run_kit.run_unit(unit, self.args, self.args.cell_timeout, extra, rows=rows)
+        row = run_kit.run_unit(unit, self.args, self.args.cell_timeout, extra, rows=rows, preset=preset)
         return row
 
     @staticmethod
@@ -71,7 +73,11 @@ class Checks:
         return f"status {row['status']}: {(row.get('error_message') or '').splitlines()[0][:160] if row.get('error_message') else ''}"
 
     def sync(self) -> dict | None:
-        synced, unsynced = self.cell("sync-on"), self.cell("sync-off", extra=["--no-per-step-sync"])
+        # At the tiny preset a step is launch-bound on a GPU: without the per-step sync the host queues the
+        # next steps while the GPU runs, with it every step waits. A sync that did nothing would time both alike.
+        steps = ["--steps", str(SYNC_STEPS)]  # the CLI takes an option's last value
+        synced = self.cell("sync-on", extra=steps, preset="tiny")
+        unsynced = self.cell("sync-off", extra=[*steps, "--no-per-step-sync"], preset="tiny")
         if not (self.ok(synced) and self.ok(unsynced)):
             self.say("FAIL", "per-step sync", f"synced {self.why(synced)}; unsynced {self.why(unsynced)}")
             return synced

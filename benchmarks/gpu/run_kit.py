@@ -182,12 +182,13 @@ def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
     return read_row(paths[-1]) if paths else None
 
 
-def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, rows: Path | None = None) -> dict | None:
+def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, rows: Path | None = None,
+             preset: str | None = None) -> dict | None:
     """One repeat of one cell through the repository's CLI (--engine current: this interpreter and its
     libraries); --repeats r+1 with --resume runs just repeat r when the earlier ones have ok rows."""
-    rows = rows or args.out / "rows"
+    rows, preset = rows or args.out / "rows", preset or args.preset
     argv = [sys.executable, "-m", "fwbench.cli", "run", "--engine", "current", "--pin-set", "current",
-            "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", args.preset,
+            "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", preset,
             "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
             "--out", str(rows), "--data", str(args.data), *(["--steps", str(args.steps)] if args.steps else []),
             *(extra or [])]
@@ -197,7 +198,7 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
         output.write(f"\n$ {' '.join(argv)}\n")
         output.flush()
         subprocess.run(argv, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
-    return unit_row(rows, args.preset, unit)
+    return unit_row(rows, preset, unit)
 
 
 def needed_s(state: KitState, unit: Unit, first_run_s: float) -> float:
@@ -313,7 +314,8 @@ def restore(args) -> int:
         members = [m for m in tar.getmembers() if m.name == "rows" or m.name.startswith("rows/")]
         if any(m.issym() or m.islnk() or ".." in Path(m.name).parts for m in members):
             raise KitError(f"{args.archive}: unexpected links or paths in the archive")
-        tar.extractall(args.out, members=members)
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.12 (and backports)
+        tar.extractall(args.out, members=members, **safe)
     state = args.archive.with_name("kit-state.json")
     if state.is_file():
         write_atomically(args.out / "kit-state.json", state.read_bytes())
