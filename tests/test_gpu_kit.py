@@ -113,6 +113,24 @@ def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(t
     assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-predict", 0)) == "ok"
 
 
+def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    (out / "rows" / "paper" / "native-torch").mkdir(parents=True)
+    (out / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").write_bytes(b"row")
+    host = {"recorded_at": "2026-11-24T19:00:00+00:00", "nvml": {}}
+    (out / "host.json").write_text(json.dumps(host))
+    monkeypatch.setattr(run_kit, "aggregate", lambda args: None)
+    argv = ["publish", "--out", str(out), "--dest", str(tmp_path / "results")]
+    assert run_kit.main(argv) == 1
+    assert capsys.readouterr().err.strip() == "error: host.json names no GPU: these rows are not GPU results"
+    host["nvml"] = {"gpu_names": ["NVIDIA H100 80GB HBM3"]}
+    (out / "host.json").write_text(json.dumps(host))
+    assert run_kit.main(argv) == 0
+    published = tmp_path / "results" / "2026-11-24-nvidia-h100-80gb-hbm3"
+    assert (published / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").is_file()
+    assert (published / "host.json").is_file()
+
+
 # -- the wheelhouse lock ---------------------------------------------------------------------------
 
 def test_lock_follows_the_repository_pins_and_fits_the_host():

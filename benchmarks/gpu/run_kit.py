@@ -8,6 +8,7 @@ PYTHONPATH; the wheels are installed with --no-index --no-deps into .gpu-kit/sit
     python3 benchmarks/gpu/run_kit.py checks --export "$OUT"                # the GPU checks, a line each
     python3 benchmarks/gpu/run_kit.py status                                # units done / left
     python3 benchmarks/gpu/run_kit.py restore rows.tar.gz                   # continue on a fresh machine
+    python3 benchmarks/gpu/run_kit.py publish                               # -> benchmarks/results/<date>-<gpu>/
 
 Everything goes under one folder (--out, default .gpu-kit/out): rows/ (one Parquet row per cell-repeat),
 report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt. --export DIR copies the few files worth
@@ -323,6 +324,31 @@ def restore(args) -> int:
     return 0
 
 
+def publish(args) -> int:
+    """Copy the kit's results into benchmarks/results/<date>-<gpu>/ (rows, report, host facts, checks) for
+    committing: the date the host was recorded, the GPU NVML named."""
+    import re
+
+    host_path = args.out / "host.json"
+    if not host_path.is_file():
+        raise KitError(f"{host_path} is missing: nothing was run into {args.out} (or restore it first)")
+    host = json.loads(host_path.read_text())
+    gpus = (host.get("nvml") or {}).get("gpu_names") or []
+    if not gpus:
+        raise KitError("host.json names no GPU: these rows are not GPU results")
+    slug = re.sub(r"[^a-z0-9]+", "-", gpus[0].lower()).strip("-")
+    dest = args.dest / f"{host['recorded_at'][:10]}-{slug}"
+    aggregate(args)  # the report from every row there is (a restored folder has none yet)
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(args.out / "rows", dest / "rows")
+    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "checks.txt", "kit-state.json"):
+        if (args.out / name).is_file():
+            shutil.copy2(args.out / name, dest / Path(name).name)
+    log(f"published {sum(1 for _ in (dest / 'rows').rglob('*.parquet'))} rows and the report to {dest}")
+    return 0
+
+
 def status(args) -> int:
     units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats)
     state = KitState(args.out / "kit-state.json")
@@ -396,6 +422,9 @@ def parser() -> argparse.ArgumentParser:
     common(sub)
     sub = commands.add_parser("install", help="only install the wheelhouse and check the imports")
     common(sub)
+    sub = commands.add_parser("publish", help="copy rows, report and host facts to benchmarks/results/<date>-<gpu>")
+    common(sub)
+    sub.add_argument("--dest", type=Path, default=REPO / "benchmarks" / "results")
     sub = commands.add_parser("restore", help="unpack an exported rows.tar.gz to continue on a fresh machine")
     common(sub)
     sub.add_argument("archive", type=Path)
@@ -424,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything"])
             print("\n".join(broken) or "the kit's packages import")
             return 1 if broken else 0
+        if args.command == "publish":
+            return publish(args)
         if args.command == "restore":
             args.out.mkdir(parents=True, exist_ok=True)
             return restore(args)
