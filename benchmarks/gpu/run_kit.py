@@ -161,14 +161,22 @@ def record_host(out: Path, site: Path) -> dict:
     }
     write_atomically(out / "host.json", json.dumps(facts, indent=2) + "\n")
     smi = shutil.which("nvidia-smi")
-    text = subprocess.run([smi, "-q"], capture_output=True, text=True).stdout if smi else "nvidia-smi: not found\n"
+    try:
+        text = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=60).stdout if smi else \
+            "nvidia-smi: not found\n"
+    except subprocess.TimeoutExpired:
+        text = "nvidia-smi -q: no answer within 60 s\n"
     write_atomically(out / "nvidia-smi.txt", text)
     return facts
 
 
 def _git_revision() -> str | None:
-    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    try:  # the host may have no git, and the copy of the repository no .git
+        done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 # -- running units -----------------------------------------------------------------------------------
