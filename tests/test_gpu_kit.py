@@ -245,7 +245,7 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
         versions = json.loads(row["library_versions"])
         if row["stack"] != "native-torch":
             assert versions["keras"] == "3.15.1" and "tensorflow" not in versions
-            assert json.loads(row["extra"])["input_pipeline"] == "grain"
+            assert json.loads(row["extra"])["input_pipeline"] == "grain" and "grain" in versions
     assert (out / "report" / "report.md").is_file()
     exported = sorted(path.name for path in export.iterdir())
     assert {"rows.tar.gz", "report.md", "host.json", "kit-state.json"} <= set(exported) and len(exported) <= 8
