@@ -131,6 +131,29 @@ def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tm
     assert (published / "host.json").is_file()
 
 
+def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path, capsys):
+    import argparse
+    import tarfile
+
+    out, export = tmp_path / "out", tmp_path / "export"
+    (out / "rows" / "paper" / "keras3-jax").mkdir(parents=True)
+    (out / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").write_bytes(b"row")
+    (out / "kit-state.json").write_text('{"units": {}}')
+    (out / "host.json").write_text("{}")
+    run_kit.export(argparse.Namespace(out=out, export=export))
+    assert sorted(path.name for path in export.iterdir()) == ["host.json", "kit-state.json", "rows.tar.gz"]
+    fresh = tmp_path / "fresh"
+    assert run_kit.main(["restore", str(export / "rows.tar.gz"), "--out", str(fresh)]) == 0
+    assert (fresh / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").read_bytes() == b"row"
+    assert (fresh / "kit-state.json").is_file() and (fresh / "host.json").is_file()
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(out / "host.json", arcname="rows/../../escaped.json")
+    assert run_kit.main(["restore", str(evil), "--out", str(tmp_path / "other")]) == 1
+    assert "unexpected links or paths" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.json").exists()
+
+
 # -- the wheelhouse lock ---------------------------------------------------------------------------
 
 def test_lock_follows_the_repository_pins_and_fits_the_host():

@@ -318,16 +318,18 @@ def export(args) -> None:
 
 def restore(args) -> int:
     """Unpack an exported rows.tar.gz into the out folder, so that `run` continues where it left off on a
-    fresh machine (kit-state.json beside it, if given, is restored too)."""
+    fresh machine, and `publish` works where the rows came back to (the exported kit-state.json, host.json,
+    nvidia-smi.txt and checks.txt beside it are restored too)."""
     with tarfile.open(args.archive) as tar:
         members = [m for m in tar.getmembers() if m.name == "rows" or m.name.startswith("rows/")]
         if any(m.issym() or m.islnk() or ".." in Path(m.name).parts for m in members):
             raise KitError(f"{args.archive}: unexpected links or paths in the archive")
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.12 (and backports)
         tar.extractall(args.out, members=members, **safe)
-    state = args.archive.with_name("kit-state.json")
-    if state.is_file():
-        write_atomically(args.out / "kit-state.json", state.read_bytes())
+    for name in ("kit-state.json", "host.json", "nvidia-smi.txt", "checks.txt"):
+        beside = args.archive.with_name(name)
+        if beside.is_file():
+            write_atomically(args.out / name, beside.read_bytes())
     log(f"restored {len(members)} entries into {args.out}")
     return 0
 
