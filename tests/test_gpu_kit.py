@@ -4,7 +4,7 @@ KerasHub, diffusers or segment-anything), the wheelhouse made for its Python, in
 --no-deps, and a tiny run of native-torch, keras3-jax and keras3-torch cells on the CPU.
 
 The simulated image (about 6.6 GB: torch with CUDA libraries, JAX, transformers, ...) is built once from
-benchmarks/gpu/simulated-image.txt and cached under $FWBENCH_HOME/gpu-kit keyed by that file's hash.
+benchmarks/gpu/simulated-image.txt and cached under $FWBENCH_HOME/venvs keyed by that file's hash.
 """
 
 from __future__ import annotations
@@ -207,7 +207,8 @@ def simulated_image() -> Path:
     requirements = KIT / "simulated-image.txt"
     key = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
     home = Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
-    venv = home / "gpu-kit" / f"sim-image-py{IMAGE_PYTHON}-{key}"
+    # Beside the stack environments, so that CI's clean-up of those before its image builds returns this disk too.
+    venv = home / "venvs" / f"gpu-kit-sim-image-py{IMAGE_PYTHON}-{key}"
     if not (venv / ".fwbench-ready").is_file():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
