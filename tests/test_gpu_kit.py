@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 KIT = REPO / "benchmarks" / "gpu"
 sys.path.insert(0, str(KIT))
 
+import kit_install  # noqa: E402
 import kit_plan  # noqa: E402
 import make_wheelhouse  # noqa: E402
 import run_kit  # noqa: E402
@@ -170,14 +171,31 @@ def test_lock_follows_the_repository_pins_and_fits_the_host():
         assert not any(entry["name"] in ("tensorflow", "keras-cv") for entry in entries)
 
 
+def test_wheelhouse_refuses_a_download_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
+    """PyPI is the boundary: `download` hands back a wheel of the locked name with other bytes."""
+    locked = {entry["name"]: entry for entry in json.loads(make_wheelhouse.LOCK.read_text())["cp312"]}
+
+    def fake_download(name, version, python_version, into):
+        path = into / locked[name]["filename"]
+        path.write_bytes(b"not the wheel that was locked")
+        return path
+
+    monkeypatch.setattr(make_wheelhouse, "download", fake_download)
+    dest = tmp_path / "wheels"
+    assert make_wheelhouse.main(["--dest", str(dest)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: keras-3.15.1-py3-none-any.whl: sha256 ") and "differs from the locked" in err
+    assert not list(dest.glob("*.whl"))  # nothing half-made is left where the kit looks
+
+
 def test_install_refuses_a_wheel_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     entry = {"name": "keras", "version": "3.15.1", "filename": "keras-3.15.1-py3-none-any.whl",
              "sha256": hashlib.sha256(b"the real wheel").hexdigest(), "bytes": 14}
     lock = tmp_path / "lock.json"
-    lock.write_text(json.dumps({run_kit.python_tag(): [entry]}))
-    monkeypatch.setattr(run_kit, "LOCK", lock)
+    lock.write_text(json.dumps({kit_install.python_tag(): [entry]}))
+    monkeypatch.setattr(kit_install, "LOCK", lock)
     (wheels / entry["filename"]).write_bytes(b"a tampered wheel")
     code = run_kit.main(["install", "--wheels", str(wheels), "--site", str(tmp_path / "site")])
     assert code == 1

@@ -17,7 +17,6 @@ which no cell uses: everything is installed with --no-deps).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -25,12 +24,14 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "runner"))
+sys.path[:0] = [str(REPO / "runner"), str(Path(__file__).resolve().parent)]
 
 from fwbench.atomic import write_atomically  # noqa: E402
 from fwbench.pins import normalise, pinned_versions  # noqa: E402
 
-LOCK = Path(__file__).with_name("wheelhouse.lock.json")
+from kit_install import LOCK, sha256  # noqa: E402
+from kit_plan import KitError  # noqa: E402
+
 DEFAULT_DEST = REPO / ".gpu-kit" / "wheels"
 LIMIT_BYTES = 60 * 2**20
 # Distribution -> the pin file of the `current` pin set that fixes its version (the versions the images use),
@@ -54,10 +55,6 @@ SOURCES = {
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
-class KitError(Exception):
-    pass
-
-
 def pinned(name: str) -> str:
     if SOURCES[name].startswith("=="):
         return SOURCES[name][2:]
@@ -65,14 +62,6 @@ def pinned(name: str) -> str:
     if name not in versions:
         raise KitError(f"{SOURCES[name]} pins no version of {name}")
     return versions[name]
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wheel_distribution(filename: str) -> str:
