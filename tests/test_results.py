@@ -83,7 +83,8 @@ def test_the_base_install_has_everything_the_cli_and_aggregator_import():
     base = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
     # Modules only the cell processes or optional engines import (frameworks, docker SDK, NVML).
     cell_side = {"torch", "tensorflow", "jax", "keras", "keras_hub", "keras_nlp", "keras_cv", "transformers",
-                 "diffusers", "peft", "segment_anything", "docker", "requests", "pynvml", "tf_keras"}
+                 "diffusers", "peft", "segment_anything", "docker", "requests", "pynvml", "tf_keras",
+                 "grain"}
     imported = set()
     for path in [*(root / "aggregator").rglob("*.py"), *(root / "runner" / "fwbench").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -14,7 +14,8 @@ TRACKED_DISTRIBUTIONS = (
     "fwbench", "numpy", "torch", "torchvision", "transformers", "diffusers", "peft", "accelerate",
     "segment-anything", "datasets", "huggingface-hub", "keras", "keras-core", "keras-hub", "keras-nlp", "keras-cv",
     "tensorflow", "tensorflow-cpu", "tf-keras", "tensorflow-datasets", "tensorflow-text", "jax", "jaxlib",
-    "jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-ml-py", "triton",
+    "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-ml-py", "triton",
+    "grain",  # the Keras input pipeline where TensorFlow is absent (fwbench.workloads.keras.common)
 )
 
 

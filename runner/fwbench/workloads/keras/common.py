@@ -57,12 +57,26 @@ def set_dtype_policy(name: str) -> None:
 def report_model(ctx, model, dtype: str) -> None:
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     ctx.report(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
-               jit_compile=ctx.jit_compile)
+               jit_compile=ctx.jit_compile, extra={"input_pipeline": input_pipeline()})
+
+
+def input_pipeline() -> str:
+    """tf.data wherever TensorFlow is installed (every fwbench image and environment); else a Grain dataset
+    (a host image with JAX/torch but no TensorFlow: KerasHub's task models and Keras 3 on those backends
+    read Grain datasets natively; a plain generator would not pass KerasHub's preprocessing). Recorded on
+    the row (extra.input_pipeline)."""
+    if importlib.util.find_spec("tensorflow") is not None or keras.backend.backend() == "tensorflow":
+        return "tf.data"
+    return "grain"
 
 
 def repeated_dataset(batch: Any, steps: int | None = None):
-    """The same shared batch `steps` times, or endlessly (None) (tf.data: accepted by fit/predict on every
-    Keras backend, and it never materialises the copies)."""
+    """The same shared batch `steps` times, or endlessly (None) (tf.data, or Grain without TensorFlow:
+    accepted by fit/predict on every Keras backend, and neither materialises the copies)."""
+    if input_pipeline() == "grain":
+        import grain
+
+        return grain.MapDataset.source([batch]).repeat(steps)  # repeat(None): endless
     import tensorflow as tf
 
     return tf.data.Dataset.from_tensors(batch).repeat(steps if steps is not None else -1)

@@ -1,0 +1,190 @@
+"""The GPU checks of issue 17: does what the harness claims on a GPU really happen there? Each check runs a
+native-torch cell (default bert-predict at the kit's preset) through the CLI and reads its row:
+
+  per-step sync      a cell timed without the per-step sync must differ from the synced one (tiny sizes)
+  TF32               --tf32 on is recorded as set (and effective on an Ampere or newer GPU)
+  CUDA graphs        reduce-overhead compiled, and replayed CUDA graphs (no cudagraph skips)
+  peak memory        every ok row (checks and kit rows) has a peak memory figure
+  busy               a competing GPU process marks the row busy
+  energy             the energy columns are filled (where this fwbench has them)
+
+A check that needs a GPU says SKIP on a machine without one. Lines go to stdout and to checks.txt.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fwbench.core.atomic import write_atomically
+
+import run_kit
+from kit_plan import Unit
+
+# Synced and unsynced ms/step closer than this are taken as equal (a sync that does nothing).
+SYNC_MIN_DIFFERENCE = 0.01
+SYNC_STEPS = 200
+COMPETITOR = ("import sys, time, torch\n"
+              "x = torch.randn(4096, 4096, device='cuda')\n"
+              "print('ready', flush=True)\n"
+              "end = time.time() + float(sys.argv[1])\n"
+              "while time.time() < end:\n"
+              "    (x @ x).sum().item()\n")
+
+
+def on_gpu() -> bool:
+    from fwbench.harness.envinfo import nvml_info
+
+    return bool(nvml_info().get("gpu_names"))
+
+
+class Checks:
+    def __init__(self, args):
+        self.args, self.lines, self.failed = args, [], False
+        self.folder = args.out / "checks"
+        self.gpu = on_gpu()
+
+    def say(self, verdict: str, name: str, detail: str) -> None:
+        self.failed |= verdict == "FAIL"
+        line = f"{verdict:<4} {name}: {detail}"
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def cell(self, name: str, mode: str = "none", extra: list[str] | None = None,
+             preset: str | None = None) -> dict | None:
+        rows = self.folder / name
+        if rows.exists():
+            shutil.rmtree(rows)  # a check measures now, never an earlier row
+        unit = Unit("native-torch", mode, self.args.task, 0)
+        row = run_kit.run_unit(unit, self.args, self.args.cell_timeout, extra, rows=rows, preset=preset)
+        return row
+
+    @staticmethod
+    def ok(row: dict | None) -> bool:
+        return bool(row) and row.get("status") == "ok"
+
+    @staticmethod
+    def why(row: dict | None) -> str:
+        if not row:
+            return "no row written (see kit.log)"
+        return f"status {row['status']}: {(row.get('error_message') or '').splitlines()[0][:160] if row.get('error_message') else ''}"
+
+    def sync(self) -> dict | None:
+        # At the tiny preset a step is launch-bound on a GPU: without the per-step sync the host queues the
+        # next steps while the GPU runs, with it every step waits. A sync that did nothing would time both alike.
+        steps = ["--steps", str(SYNC_STEPS)]  # the CLI takes an option's last value
+        synced = self.cell("sync-on", extra=steps, preset="tiny")
+        unsynced = self.cell("sync-off", extra=[*steps, "--no-per-step-sync"], preset="tiny")
+        if not (self.ok(synced) and self.ok(unsynced)):
+            self.say("FAIL", "per-step sync", f"synced {self.why(synced)}; unsynced {self.why(unsynced)}")
+            return synced
+        a, b = synced["ms_per_step"], unsynced["ms_per_step"]
+        detail = (f"{a:.3f} ms/step synced every step, {b:.3f} without (ratio {b / a:.3f}); "
+                  f"step_ms {'kept' if synced.get('step_ms') else 'missing'} / "
+                  f"{'null' if unsynced.get('step_ms') is None else 'present'}")
+        recorded = synced.get("per_step_sync") is True and unsynced.get("per_step_sync") is False
+        if not self.gpu:
+            self.say("SKIP", "per-step sync", "no GPU (a CPU sync waits for nothing): " + detail)
+        elif recorded and abs(b - a) / a >= SYNC_MIN_DIFFERENCE and unsynced.get("step_ms") is None:
+            self.say("PASS", "per-step sync", detail)
+        else:
+            self.say("FAIL", "per-step sync", detail + (" (per_step_sync not recorded as asked)" if not recorded else ""))
+        return synced
+
+    def tf32(self) -> None:
+        row = self.cell("tf32-on", extra=["--tf32", "on"])
+        if not self.ok(row):
+            return self.say("FAIL", "TF32 recorded as set", self.why(row))
+        detail = (f"tf32_setting={row.get('tf32_setting')}, tf32_matmul={row.get('tf32_matmul')}, "
+                  f"tf32_effective={row.get('tf32_effective')}, matmul_precision={row.get('matmul_precision')}")
+        set_ = row.get("tf32_setting") == "on" and row.get("tf32_matmul") is True
+        effective = row.get("tf32_effective") is True or not self.gpu  # a CPU never uses TF32
+        self.say("PASS" if set_ and effective else "FAIL", "TF32 recorded as set", detail)
+
+    def cuda_graphs(self) -> dict | None:
+        row = self.cell("reduce-overhead", mode="reduce-overhead")
+        if not self.ok(row):
+            self.say("FAIL", "reduce-overhead replays CUDA graphs", self.why(row))
+            return row
+        detail = (f"compiled_graphs={row.get('compiled_graphs')}, cudagraph_skips={row.get('cudagraph_skips')}, "
+                  f"compile_took_effect={row.get('compile_took_effect')}")
+        if not self.gpu:
+            self.say("SKIP", "reduce-overhead replays CUDA graphs", "no GPU (CUDA graphs need one): " + detail)
+        else:
+            replayed = ((row.get("compiled_graphs") or 0) > 0 and row.get("cudagraph_skips") == 0
+                        and row.get("compile_took_effect") is True)
+            self.say("PASS" if replayed else "FAIL", "reduce-overhead replays CUDA graphs", detail)
+        return row
+
+    def peak_memory(self, rows: list[dict]) -> None:
+        ok = [row for row in rows if self.ok(row)]
+        if not ok:
+            return self.say("FAIL", "peak memory filled", "no ok rows to look at")
+        empty = [row["cell_id"] for row in ok if not (row.get("peak_mem_bytes") or 0) > 0]
+        kinds = sorted({str(row.get("peak_mem_kind")) for row in ok})
+        detail = f"{len(ok) - len(empty)} of {len(ok)} ok rows filled (kinds: {', '.join(kinds)})"
+        self.say("FAIL" if empty else "PASS", "peak memory filled",
+                 detail + (f"; empty: {', '.join(empty[:5])}" if empty else ""))
+
+    def busy(self) -> None:
+        if not self.gpu:
+            return self.say("SKIP", "competing GPU process marks rows busy", "no GPU")
+        seconds = self.args.cell_timeout + 60
+        competitor = subprocess.Popen([sys.executable, "-c", COMPETITOR, str(seconds)], stdout=subprocess.PIPE,
+                                      text=True, env=run_kit.kit_environment(self.args.site))
+        try:
+            ready = competitor.stdout.readline().strip() == "ready"
+            if not ready:
+                return self.say("FAIL", "competing GPU process marks rows busy", "the competitor did not start")
+            time.sleep(2)
+            row = self.cell("busy")
+        finally:
+            competitor.terminate()
+            competitor.wait(timeout=30)
+        if not row:
+            return self.say("FAIL", "competing GPU process marks rows busy", self.why(row))
+        detail = (f"busy={row.get('busy')}, gpu_other_processes={row.get('gpu_other_processes')}, "
+                  f"reasons: {row.get('busy_reasons')}")
+        marked = row.get("busy") is True and (row.get("gpu_other_processes") or 0) >= 1
+        self.say("PASS" if marked else "FAIL", "competing GPU process marks rows busy", detail)
+
+    def energy(self, rows: list[dict]) -> None:
+        from fwbench.core.schema import COLUMNS
+
+        columns = [name for name, _, _ in COLUMNS if "energy" in name]
+        if not columns:
+            return self.say("SKIP", "energy columns", "not available in this fwbench (no energy columns in its schema)")
+        ok = [row for row in rows if self.ok(row)]
+        filled = [row for row in ok if all(row.get(column) is not None for column in columns)]
+        detail = f"{', '.join(columns)}: filled on {len(filled)} of {len(ok)} ok rows"
+        if not self.gpu and not filled:
+            return self.say("SKIP", "energy columns", "no GPU (no NVML energy counter): " + detail)
+        self.say("PASS" if ok and len(filled) == len(ok) else "FAIL", "energy columns", detail)
+
+
+def kit_rows(out: Path) -> list[dict]:
+    from fwbench.core.results import read_row
+
+    return [row for path in sorted((out / "rows").rglob("*.parquet")) if (row := read_row(path))]
+
+
+def run_checks(args) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_kit.install(args.wheels, args.site)
+    checks = Checks(args)
+    print(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}: native-torch "
+          f"{args.task} at {args.preset}", flush=True)
+    rows = [checks.sync()]
+    checks.tf32()
+    rows.append(checks.cuda_graphs())
+    checks.busy()
+    rows = [row for row in rows if row] + kit_rows(args.out)
+    checks.peak_memory(rows)
+    checks.energy(rows)
+    write_atomically(args.out / "checks.txt", "\n".join(checks.lines) + "\n")
+    if args.export:
+        run_kit.export(args)
+    return 1 if checks.failed else 0

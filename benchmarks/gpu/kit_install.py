@@ -1,0 +1,154 @@
+"""The GPU kit's install and host facts: the wheelhouse checked against its lock and installed without an
+index or dependencies into a folder put on PYTHONPATH, then what the host is (NVML, nvidia-smi, every
+installed version and how it differs from the repository's `current` pins)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from fwbench.core.atomic import write_atomically
+from fwbench.core.pins import normalise, pinned_versions
+
+from kit_plan import KitError
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+LOCK = HERE / "wheelhouse.lock.json"
+KIT_STACKS = ("native-torch", "keras3-jax", "keras3-torch")
+
+
+def log(message: str) -> None:
+    print(f"[kit {datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+
+
+# -- install -----------------------------------------------------------------------------------------
+
+def python_tag() -> str:
+    return f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def locked_wheels() -> list[dict]:
+    lock = json.loads(LOCK.read_text())
+    if python_tag() not in lock:
+        raise KitError(f"{LOCK.name} has no wheels for {python_tag()} (it has {', '.join(sorted(lock))}): "
+                       f"make_wheelhouse.py --python-version {sys.version_info.major}.{sys.version_info.minor}")
+    return lock[python_tag()]
+
+
+def install(wheels: Path, site: Path) -> None:
+    """Check every locked wheel's SHA-256, then install them all into `site` without an index or deps."""
+    entries = locked_wheels()
+    files = []
+    for entry in entries:
+        path = wheels / entry["filename"]
+        if not path.is_file():
+            raise KitError(f"{path} is missing: copy the wheelhouse (make_wheelhouse.py) to {wheels}")
+        if sha256(path) != entry["sha256"]:
+            raise KitError(f"{path.name}: its SHA-256 is not the one in {LOCK.name}")
+        files.append(path)
+    stamp = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
+    marker = site / ".kit-installed"
+    if marker.is_file() and marker.read_text().strip() == stamp:
+        log(f"wheelhouse already installed in {site}")
+        return
+    if site.exists():
+        shutil.rmtree(site)
+    site.mkdir(parents=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+    if pip.returncode == 0:
+        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                "--disable-pip-version-check", "--target", str(site), *map(str, files)]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise KitError(f"pip install --no-index --no-deps failed: {done.stderr.strip()[-500:]}")
+    else:
+        # No pip in the image: a wheel is a zip of its files as installed (these have no .data scripts).
+        for path in files:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(site)
+    write_atomically(marker, stamp + "\n")
+    log(f"installed {len(files)} wheels into {site} (--no-index --no-deps)")
+
+
+def kit_environment(site: Path) -> dict[str, str]:
+    paths = [str(site), str(REPO / "runner"), str(REPO / "aggregator"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def check_imports(site: Path, modules: list[str]) -> list[str]:
+    """The modules that do not import in a fresh interpreter with the kit's path (one line each)."""
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n"
+            "    except Exception as exc:\n        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n")
+    done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                          env={**kit_environment(site), "KERAS_BACKEND": "torch"})
+    return [line for line in done.stdout.splitlines() if line.strip()] + (
+        [f"check failed: {done.stderr.strip()[-300:]}"] if done.returncode else [])
+
+
+# -- host facts --------------------------------------------------------------------------------------
+
+def installed_versions(site: Path) -> dict[str, str]:
+    paths = [str(site), *sys.path]
+    return {normalise(dist.metadata["Name"]): dist.version
+            for dist in metadata.distributions(path=paths) if dist.metadata["Name"]}
+
+
+def pin_differences(versions: dict[str, str]) -> dict[str, list[str]]:
+    """Per stack: how the host's libraries differ from the repository's `current` pins (the rows carry the
+    host's real versions in library_versions; this says at a glance where they are not the pinned ones)."""
+    differences = {}
+    for stack in KIT_STACKS:
+        pins = pinned_versions(REPO / "images" / stack / "current" / "requirements.txt")
+        differences[stack] = [f"{name} {versions.get(name, 'absent')} (pinned {pinned})"
+                              for name, pinned in sorted(pins.items()) if versions.get(name) != pinned]
+    return differences
+
+
+def record_host(out: Path, site: Path) -> dict:
+    from fwbench.harness.envinfo import cpu_model, nvml_info
+
+    versions = installed_versions(site)
+    facts = {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hostname": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
+        "python_executable": sys.executable, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+        "nvml": nvml_info(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "git_revision": _git_revision(), "wheelhouse": locked_wheels(),
+        "versions": dict(sorted(versions.items())), "differences_from_current_pins": pin_differences(versions),
+    }
+    write_atomically(out / "host.json", json.dumps(facts, indent=2) + "\n")
+    smi = shutil.which("nvidia-smi")
+    try:
+        text = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=60).stdout if smi else \
+            "nvidia-smi: not found\n"
+    except subprocess.TimeoutExpired:
+        text = "nvidia-smi -q: no answer within 60 s\n"
+    write_atomically(out / "nvidia-smi.txt", text)
+    return facts
+
+
+def _git_revision() -> str | None:
+    try:  # the host may have no git, and the copy of the repository no .git
+        done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None

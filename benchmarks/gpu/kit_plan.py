@@ -1,0 +1,116 @@
+"""Which cells the GPU kit runs, in which order, and what it knows of each one already (kit-state.json).
+
+A unit is one repeat of one cell: (stack, compile mode, task, repeat). The order is the issue's: BERT, SAM,
+SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so that a run cut
+short still covers as many cells as it can.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+# (stack, compile mode) in the order each task runs them.
+DEFAULT_VARIANTS = (("native-torch", "none"), ("native-torch", "reduce-overhead"), ("keras3-jax", "xla"),
+                    ("keras3-torch", "none"))
+DEFAULT_TASKS = ("bert-fit", "bert-predict", "sam-fit", "sam-predict", "stable_diffusion-fit",
+                 "stable_diffusion-predict", "gemma-fit", "gemma-generate-bs32", "gemma-generate-bs1",
+                 "mistral-fit", "mistral-generate-bs32", "mistral-generate-bs1")
+# Cells such a host cannot run, with why: left out of the plan (and listed in its report) rather than
+# failing every chunk again.
+NOT_ON_THIS_HOST = {
+    (stack, task): "KerasCV (the Keras 3 Stable Diffusion) refuses to import without TensorFlow, which the "
+                   "image lacks and the wheelhouse cannot carry (hundreds of MB)"
+    for stack in ("keras3-jax", "keras3-torch") for task in ("stable_diffusion-fit", "stable_diffusion-predict")
+}
+
+
+class KitError(Exception):
+    """A kit failure the user can act on: one `error: ...` line, exit 1."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    stack: str
+    compile_mode: str
+    task: str
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.stack}/{self.compile_mode}/{self.task}/r{self.repeat}"
+
+    @property
+    def cell_key(self) -> str:
+        return f"{self.stack}/{self.compile_mode}/{self.task}"
+
+
+def parse_variants(text: str | None) -> list[tuple[str, str]]:
+    """'native-torch:none,keras3-jax:xla' -> [(stack, mode), ...] (a bare stack takes its default mode)."""
+    if not text:
+        return list(DEFAULT_VARIANTS)
+    defaults = {stack: mode for stack, mode in reversed(DEFAULT_VARIANTS)}
+    variants = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        stack, _, mode = item.partition(":")
+        if not mode and stack not in defaults:
+            raise ValueError(f"variant '{item}': give it as STACK:COMPILE_MODE")
+        variants.append((stack, mode or defaults[stack]))
+    return variants
+
+
+def parse_tasks(text: str | None) -> list[str]:
+    return [task.strip() for task in text.split(",") if task.strip()] if text else list(DEFAULT_TASKS)
+
+
+def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int) -> tuple[list[Unit], list[str]]:
+    """Every unit in run order, and a line per cell left out (with the reason)."""
+    units, left_out = [], []
+    for task in tasks:
+        for stack, mode in variants:
+            if (stack, task) in NOT_ON_THIS_HOST:
+                left_out.append(f"{stack} [{mode}] {task}: {NOT_ON_THIS_HOST[(stack, task)]}")
+    for repeat in range(repeats):
+        for task in tasks:
+            for stack, mode in variants:
+                if (stack, task) not in NOT_ON_THIS_HOST:
+                    units.append(Unit(stack, mode, task, repeat))
+    return units, left_out
+
+
+class KitState:
+    """What each unit came to (status, wall seconds of its run): resuming starts where the last chunk stopped.
+    A unit that ran and failed is not tried again (its row says why) unless asked (--retry-failed), except
+    one cut short by the chunk's budget (status budget-cut, no row kept); a
+    cell's repeat r waits for an ok repeat r-1 (repeating a failing cell would only repeat the failure)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.units: dict[str, dict] = json.loads(path.read_text()).get("units", {}) if path.is_file() else {}
+
+    def status(self, unit: Unit) -> str | None:
+        return (self.units.get(unit.key) or {}).get("status")
+
+    def record(self, unit: Unit, status: str, wall_s: float, ms_per_step: float | None) -> None:
+        self.units[unit.key] = {"status": status, "wall_s": round(wall_s, 1), "ms_per_step": ms_per_step}
+
+    def known_wall_s(self, unit: Unit) -> float | None:
+        """The longest wall time an ok repeat of this cell took (a later repeat should take about as long)."""
+        walls = [entry["wall_s"] for key, entry in self.units.items()
+                 if key.rsplit("/", 1)[0] == unit.cell_key and entry.get("status") == "ok"]
+        return max(walls) if walls else None
+
+    def runnable(self, unit: Unit, retry_failed: bool) -> bool:
+        status = self.status(unit)
+        if status == "budget-cut":  # the chunk ran out, not the cell: it runs again with its full timeout
+            return True
+        if status == "ok" or (status is not None and not retry_failed):
+            return False
+        if unit.repeat == 0:
+            return True
+        previous = Unit(unit.stack, unit.compile_mode, unit.task, unit.repeat - 1)
+        return self.status(previous) == "ok"
+
+    def to_json(self) -> str:
+        return json.dumps({"units": self.units}, indent=2, sort_keys=True) + "\n"

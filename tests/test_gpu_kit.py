@@ -1,0 +1,304 @@
+"""The GPU kit (benchmarks/gpu/): its plan, its lock, its install checks, and (integration) the whole kit
+offline in a simulated host image: a venv with only what the GPU host's image has (no TensorFlow, Keras,
+KerasHub, diffusers or segment-anything), the wheelhouse made for its Python, installed with --no-index
+--no-deps, and a tiny run of native-torch, keras3-jax and keras3-torch cells on the CPU.
+
+The simulated image (about 6.6 GB: torch with CUDA libraries, JAX, transformers, ...) is built once from
+benchmarks/gpu/simulated-image.txt and cached under $FWBENCH_HOME/venvs keyed by that file's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+KIT = REPO / "benchmarks" / "gpu"
+sys.path.insert(0, str(KIT))
+
+import kit_install  # noqa: E402
+import kit_plan  # noqa: E402
+import make_wheelhouse  # noqa: E402
+import run_kit  # noqa: E402
+from kit_plan import KitState, Unit  # noqa: E402
+
+IMAGE_PYTHON = "3.11"  # what this machine has; the host has 3.12 (make_wheelhouse --python-version)
+
+
+# -- the plan and its state ------------------------------------------------------------------------
+
+def test_plan_runs_every_cell_once_in_the_issues_order_before_any_repeat():
+    units, left_out = kit_plan.plan_units(kit_plan.parse_variants(None), kit_plan.parse_tasks(None), 3)
+    first_pass = [unit for unit in units if unit.repeat == 0]
+    assert units[:len(first_pass)] == first_pass  # every cell once before any repeat
+    assert [unit.task for unit in first_pass[:4]] == ["bert-fit"] * 4
+    assert first_pass[:4] == [Unit("native-torch", "none", "bert-fit", 0),
+                              Unit("native-torch", "reduce-overhead", "bert-fit", 0),
+                              Unit("keras3-jax", "xla", "bert-fit", 0), Unit("keras3-torch", "none", "bert-fit", 0)]
+    families = [unit.task.split("-")[0] for unit in first_pass]
+    assert list(dict.fromkeys(families)) == ["bert", "sam", "stable_diffusion", "gemma", "mistral"]
+    # Keras 3 Stable Diffusion needs KerasCV, which needs TensorFlow: left out, with the reason.
+    assert not any(u.stack.startswith("keras3") and u.task.startswith("stable_diffusion") for u in units)
+    assert len(left_out) == 4 and all("TensorFlow" in line for line in left_out)
+    assert len(units) == 3 * (12 * 4 - 4)
+
+
+def test_variants_parse_and_bad_ones_are_refused():
+    assert kit_plan.parse_variants("native-torch:reduce-overhead,keras3-jax") == [
+        ("native-torch", "reduce-overhead"), ("keras3-jax", "xla")]
+    with pytest.raises(ValueError, match="STACK:COMPILE_MODE"):
+        kit_plan.parse_variants("nosuchstack")
+
+
+def test_state_resumes_skips_failures_and_waits_for_an_ok_previous_repeat(tmp_path):
+    state = KitState(tmp_path / "kit-state.json")
+    first, second = Unit("native-torch", "none", "bert-fit", 0), Unit("native-torch", "none", "bert-fit", 1)
+    assert state.runnable(first, False) and not state.runnable(second, False)
+    state.record(first, "oom", 12.0, None)
+    assert not state.runnable(first, False) and state.runnable(first, True)
+    assert not state.runnable(second, False)  # repeating a failing cell would only repeat the failure
+    state.record(first, "ok", 40.0, 3.2)
+    (tmp_path / "kit-state.json").write_text(state.to_json())
+    again = KitState(tmp_path / "kit-state.json")
+    assert not again.runnable(first, False) and again.runnable(second, False)
+    # A repeat of a cell that ran ok should have about its wall time left before it starts.
+    assert run_kit.needed_s(again, second, 150.0) == 60.0
+    again.record(first, "ok", 10.0, 3.2)
+    assert run_kit.needed_s(again, second, 150.0) == run_kit.MIN_REPEAT_S
+    assert run_kit.needed_s(again, Unit("keras3-jax", "xla", "bert-fit", 0), 150.0) == 150.0
+    again.record(first, "budget-cut", 80.0, None)
+    assert again.runnable(first, False)  # cut by the chunk, not by its own timeout: runs again
+
+
+def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(tmp_path, monkeypatch):
+    """The scheduling alone: the cell processes are replaced by rows (the CLI boundary is mocked)."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
+    for name in ("install", "aggregate"):
+        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
+    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
+    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    calls = []
+    durations = iter([100.0, 300.0, 90.0])
+
+    def fake_unit(unit, args, timeout_s, extra=None, rows=None):
+        took = next(durations)
+        calls.append((unit.key, round(timeout_s)))
+        clock["now"] += min(took, timeout_s)
+        status = "ok" if took <= timeout_s else "timeout"
+        path = args.out / "rows" / args.preset / unit.stack / f"{unit.task}.compile-{unit.compile_mode}.r{unit.repeat}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"row")
+        return {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
+
+    monkeypatch.setattr(run_kit, "run_unit", fake_unit)
+    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
+            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--cell-timeout", "480"]
+    assert run_kit.main(argv) == 0
+    # Budget 400 less 20 s overhead and 30 s reserve: the first cell may take 350 s; the second gets the 250 s
+    # left, needs 300 and is cut: its row is removed, and the next chunk runs it first with the full 350 s.
+    assert calls == [("native-torch/none/bert-fit/r0", 350), ("native-torch/none/bert-predict/r0", 250)]
+    state = KitState(tmp_path / "out" / "kit-state.json")
+    assert state.status(Unit("native-torch", "none", "bert-predict", 0)) == "budget-cut"
+    assert not (tmp_path / "out" / "rows" / "paper" / "native-torch" / "bert-predict.compile-none.r0.parquet").exists()
+    assert run_kit.main(argv) == 0
+    assert calls[2] == ("native-torch/none/bert-predict/r0", 350)
+    assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-predict", 0)) == "ok"
+
+
+def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    (out / "rows" / "paper" / "native-torch").mkdir(parents=True)
+    (out / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").write_bytes(b"row")
+    host = {"recorded_at": "2026-11-24T19:00:00+00:00", "nvml": {}}
+    (out / "host.json").write_text(json.dumps(host))
+    monkeypatch.setattr(run_kit, "aggregate", lambda args: None)
+    argv = ["publish", "--out", str(out), "--dest", str(tmp_path / "results")]
+    assert run_kit.main(argv) == 1
+    assert capsys.readouterr().err.strip() == "error: host.json names no GPU: these rows are not GPU results"
+    host["nvml"] = {"gpu_names": ["NVIDIA H100 80GB HBM3"]}
+    (out / "host.json").write_text(json.dumps(host))
+    assert run_kit.main(argv) == 0
+    published = tmp_path / "results" / "2026-11-24-nvidia-h100-80gb-hbm3"
+    assert (published / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").is_file()
+    assert (published / "host.json").is_file()
+
+
+def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path, capsys):
+    import argparse
+    import tarfile
+
+    out, export = tmp_path / "out", tmp_path / "export"
+    (out / "rows" / "paper" / "keras3-jax").mkdir(parents=True)
+    (out / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").write_bytes(b"row")
+    (out / "kit-state.json").write_text('{"units": {}}')
+    (out / "host.json").write_text("{}")
+    run_kit.export(argparse.Namespace(out=out, export=export))
+    assert sorted(path.name for path in export.iterdir()) == ["host.json", "kit-state.json", "rows.tar.gz"]
+    fresh = tmp_path / "fresh"
+    assert run_kit.main(["restore", str(export / "rows.tar.gz"), "--out", str(fresh)]) == 0
+    assert (fresh / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").read_bytes() == b"row"
+    assert (fresh / "kit-state.json").is_file() and (fresh / "host.json").is_file()
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(out / "host.json", arcname="rows/../../escaped.json")
+    assert run_kit.main(["restore", str(evil), "--out", str(tmp_path / "other")]) == 1
+    assert "unexpected links or paths" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.json").exists()
+
+
+# -- the wheelhouse lock ---------------------------------------------------------------------------
+
+def test_lock_follows_the_repository_pins_and_fits_the_host():
+    lock = json.loads(make_wheelhouse.LOCK.read_text())
+    assert "cp312" in lock, "the host's Python (3.12) must have a locked wheelhouse"
+    for tag, entries in lock.items():
+        assert {entry["name"] for entry in entries} == set(make_wheelhouse.SOURCES), tag
+        for entry in entries:
+            assert entry["version"] == make_wheelhouse.pinned(entry["name"]), (tag, entry["name"])
+            assert len(entry["sha256"]) == 64
+            name = entry["filename"]
+            assert name.endswith("-py3-none-any.whl") or (f"-{tag}-{tag}-" in name and name.endswith("x86_64.whl")), name
+        assert sum(entry["bytes"] for entry in entries) < make_wheelhouse.LIMIT_BYTES
+        assert not any(entry["name"] in ("tensorflow", "keras-cv") for entry in entries)
+
+
+def test_wheelhouse_refuses_a_download_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
+    """PyPI is the boundary: `download` hands back a wheel of the locked name with other bytes."""
+    locked = {entry["name"]: entry for entry in json.loads(make_wheelhouse.LOCK.read_text())["cp312"]}
+
+    def fake_download(name, version, python_version, into):
+        path = into / locked[name]["filename"]
+        path.write_bytes(b"not the wheel that was locked")
+        return path
+
+    monkeypatch.setattr(make_wheelhouse, "download", fake_download)
+    dest = tmp_path / "wheels"
+    assert make_wheelhouse.main(["--dest", str(dest)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: keras-3.15.1-py3-none-any.whl: sha256 ") and "differs from the locked" in err
+    assert not list(dest.glob("*.whl"))  # nothing half-made is left where the kit looks
+
+
+def test_install_refuses_a_wheel_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    entry = {"name": "keras", "version": "3.15.1", "filename": "keras-3.15.1-py3-none-any.whl",
+             "sha256": hashlib.sha256(b"the real wheel").hexdigest(), "bytes": 14}
+    lock = tmp_path / "lock.json"
+    lock.write_text(json.dumps({kit_install.python_tag(): [entry]}))
+    monkeypatch.setattr(kit_install, "LOCK", lock)
+    (wheels / entry["filename"]).write_bytes(b"a tampered wheel")
+    code = run_kit.main(["install", "--wheels", str(wheels), "--site", str(tmp_path / "site")])
+    assert code == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: keras-3.15.1-py3-none-any.whl: its SHA-256 is not the one in lock.json")
+    assert not (tmp_path / "site").exists()
+    (wheels / entry["filename"]).unlink()
+    assert run_kit.main(["install", "--wheels", str(wheels), "--site", str(tmp_path / "site")]) == 1
+    assert "is missing" in capsys.readouterr().err
+
+
+def test_unknown_names_are_one_line_errors(capsys):
+    assert run_kit.main(["status", "--tasks", "bert-fit,no-such-task"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "no-such-task" in err and "\n" not in err
+    assert run_kit.main(["status", "--variants", "native-torch:max-speed"]) == 1
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+# -- the whole kit, offline, in a simulated host image -----------------------------------------------
+
+def simulated_image() -> Path:
+    """A venv with what the host's image has (benchmarks/gpu/simulated-image.txt), built once and cached."""
+    python = shutil.which(f"python{IMAGE_PYTHON}")
+    if python is None:
+        pytest.skip(f"needs python{IMAGE_PYTHON} for the simulated image")
+    requirements = KIT / "simulated-image.txt"
+    key = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
+    home = Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
+    # Beside the stack environments, so that CI's clean-up of those before its image builds returns this disk too.
+    venv = home / "venvs" / f"gpu-kit-sim-image-py{IMAGE_PYTHON}-{key}"
+    if not (venv / ".fwbench-ready").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(requirements)], check=True,
+                       timeout=3600)
+        (venv / ".fwbench-ready").touch()
+    return venv / "bin" / "python"
+
+
+def kit(python: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """run_kit.py with the image's interpreter and no index within reach: pip is told to use none, and a
+    proxy that does not exist stops anything else from reaching out."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PIP_NO_INDEX="1", HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+    return subprocess.run([str(python), str(KIT / "run_kit.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+@pytest.mark.integration
+def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp_path):
+    started = time.monotonic()
+    python = simulated_image()
+    lacking = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('tensorflow', "
+                              "'keras', 'keras_hub', 'keras_cv', 'diffusers', 'segment_anything', 'grain') "
+                              "if u.find_spec(m)])"], capture_output=True, text=True, check=True)
+    assert lacking.stdout.strip() == "[]", "the simulated image must lack what the wheelhouse brings"
+
+    wheels = tmp_path / "wheels"
+    made = subprocess.run([sys.executable, str(KIT / "make_wheelhouse.py"), "--python-version", IMAGE_PYTHON,
+                           "--dest", str(wheels)], capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    assert "wheelhouse: 11 wheels" in made.stdout
+
+    out, export = tmp_path / "out", tmp_path / "export"
+    common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--out", str(out),
+              "--data", str(tmp_path / "data"), "--preset", "tiny", "--repeats", "1",
+              "--tasks", "bert-predict,sam-predict", "--variants", "native-torch:none,keras3-jax,keras3-torch"]
+    # A budget too small for any cell: installs, records the host, starts nothing, says why.
+    first = kit(python, "run", *common, "--budget-s", "60", "--cell-timeout", "120")
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert "installed 11 wheels" in first.stdout and "stopping:" in first.stdout
+    assert json.loads((out / "host.json").read_text())["versions"]["keras"] == "3.15.1"
+    chunk = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150", "--export", str(export))
+    assert chunk.returncode == 0, chunk.stderr + chunk.stdout
+    again = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150")
+    assert "ran 0 units this chunk; 0 left" in again.stdout  # resumed: nothing left to run
+
+    sys.path.insert(0, str(REPO / "runner"))
+    from fwbench.core.results import read_row
+
+    rows = [read_row(path) for path in sorted((out / "rows").rglob("*.parquet"))]
+    assert sorted((row["stack"], row["task"]) for row in rows) == sorted(
+        (stack, task) for stack in ("native-torch", "keras3-jax", "keras3-torch")
+        for task in ("bert-predict", "sam-predict"))
+    for row in rows:
+        assert row["status"] == "ok", (row["stack"], row["task"], row["error_message"])
+        assert row["engine"] == "current" and row["pin_set"] == "current"
+        versions = json.loads(row["library_versions"])
+        if row["stack"] != "native-torch":
+            assert versions["keras"] == "3.15.1" and "tensorflow" not in versions
+            assert json.loads(row["extra"])["input_pipeline"] == "grain" and "grain" in versions
+    assert (out / "report" / "report.md").is_file()
+    exported = sorted(path.name for path in export.iterdir())
+    assert {"rows.tar.gz", "report.md", "host.json", "kit-state.json"} <= set(exported) and len(exported) <= 8
+
+    # The GPU checks run offline too; on this CPU the GPU-only ones say SKIP, the others must pass.
+    checks = kit(python, "checks", *common, "--cell-timeout", "150")
+    assert checks.returncode == 0, checks.stderr + checks.stdout
+    verdicts = {line.split(":")[0][5:]: line[:4].strip() for line in (out / "checks.txt").read_text().splitlines()}
+    assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS",
+                        "reduce-overhead replays CUDA graphs": "SKIP", "competing GPU process marks rows busy": "SKIP",
+                        "peak memory filled": "PASS", "energy columns": verdicts.get("energy columns")}
+    assert verdicts["energy columns"] in ("SKIP", "PASS")
+    print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
+          f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
