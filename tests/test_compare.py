@@ -19,10 +19,11 @@ SLOWED = ("keras3-jax", "xla", "sam-predict")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two runs of the same synthetic distribution (different seeds); B has one cell 30% slower."""
+    """Two runs of the same synthetic distribution (different seeds), 5 repeats (verify's default); B has one
+    cell 30% slower."""
     root = tmp_path_factory.mktemp("compare")
-    write_matrix(root / "a", CENTRES, seed=1)
-    write_matrix(root / "b", CENTRES, seed=2, slow={SLOWED: 1.3})
+    write_matrix(root / "a", CENTRES, seed=1, repeats=5)
+    write_matrix(root / "b", CENTRES, seed=2, repeats=5, slow={SLOWED: 1.3})
     return root / "a", root / "b"
 
 
