@@ -83,7 +83,8 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
     _print_skipped(side_a.skipped + side_b.skipped)
     rows = cmp.compare(side_a, side_b, alpha, min_effect)
     table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); cells paired by "
-                        f"identity; test: Welch t on log repeat medians (df = min(n) - 1, 3+ repeats a side), Holm-adjusted, alpha {alpha:g}, min effect {min_effect:g}%")
+                        f"identity; test: Welch t on log repeat medians (capped df, 3+ repeats a side), Holm-adjusted, "
+                        f"alpha {alpha:g}, min effect {min_effect:g}%")
     for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "95% CI", "change", "p (Holm)", "unit",
                    "busy", "verdict"):
         table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")

@@ -2,7 +2,7 @@
 
 Cells pair by identity without the device (the re-run may be on another host). On the same device model each
 cell gets an equivalence test (TOST, 5% per side): the 90% interval of re-run/published (Welch's t on the log
-repeat medians, df = min(n) - 1, as in `compare`) must lie wholly inside [1 - tolerance, 1 + tolerance] for
+repeat medians with `compare`'s capped df) must lie wholly inside [1 - tolerance, 1 + tolerance] for
 "reproduced". Wholly above the upper bound is "slower", wholly below the lower one "faster"; an interval that
 straddles a bound is "inconclusive" (too few repeats or too noisy). Each side needs compare.MIN_REPEATS (3)
 repeats; with fewer, or identical repeats on both sides (no spread), the cell is inconclusive and says why.
@@ -133,7 +133,7 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float
     else:
         cell.verdict = INCONCLUSIVE
     cell.detail = (f"B/A {row.ratio:.3f}, 90% interval [{low:.3f}, {high:.3f}] (Welch t on log repeat medians, "
-                   f"df {row.test.dof}; {n_pub} vs {n_rerun} repeats); {tolerance}")
+                   f"df {row.test.dof:.1f}; {n_pub} vs {n_rerun} repeats); {tolerance}")
     if cell.verdict == INCONCLUSIVE:
         cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
 
