@@ -1,6 +1,6 @@
 """Error rates of `fwbench compare` and `fwbench verify` verdicts, by simulation with known truth.
 
-    python benchmarks/verdict_error_rates.py [--trials 200] [--planted-trials 60] [--seed 16]
+    python benchmarks/verdict_error_rates.py [--trials 100] [--planted-trials 30] [--seed 16] [--jobs 2]
 
 Each trial makes 60 cells (the 12 synthetic cells of tests/aggregator_rows.py at 5 thread settings) with two
 sides, A (baseline / published) and B (candidate / re-run), as real result rows, validated by the loader
@@ -19,7 +19,8 @@ at 3 and 5 repeats a side (the other 54 unchanged). Printed per scenario:
   compare pow.  share of planted cells called slower; gate pow. the share failing --fail-above 0
   verify slower / verify repr.  share of planted cells verify calls slower / reproduced
 Targets (issue 16): every FWER <= 5%; a planted +20% at 5 repeats called slower by compare >= 90%;
-"reproduced" for a planted change beyond the tolerance (20%, 2x) <= 5%. Runs in about two minutes on 2 cores.
+"reproduced" for a planted change beyond the tolerance (20%, 2x) <= 5%. Runs in about 2-4 minutes on 2 cores
+(two worker processes; --jobs).
 """
 
 from __future__ import annotations
@@ -162,8 +163,8 @@ def targets_met(scenario: Scenario, rates: dict[str, float]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=200, help="trials per A/A scenario")
-    parser.add_argument("--planted-trials", type=int, default=40, help="trials per planted-effect scenario")
+    parser.add_argument("--trials", type=int, default=100, help="trials per A/A scenario")
+    parser.add_argument("--planted-trials", type=int, default=30, help="trials per planted-effect scenario")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--process-sigma", type=float, default=0.02)
     parser.add_argument("--step-sigma", type=float, default=0.03)

@@ -169,6 +169,7 @@ def judged(tmp_path, published_ms, rerun_ms, repeats=5, rerun_repeats=None, allo
 def test_verdicts_reproduced_slower_faster_from_the_90_percent_interval(tmp_path):
     same = judged(tmp_path / "a", 10.0, 10.1)
     assert {c.verdict for c in same.values()} == {verification.REPRODUCED} and not any(c.fails for c in same.values())
+    assert verification.outcome(list(same.values())) == (0, [])
     assert all(c.interval_confidence == 0.90 and 0.9 <= c.ratio_low < c.ratio_high <= 1.1 for c in same.values())
     assert all("90% interval" in c.detail and "5 vs 5 repeats" in c.detail for c in same.values())
     slow = judged(tmp_path / "b", 10.0, 15.0)
@@ -186,6 +187,11 @@ def test_an_interval_across_a_tolerance_bound_is_inconclusive_and_fails_unless_a
     assert not any(c.fails for c in allowed.values())
     md = verification.write_report(list(allowed.values()), tmp_path / "report", []).read_text()
     assert "2 inconclusive; 0 failing (2 inconclusive allowed by --allow-inconclusive)" in md
+    assert verification.outcome(list(allowed.values())) == (
+        0, ["note: 2 inconclusive cell(s) passed only because of --allow-inconclusive"])
+    code, [line] = verification.outcome(list(edge.values()))
+    assert code == 1 and line.startswith("not verified: 2 of 2 cell(s) not reproduced: ")
+    assert "bert-fit keras3-jax" in line and "(inconclusive)" in line
     # --allow-inconclusive relaxes nothing else.
     slow = judged(tmp_path / "c", 10.0, 15.0, allow_inconclusive=True)
     assert all(c.verdict == verification.SLOWER and c.fails for c in slow.values())

@@ -138,6 +138,21 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float
         cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
 
 
+def outcome(cells: list[VerifiedCell]) -> tuple[int, list[str]]:
+    """verify's exit code (0 only when no cell fails) and the stderr lines that say which cells failed, and
+    how many inconclusive ones passed only because they were allowed."""
+    lines = []
+    failing = [c for c in cells if c.fails]
+    if failing:
+        names = ", ".join(f"{c.task} {c.variant} ({c.verdict})" for c in failing[:10])
+        more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
+        lines.append(f"not verified: {len(failing)} of {len(cells)} cell(s) not reproduced: {names}{more}")
+    allowed = [c for c in cells if c.verdict == INCONCLUSIVE and not c.fails]
+    if allowed:
+        lines.append(f"note: {len(allowed)} inconclusive cell(s) passed only because of --allow-inconclusive")
+    return (1 if failing else 0), lines
+
+
 HEADERS = ("stack", "task", "preset", "variant", "published ms", "re-run ms", "re-run/published", "interval",
            "verdict", "detail")
 

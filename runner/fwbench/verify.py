@@ -37,14 +37,18 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
         return f"NOT VERIFIED, --allow-unsigned: {exc}"
 
 
+# The published settings a re-run repeats: one group per published cell.
+SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
+             "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+
+
 def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_dir: Path) -> list[tuple[str, CellSpec]]:
     """(image reference, spec) per cell and repeat: the identity settings of the published ok rows."""
     ok = frame[frame["status"] == "ok"]
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
     specs = []
-    keys = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
-            "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+    keys = SPEC_KEYS
     for values, rows in ok.groupby(keys, dropna=False, sort=True):
         row = dict(zip(keys, values))
         preset = registry.get_preset(row["preset"])
@@ -123,15 +127,10 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
     # Stable, parseable line (benchmarks/verify_overhead.py): everything but the re-runs is overhead.
     print(f"timing: checks_s={checks_s:.2f} reruns_s={reruns_s:.2f} compare_report_s={report_s:.2f}", file=sys.stderr)
     print(f"verification report: {report} (also verification.html, verification.parquet)", file=sys.stderr)
-    failing = [c for c in cells if c.fails]
-    if failing:
-        names = ", ".join(f"{c.task} {c.variant} ({c.verdict})" for c in failing[:10])
-        more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
-        print(f"not verified: {len(failing)} of {len(cells)} cell(s) not reproduced: {names}{more}", file=sys.stderr)
-    allowed = [c for c in cells if c.verdict == verification.INCONCLUSIVE and not c.fails]
-    if allowed:
-        print(f"note: {len(allowed)} inconclusive cell(s) passed only because of --allow-inconclusive", file=sys.stderr)
-    return 1 if failing else 0
+    code, lines = verification.outcome(cells)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
 
 
 def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
@@ -141,7 +140,7 @@ def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
     ok = frame[frame["status"] == "ok"]
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
-    counts = ok.groupby(["stack", "task", "preset", "compile_mode"], dropna=False).size()
+    counts = ok.groupby(SPEC_KEYS, dropna=False).size()
     short = counts[counts < MIN_REPEATS]
     if len(short):
         print(f"warning: {len(short)} published cell(s) have fewer than {MIN_REPEATS} repeats (as few as "
