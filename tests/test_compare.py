@@ -79,14 +79,16 @@ def test_compare_through_real_entry_point_has_no_traceback(runs):
 
 @pytest.mark.integration
 def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
-    """Real native-torch cells: run B adds 1 s to every timed step of one task (the hidden
-    --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell.
-    The delay is far above the load spikes a busy 2-core CI machine puts on a tiny step (~0.7 s seen)."""
+    """Real native-torch cells, 3 repeats a side (the gate's minimum): run B adds 1 s to every timed step of
+    one task (the hidden --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell.
+    The delay is far above the load spikes a busy 2-core CI machine puts on a tiny step (~0.7 s seen).
+    With 1 repeat a side the gate must refuse instead (exit 2)."""
     from tests.conftest import run_fwbench
 
     built = run_fwbench("env", "build", "native-torch")  # reused if already built
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data)]
+    common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data),
+              "--repeats", "3"]
     for out in ("a", "b"):
         done = run_fwbench(*common, "--task", "bert-predict", "--out", str(tmp_path / out))
         assert done.returncode == 0, done.stdout[-2000:]
@@ -97,10 +99,12 @@ def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
     assert done.returncode == 0, done.stdout[-2000:]
     rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
     slowed = next(r for r in rows if r.task == "sam-predict")
-    # One repeat a side: no significance claimed, but the interval is far beyond +50%.
-    assert slowed.verdict.startswith("not testable") and slowed.ratio_low > 1.5, (slowed.verdict, slowed.ratio_low)
+    assert slowed.verdict == "slower" and slowed.ratio_low > 1.5, (slowed.verdict, slowed.ratio_low)
     compared = run_fwbench("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-above", "50")
     assert compared.returncode == 1 and "Traceback" not in compared.stdout + compared.stderr
+    single = run_fwbench("compare", str(tmp_path / "a" / "tiny"), str(next((tmp_path / "b").rglob("*.r0.parquet"))),
+                         "--fail-above", "50")
+    assert single.returncode == 2 and "lack 3 repeats a side" in single.stderr, single.stderr[-2000:]
     assert "regression above 50%: sam-predict native-torch [none]" in compared.stderr
 
 
