@@ -18,6 +18,7 @@ from fwbench.release.record import (Release, ReleaseError, ReleasedImage, compos
                              read_release)
 from fwbench.release.bundle import VerificationRefused, make_bundle, open_bundle
 from fwbench.release.verify import check_signature, published_specs
+from fwbench_aggregator import compare as compare_module
 from fwbench_aggregator import loading, verification
 from tests.aggregator_rows import record, write
 
@@ -158,45 +159,97 @@ def test_open_bundle_refuses_what_is_not_a_bundle(tmp_path):
         open_bundle(tmp_path / "missing.tar.gz", tmp_path / "y")
 
 
-def judged(tmp_path, published_ms, rerun_ms, repeats=1, **rerun):
+def judged(tmp_path, published_ms, rerun_ms, repeats=5, rerun_repeats=None, allow_inconclusive=False, **rerun):
     published = loading.load_results([rows_in(tmp_path, "pub", published_ms, repeats=repeats)])
-    again = loading.load_results([rows_in(tmp_path, "again", rerun_ms, repeats=repeats, **rerun)])
-    return {c.task: c for c in verification.verify(published, again, tolerance_pct=10, fail_above_pct=20)}
+    again = loading.load_results([rows_in(tmp_path, "again", rerun_ms, repeats=rerun_repeats or repeats, **rerun)])
+    return {c.task: c for c in verification.verify(published, again, tolerance_pct=10, fail_above_pct=20,
+                                                   allow_inconclusive=allow_inconclusive)}
 
 
-def test_verdicts_reproduced_slower_faster(tmp_path):
-    assert {c.verdict for c in judged(tmp_path / "a", 10.0, 10.1).values()} == {verification.REPRODUCED}
+def test_verdicts_reproduced_slower_faster_from_the_90_percent_interval(tmp_path):
+    same = judged(tmp_path / "a", 10.0, 10.1)
+    assert {c.verdict for c in same.values()} == {verification.REPRODUCED} and not any(c.fails for c in same.values())
+    assert verification.outcome(list(same.values())) == (0, [])
+    assert all(c.interval_confidence == 0.90 and 0.9 <= c.ratio_low < c.ratio_high <= 1.1 for c in same.values())
+    assert all("90% interval" in c.detail and "5 vs 5 repeats" in c.detail for c in same.values())
     slow = judged(tmp_path / "b", 10.0, 15.0)
     assert {c.verdict for c in slow.values()} == {verification.SLOWER} and all(c.fails for c in slow.values())
-    assert {c.verdict for c in judged(tmp_path / "c", 10.0, 5.0).values()} == {verification.FASTER}
+    fast = judged(tmp_path / "c", 10.0, 5.0)
+    assert {c.verdict for c in fast.values()} == {verification.FASTER} and all(c.fails for c in fast.values())
 
 
-def test_with_repeats_on_both_sides_compares_test_decides(tmp_path):
-    same = judged(tmp_path / "a", 10.0, 10.05, repeats=3)
-    assert {c.verdict for c in same.values()} == {verification.REPRODUCED}
-    assert all("p=" in c.detail for c in same.values())
-    slow = judged(tmp_path / "b", 10.0, 14.0, repeats=3)
-    assert {c.verdict for c in slow.values()} == {verification.SLOWER}
+def test_an_interval_across_a_tolerance_bound_is_inconclusive_and_fails_unless_allowed(tmp_path):
+    edge = judged(tmp_path / "a", 10.0, 11.0)  # B/A ~1.10: the interval straddles +10%
+    assert {c.verdict for c in edge.values()} == {verification.INCONCLUSIVE} and all(c.fails for c in edge.values())
+    assert all("straddles a tolerance bound" in c.detail for c in edge.values())
+    allowed = judged(tmp_path / "b", 10.0, 11.0, allow_inconclusive=True)
+    assert {c.verdict for c in allowed.values()} == {verification.INCONCLUSIVE}
+    assert not any(c.fails for c in allowed.values())
+    md = verification.write_report(list(allowed.values()), tmp_path / "report", []).read_text()
+    assert "2 inconclusive; 0 failing (2 inconclusive allowed by --allow-inconclusive)" in md
+    assert verification.outcome(list(allowed.values())) == (
+        0, ["note: 2 inconclusive cell(s) passed only because of --allow-inconclusive"])
+    code, [line] = verification.outcome(list(edge.values()))
+    assert code == 1 and line.startswith("not verified: 2 of 2 cell(s) not reproduced: ")
+    assert "bert-fit keras3-jax" in line and "(inconclusive)" in line
+    # --allow-inconclusive relaxes nothing else.
+    slow = judged(tmp_path / "c", 10.0, 15.0, allow_inconclusive=True)
+    assert all(c.verdict == verification.SLOWER and c.fails for c in slow.values())
 
 
-def test_another_device_gives_ratios_only_and_a_failed_rerun_does_not_reproduce(tmp_path):
+def test_fewer_than_3_repeats_a_side_gives_no_verdict_and_says_what_is_needed(tmp_path):
+    # Even a 50% slower re-run is not called anything from 1 published repeat: it says what it needs.
+    short = judged(tmp_path / "a", 10.0, 15.0, repeats=1, rerun_repeats=5)
+    assert {c.verdict for c in short.values()} == {verification.INCONCLUSIVE} and all(c.fails for c in short.values())
+    assert all(c.detail.startswith("needs 3 repeats a side; published has 1, re-run has 5") for c in short.values())
+    assert all(c.ratio_low is None and c.published_repeats == 1 and c.rerun_repeats == 5 for c in short.values())
+    two = judged(tmp_path / "b", 10.0, 10.0, repeats=5, rerun_repeats=2)
+    assert all("published has 5, re-run has 2" in c.detail for c in two.values())
+
+
+def test_identical_repeats_are_inconclusive_not_p_zero(tmp_path):
+    def constant(name, ms):
+        for task in ("bert-predict", "bert-fit"):
+            for repeat in range(3):
+                write(tmp_path / name, record("keras3-jax", task, compile_mode="xla", repeat=repeat, step_ms=[ms] * 5))
+        return loading.load_results([tmp_path / name])
+
+    rows = compare_module.compare(constant("a", 10.0), constant("b", 10.5))
+    assert all(r.p_value is None and not r.has_interval and r.verdict.startswith("not testable: identical")
+               for r in rows)
+    cells = verification.verify(constant("a", 10.0), constant("b", 10.0))
+    assert {c.verdict for c in cells} == {verification.INCONCLUSIVE}
+    assert all(c.detail.startswith("identical repeats on both sides") for c in cells)
+
+
+def test_another_device_a_failed_or_missing_rerun_and_other_inputs_all_fail(tmp_path):
     other = judged(tmp_path / "a", 10.0, 30.0, device="Another CPU")
     assert {c.verdict for c in other.values()} == {verification.NOT_COMPARABLE}
-    assert not any(c.fails for c in other.values()) and all(c.ratio > 2 for c in other.values())
+    assert all(c.fails for c in other.values()) and all(c.ratio > 2 for c in other.values())
     failed = judged(tmp_path / "b", 10.0, 10.0, status="error")
     assert {c.verdict for c in failed.values()} == {verification.NOT_REPRODUCED} and all(c.fails for c in failed.values())
     inputs = judged(tmp_path / "c", 10.0, 10.0, input_sha="e" * 64)
     assert {c.detail for c in inputs.values()} == {"the re-run read other inputs (input_sha256)"}
+    published = loading.load_results([rows_in(tmp_path / "d", "pub", 10.0, repeats=3)])
+    rerun_dir = rows_in(tmp_path / "d", "again", 10.0, repeats=3)
+    for path in rerun_dir.rglob("bert-fit.*.parquet"):
+        path.unlink()
+    missing = {c.task: c for c in verification.verify(published, loading.load_results([rerun_dir]))}
+    assert missing["bert-fit"].verdict == verification.NOT_REPRODUCED and missing["bert-fit"].fails
+    assert missing["bert-fit"].detail == "re-run ended: not run"
+    assert missing["bert-predict"].verdict == verification.REPRODUCED and not missing["bert-predict"].fails
 
 
 def test_verification_report_is_written_in_three_formats(tmp_path):
     cells = list(judged(tmp_path, 10.0, 10.0).values())
     md = verification.write_report(cells, tmp_path / "report", [("signature", "good")])
-    assert "| keras3-jax | bert-fit |" in md.read_text() and "2 reproduced" in md.read_text()
+    assert "| keras3-jax | bert-fit |" in md.read_text() and "2 reproduced; 0 failing" in md.read_text()
     assert "<table" in (tmp_path / "report" / "verification.html").read_text()
     import pandas as pd
 
-    assert len(pd.read_parquet(tmp_path / "report" / "verification.parquet")) == 2
+    frame = pd.read_parquet(tmp_path / "report" / "verification.parquet")
+    assert len(frame) == 2 and {"verdict", "fails", "ratio_low", "published_repeats", "rerun_repeats",
+                                "interval_confidence"} <= set(frame.columns)
 
 
 def test_read_release_of_a_missing_file_is_one_line(tmp_path):
@@ -210,7 +263,9 @@ def test_read_release_of_a_missing_file_is_one_line(tmp_path):
     (["publish", "--registry", "127.0.0.1:5000", "--sign-key", "/no/such/key"], 2, "error: no signing key at /no/such/key"),
     (["verify", "/no/such/bundle.tar.gz", "--out", "{tmp}/v"], 1,
      "error: verification refused: no bundle at /no/such/bundle.tar.gz"),
-    (["verify", "/no/such/bundle.tar.gz", "--repeats", "0"], 2, "error: --repeats must be at least 1"),
+    (["verify", "/no/such/bundle.tar.gz", "--repeats", "2"], 2,
+     "error: --repeats must be at least 3: a verdict needs 3 repeats a side"),
+    (["verify", "/no/such/bundle.tar.gz", "--tolerance", "0"], 2, "error: --tolerance must be between 0 and 100"),
     (["bundle", "{tmp}", "--release", "/no/such/release.json", "-o", "{tmp}/b.tar.gz"], 1,
      "error: cannot read the release file /no/such/release.json"),
 ])

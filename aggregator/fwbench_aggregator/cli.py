@@ -83,7 +83,8 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
     _print_skipped(side_a.skipped + side_b.skipped)
     rows = cmp.compare(side_a, side_b, alpha, min_effect)
     table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); cells paired by "
-                        f"identity; test: Welch t on repeats, Holm-adjusted, alpha {alpha:g}, min effect {min_effect:g}%")
+                        f"identity; test: Welch t on log repeat medians (capped df, 3+ repeats a side), Holm-adjusted, "
+                        f"alpha {alpha:g}, min effect {min_effect:g}%")
     for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "95% CI", "change", "p (Holm)", "unit",
                    "busy", "verdict"):
         table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")
@@ -102,20 +103,21 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
     Console(width=200).print(table)
     untestable = [r for r in rows if r.method == cmp.METHOD_STEPS]
     if untestable:
-        print(f"note: {len(untestable)} cell(s) have a single repeat on a side: steps of one process are not "
-              "independent samples, so no significance test is possible (their interval covers step noise only); "
-              "run both sides with --repeats 2 or more", file=sys.stderr)
+        print(f"note: {len(untestable)} cell(s) have fewer than {cmp.MIN_REPEATS} repeats on a side: steps of one "
+              "process are not independent samples, so no significance test is made (their interval covers step "
+              f"noise only); run both sides with --repeats {cmp.MIN_REPEATS} or more", file=sys.stderr)
     if any(r.busy for r in rows):
         print("warning: some rows were measured on a busy machine (column busy): their times are not comparable",
               file=sys.stderr)
     if fail_above is not None:
         try:
-            failing = cmp.regressions_above(rows, fail_above)
+            failing = cmp.regressions_above(rows, fail_above, alpha)
         except cmp.GateRefused as exc:
             raise _fail(str(exc), 2) from None
         if failing:
-            names = ", ".join(f"{r.task} {r.variant.label} ({r.change_pct:+.1f}%, CI from "
-                              f"{(r.ratio_low - 1) * 100:+.1f}%)" for r in failing)
+            names = ", ".join(f"{r.task} {r.variant.label} (" + ("no ok row in B" if r.b is None else
+                              f"{r.change_pct:+.1f}%, CI from {(r.ratio_low - 1) * 100:+.1f}%") + ")"
+                              for r in failing)
             print(f"regression above {fail_above:g}%: {names}", file=sys.stderr)
             return 1
     return 0
@@ -141,12 +143,13 @@ def register(app: typer.Typer) -> None:
         a: Path = typer.Argument(..., help="Baseline results (dir, file, or a report dir's merged.parquet)."),
         b: Path = typer.Argument(..., help="Candidate results."),
         fail_above: Optional[float] = typer.Option(
-            None, "--fail-above", help="Exit 1 if a cell is slower by more than this many percent with its whole "
-                                       "95% interval beyond it (exit 2 if a cell has too few samples to judge)."),
+            None, "--fail-above", help="Exit 1 if a cell is credibly slower by more than this many percent (one-sided "
+                                       "Welch t, Holm-adjusted) or has no ok row in B; exit 2 if a paired cell has "
+                                       "fewer than 3 repeats a side."),
         alpha: float = typer.Option(0.05, help="Family-wise significance level (Holm-adjusted)."),
         min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
     ) -> None:
-        """Per cell (paired by identity): B/A ratio with a 95% interval, a test over repeats when both sides have 2+."""
+        """Per cell (paired by identity): B/A ratio with a 95% interval, a test over repeats when both sides have 3+."""
         for name, value in (("--alpha", alpha),):
             if not 0 < value < 1:
                 raise _fail(f"{name} must be between 0 and 1, got {value}", 2)

@@ -145,6 +145,10 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
     usable = pc.and_(pc.is_finite(ms), pc.greater(ms, 0.0))
     if pc.any(pc.and_(ok, pc.invert(usable))).as_py():
         return SkippedFile(path, "a row has status ok but ms_per_step is not a positive finite number")
+    steps = pc.list_flatten(pc.filter(table.column("step_ms"), ok))
+    good_steps = pc.fill_null(pc.and_(pc.is_finite(steps), pc.greater(steps, 0.0)), False)  # a null step is bad too
+    if pc.any(pc.invert(good_steps)).as_py():
+        return SkippedFile(path, "a row has status ok but a step_ms value that is not a positive finite number")
     empty = [name for name in REQUIRED_VALUES if pc.any(pc.is_null(table.column(name))).as_py()]
     if empty:
         return SkippedFile(path, f"a row has no value in {', '.join(empty)}")

@@ -1,9 +1,16 @@
 """`fwbench verify`'s judgement and report: published rows against the same cells re-run by a third party.
 
-Cells pair by identity without the device (the re-run may be on another host): on the same device model a
-verdict per cell from `compare`'s interval (reproduced within the tolerance, slower, faster); on a different
-device the ratio only, marked "not comparable". A published cell whose re-run did not end ok, or read other
-inputs, did not reproduce. Writes verification.md, verification.html and verification.parquet.
+Cells pair by identity without the device (the re-run may be on another host). On the same device model each
+cell gets an equivalence test (TOST, 5% per side): the 90% interval of re-run/published (Welch's t on the log
+repeat medians with `compare`'s capped df) must lie wholly inside [1 - tolerance, 1 + tolerance] for
+"reproduced". Wholly above the upper bound is "slower", wholly below the lower one "faster"; an interval that
+straddles a bound is "inconclusive" (too few repeats or too noisy). Each side needs compare.MIN_REPEATS (3)
+repeats; with fewer, or identical repeats on both sides (no spread), the cell is inconclusive and says why.
+Each cell's "reproduced" is an intersection-union test, so "every cell reproduced" needs no multiplicity
+correction: a cell whose true change is beyond the tolerance is called reproduced at most 5% of the time.
+On a different device: the ratio only, "not comparable". A published cell whose re-run did not end ok, or
+read other inputs, is "not reproduced". Every verdict but "reproduced" fails the verification (inconclusive
+only may be allowed, and is still reported). Writes verification.md, verification.html and verification.parquet.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ from fwbench_aggregator import compare, loading
 
 ANY_DEVICE = "(any device)"
 DEFAULT_TOLERANCE_PCT = 10.0
+EQUIVALENCE_CONFIDENCE = 0.90  # TOST at 5% per side
 REPRODUCED, SLOWER, FASTER, NOT_COMPARABLE = "reproduced", "slower", "faster", "not comparable"
-NOT_REPRODUCED = "not reproduced"
+NOT_REPRODUCED, INCONCLUSIVE = "not reproduced", "inconclusive"
+VERDICTS = (REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_COMPARABLE, NOT_REPRODUCED)
 
 
 @dataclass
@@ -41,6 +50,10 @@ class VerifiedCell:
     verdict: str
     detail: str
     fails: bool
+    # Added columns (older verification.parquet files lack them):
+    published_repeats: int | None = None
+    rerun_repeats: int | None = None
+    interval_confidence: float | None = None  # of ratio_low/ratio_high; None when there is no interval
 
 
 def _without_device(loaded: loading.LoadedResults) -> loading.LoadedResults:
@@ -64,7 +77,9 @@ def _facts(frame: pd.DataFrame) -> dict[CellIdentity, dict]:
 
 
 def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
-           fail_above_pct: float | None = None) -> list[VerifiedCell]:
+           fail_above_pct: float | None = None, allow_inconclusive: bool = False) -> list[VerifiedCell]:
+    """One VerifiedCell per published cell; `fails` is True for every verdict but "reproduced" (and
+    "inconclusive" with allow_inconclusive), and for a cell whose interval lies above +fail_above_pct."""
     pub_facts, rerun_facts = _facts(published.frame()), _facts(rerun.frame())
     cells = []
     for row in compare.compare(_without_device(published), _without_device(rerun)):
@@ -74,46 +89,71 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
         pub_device = ", ".join(sorted(map(str, pub.get("devices", ()))))
         rerun_device = ", ".join(sorted(map(str, again.get("devices", ())))) or None
         cell = VerifiedCell(row.identity.stack, row.task, row.preset, row.variant.label, row.median_a, row.median_b,
-                            row.ratio, row.ratio_low, row.ratio_high, pub_device, rerun_device, "", "", False)
+                            row.ratio, None, None, pub_device, rerun_device, "", "", False,
+                            published_repeats=len(row.a.repeats), rerun_repeats=None if row.b is None else len(row.b.repeats))
         if row.b is None:
             statuses = ", ".join(sorted(set(again.get("statuses", [])))) or "not run"
-            cell.verdict, cell.detail, cell.fails = NOT_REPRODUCED, f"re-run ended: {statuses}", True
+            cell.verdict, cell.detail = NOT_REPRODUCED, f"re-run ended: {statuses}"
         elif pub.get("inputs") and again.get("inputs") and pub["inputs"] != again["inputs"]:
-            cell.verdict, cell.detail, cell.fails = NOT_REPRODUCED, "the re-run read other inputs (input_sha256)", True
+            cell.verdict, cell.detail = NOT_REPRODUCED, "the re-run read other inputs (input_sha256)"
         elif pub_device != rerun_device:
             cell.verdict = NOT_COMPARABLE
-            cell.detail = f"published on {pub_device}, re-run on {rerun_device}: ratio only"
+            cell.detail = f"published on {pub_device}, re-run on {rerun_device}: ratio only, nothing verified"
         else:
-            _judge(cell, row, tolerance_pct, fail_above_pct)
+            _judge(cell, row, tolerance_pct)
+        cell.fails = cell.verdict != REPRODUCED and not (cell.verdict == INCONCLUSIVE and allow_inconclusive)
+        if fail_above_pct is not None and cell.ratio_low is not None and cell.ratio_low > 1 + fail_above_pct / 100:
+            cell.fails = True
         cells.append(cell)
     return cells
 
 
-def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float, fail_above_pct: float | None) -> None:
-    high, low = 1 + tolerance_pct / 100, 1 - tolerance_pct / 100
-    if row.has_interval:
-        span = f"B/A {row.ratio:.3f} [{row.ratio_low:.3f}, {row.ratio_high:.3f}] ({row.method})"
-        if row.p_adjusted is not None:  # repeats on both sides: compare's test (Holm-adjusted) has the last word
-            span += f", p={row.p_adjusted:.3g}: {row.verdict}"
-        if row.p_adjusted is not None and row.verdict not in ("slower", "faster"):
-            cell.verdict = REPRODUCED
-        elif row.ratio_low > high:
-            cell.verdict = SLOWER
-        elif row.ratio_high < low:
-            cell.verdict = FASTER
-        else:
-            cell.verdict = REPRODUCED
-        cell.detail = f"{span}; tolerance ±{tolerance_pct:g}%"
-        if fail_above_pct is not None:
-            cell.fails = row.ratio_low > 1 + fail_above_pct / 100
-    else:  # too few samples for an interval: the ratio alone decides, and says so
-        cell.verdict = SLOWER if row.ratio > high else FASTER if row.ratio < low else REPRODUCED
-        cell.detail = f"B/A {row.ratio:.3f}, no interval ({row.verdict}); tolerance ±{tolerance_pct:g}%"
-        if fail_above_pct is not None:
-            cell.fails = row.ratio > 1 + fail_above_pct / 100
+def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float) -> None:
+    """TOST: the 90% interval of re-run/published against [1 - tolerance, 1 + tolerance]."""
+    low_bound, high_bound = 1 - tolerance_pct / 100, 1 + tolerance_pct / 100
+    n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
+    tolerance = f"tolerance ±{tolerance_pct:g}%"
+    if min(n_pub, n_rerun) < compare.MIN_REPEATS:
+        cell.verdict = INCONCLUSIVE
+        cell.detail = (f"needs {compare.MIN_REPEATS} repeats a side; published has {n_pub}, re-run has {n_rerun} "
+                       f"(B/A {row.ratio:.3f} not judged)")
+        return
+    if row.test is None:
+        cell.verdict = INCONCLUSIVE
+        cell.detail = f"identical repeats on both sides: no spread to judge (B/A {row.ratio:.3f} not judged)"
+        return
+    low, high = row.test.interval(EQUIVALENCE_CONFIDENCE)
+    cell.ratio_low, cell.ratio_high, cell.interval_confidence = low, high, EQUIVALENCE_CONFIDENCE
+    if low >= low_bound and high <= high_bound:
+        cell.verdict = REPRODUCED
+    elif low > high_bound:
+        cell.verdict = SLOWER
+    elif high < low_bound:
+        cell.verdict = FASTER
+    else:
+        cell.verdict = INCONCLUSIVE
+    cell.detail = (f"B/A {row.ratio:.3f}, 90% interval [{low:.3f}, {high:.3f}] (Welch t on log repeat medians, "
+                   f"df {row.test.dof:.1f}; {n_pub} vs {n_rerun} repeats); {tolerance}")
+    if cell.verdict == INCONCLUSIVE:
+        cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
 
 
-HEADERS = ("stack", "task", "preset", "variant", "published ms", "re-run ms", "re-run/published", "95% CI",
+def outcome(cells: list[VerifiedCell]) -> tuple[int, list[str]]:
+    """verify's exit code (0 only when no cell fails) and the stderr lines that say which cells failed, and
+    how many inconclusive ones passed only because they were allowed."""
+    lines = []
+    failing = [c for c in cells if c.fails]
+    if failing:
+        names = ", ".join(f"{c.task} {c.variant} ({c.verdict})" for c in failing[:10])
+        more = f" and {len(failing) - 10} more" if len(failing) > 10 else ""
+        lines.append(f"not verified: {len(failing)} of {len(cells)} cell(s) not reproduced: {names}{more}")
+    allowed = [c for c in cells if c.verdict == INCONCLUSIVE and not c.fails]
+    if allowed:
+        lines.append(f"note: {len(allowed)} inconclusive cell(s) passed only because of --allow-inconclusive")
+    return (1 if failing else 0), lines
+
+
+HEADERS = ("stack", "task", "preset", "variant", "published ms", "re-run ms", "re-run/published", "interval",
            "verdict", "detail")
 
 
@@ -123,7 +163,8 @@ def _cells_as_text(cell: VerifiedCell) -> list[str]:
 
     return [cell.stack, cell.task, cell.preset, cell.variant, ms(cell.published_ms), ms(cell.rerun_ms),
             "—" if cell.ratio is None else f"{cell.ratio:.3f}",
-            f"{cell.ratio_low:.3f}–{cell.ratio_high:.3f}" if cell.ratio_low is not None else "—",
+            (f"{cell.ratio_low:.3f}–{cell.ratio_high:.3f} ({cell.interval_confidence:.0%})"
+             if cell.ratio_low is not None else "—"),
             cell.verdict + (" (FAIL)" if cell.fails else ""), cell.detail]
 
 
@@ -132,9 +173,11 @@ def write_report(cells: list[VerifiedCell], out_dir: Path, facts: list[tuple[str
     (bundle, release, signature, images checked)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     failing = sum(c.fails for c in cells)
-    summary = (f"{len(cells)} cell(s): " + ", ".join(f"{sum(c.verdict == v for c in cells)} {v}" for v in
-               (REPRODUCED, SLOWER, FASTER, NOT_COMPARABLE, NOT_REPRODUCED) if any(c.verdict == v for c in cells))
-               + f"; {failing} failing")
+    allowed = sum(c.verdict == INCONCLUSIVE and not c.fails for c in cells)
+    summary = (f"{len(cells)} cell(s): " + ", ".join(f"{sum(c.verdict == v for c in cells)} {v}" for v in VERDICTS
+                                                     if any(c.verdict == v for c in cells))
+               + f"; {failing} failing"
+               + (f" ({allowed} inconclusive allowed by --allow-inconclusive)" if allowed else ""))
     lines = ["# fwbench verification", "", *[f"- **{name}**: {value}" for name, value in facts], f"- **result**: {summary}",
              "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(text.replace("|", "\\|") for text in _cells_as_text(c)) + " |" for c in cells]

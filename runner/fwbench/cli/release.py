@@ -82,10 +82,13 @@ def register(app: typer.Typer) -> None:
         allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Go on without a valid signature (said in "
                                                                             "the report)."),
         task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
-        repeats: Optional[int] = typer.Option(None, help="Re-runs per cell (default: as many as published)."),
+        repeats: int = typer.Option(5, help="Re-runs per cell; a verdict needs 3 a side (published and re-run)."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
-                                                   "published by more than PCT percent (its whole interval)."),
-        tolerance: float = typer.Option(10.0, help="Percent within which a cell counts as reproduced."),
+                                                   "published by more than PCT percent (its whole 90% interval)."),
+        tolerance: float = typer.Option(10.0, help="Percent within which a cell counts as reproduced (its whole 90% "
+                                                   "interval of re-run/published)."),
+        allow_inconclusive: bool = typer.Option(False, "--allow-inconclusive", help="Exit 0 despite inconclusive "
+                                                "cells (still reported); slower, faster and failed cells still fail."),
         out: Optional[Path] = typer.Option(None, "--out", help="Working and report directory (default verify-<bundle>)."),
         gpus: str = typer.Option("auto", help="Request GPUs for the re-runs: auto, all, none."),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="Also check cosign signatures of the images "
@@ -96,15 +99,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check a published bundle's signature and images, re-run its cells in those images, compare, report."""
         from fwbench.release.verify import run_verify
+        from fwbench_aggregator.compare import MIN_REPEATS as MIN_VERDICT_REPEATS
 
-        if repeats is not None and repeats < 1:
-            raise _fail("--repeats must be at least 1", 2)
+        if repeats < MIN_VERDICT_REPEATS:
+            raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
+                        "repeats a side", 2)
+        if not 0 < tolerance < 100:
+            raise _fail("--tolerance must be between 0 and 100 (percent)", 2)
         for task_id in task or []:
             registry.get_task(task_id)
         out = out or Path(f"verify-{bundle.name.split('.')[0]}")
         try:
             code = run_verify(bundle, out, allowed_signers, allow_unsigned, task or None, repeats, fail_above,
-                              tolerance, gpus, cosign_key, cosign_identity)
+                              tolerance, gpus, cosign_key, cosign_identity, allow_inconclusive)
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:

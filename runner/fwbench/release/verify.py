@@ -37,14 +37,18 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
         return f"NOT VERIFIED, --allow-unsigned: {exc}"
 
 
+# The published settings a re-run repeats: one group per published cell.
+SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
+             "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+
+
 def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_dir: Path) -> list[tuple[str, CellSpec]]:
     """(image reference, spec) per cell and repeat: the identity settings of the published ok rows."""
     ok = frame[frame["status"] == "ok"]
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
     specs = []
-    keys = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
-            "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+    keys = SPEC_KEYS
     for values, rows in ok.groupby(keys, dropna=False, sort=True):
         row = dict(zip(keys, values))
         preset = registry.get_preset(row["preset"])
@@ -60,11 +64,12 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
 
 def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
                repeats: int | None, fail_above: float | None, tolerance: float, gpus: str,
-               cosign_key: Path | None, cosign_identity: str | None = None) -> int:
-    from fwbench.release import images, signing
+               cosign_key: Path | None, cosign_identity: str | None = None, allow_inconclusive: bool = False) -> int:
+    """Exit code: 0 only when every verified cell is reproduced (inconclusive ones too with allow_inconclusive)."""
     from fwbench.engines import matrix
+    from fwbench.release import images, signing
     from fwbench.engines.docker import DockerEngine
-    from fwbench_aggregator import loading, verification
+    from fwbench_aggregator import compare, loading, verification
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -73,6 +78,7 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
     release = read_release(bundle_dir / "release.json")
     published = loading.load_results([bundle_dir / "report" / "merged.parquet"])
     specs = published_specs(published.frame(), tasks, repeats, out / "data")
+    _warn_about_short_published_cells(published.frame(), tasks)
     if not specs:
         raise VerificationRefused("the bundle has no ok rows" + (f" for {', '.join(tasks)}" if tasks else ""))
     needed = {}
@@ -108,19 +114,38 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
                   f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)
     reruns_s = time.perf_counter() - started - checks_s
     rerun = loading.load_results([results_dir])
-    cells = verification.verify(published, rerun, tolerance, fail_above)
+    cells = verification.verify(published, rerun, tolerance, fail_above, allow_inconclusive)
     facts = [("bundle", str(bundle)), ("release", f"{release.git_revision} ({len(release.images)} image(s), "
                                                   f"registry {release.registry})"),
              ("signature", signature_line),
              ("images checked", f"{len(needed)}: pulled by digest, tag, id, labels, lock and SBOM hashes as released"),
-             ("tolerance", f"±{tolerance:g}%" + (f", fail above +{fail_above:g}%" if fail_above is not None else ""))]
+             ("tolerance", f"±{tolerance:g}%" + (f", fail above +{fail_above:g}%" if fail_above is not None else "")
+              + f"; reproduced = the 90% interval (TOST) inside it, with {compare.MIN_REPEATS}+ repeats a side"
+              + ("; inconclusive allowed (--allow-inconclusive)" if allow_inconclusive else ""))]
     report = verification.write_report(cells, out / "report", facts)
     report_s = time.perf_counter() - started - checks_s - reruns_s
     print(report.read_text())
     # Stable, parseable line (benchmarks/verify_overhead.py): everything but the re-runs is overhead.
     print(f"timing: checks_s={checks_s:.2f} reruns_s={reruns_s:.2f} compare_report_s={report_s:.2f}", file=sys.stderr)
     print(f"verification report: {report} (also verification.html, verification.parquet)", file=sys.stderr)
-    return 1 if any(c.fails for c in cells) else 0
+    code, lines = verification.outcome(cells)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
+
+
+def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
+    """Say up front when published cells have too few repeats for any verdict (they will be inconclusive)."""
+    from fwbench_aggregator.compare import MIN_REPEATS
+
+    ok = frame[frame["status"] == "ok"]
+    if tasks:
+        ok = ok[ok["task"].isin(tasks)]
+    counts = ok.groupby(SPEC_KEYS, dropna=False).size()
+    short = counts[counts < MIN_REPEATS]
+    if len(short):
+        print(f"warning: {len(short)} published cell(s) have fewer than {MIN_REPEATS} repeats (as few as "
+              f"{int(short.min())}); a verdict needs {MIN_REPEATS} a side, so they will be inconclusive", file=sys.stderr)
 
 
 def _ms(value) -> str:
