@@ -300,7 +300,7 @@ def _result_line(result) -> str:
 
 
 def _summary_table(outcomes) -> Table:
-    from fwbench_aggregator.report import CONCURRENT_MARK
+    from fwbench_aggregator.report import BUSY_MARK, CONCURRENT_MARK
     from fwbench_aggregator.stats import median  # one definition of the median, shared with the report
 
     def variant_of(r) -> str:
@@ -319,18 +319,27 @@ def _summary_table(outcomes) -> Table:
         values = []
         for variant in variants:
             rows = [row for row in cells.get((task_id, variant), []) if row]
-            ok = [row["ms_per_step"] for row in rows if row["status"] == "ok"]
-            concurrent = any(_ran_concurrently(row) for row in rows if row["status"] == "ok")
+            all_ok = [row for row in rows if row["status"] == "ok"]
+            # As in the report: busy rows count only where nothing else ran ok, and then marked.
+            ok = [row for row in all_ok if not row.get("busy")] or all_ok
+            marks = (f" {CONCURRENT_MARK}" if any(_ran_concurrently(row) for row in ok) else "") + (
+                f" [yellow]{BUSY_MARK}[/]" if ok and ok[0].get("busy") else "")
             if ok:
-                values.append(f"{median(ok):.2f}" + (f" {CONCURRENT_MARK}" if concurrent else ""))
+                values.append(f"{median([row['ms_per_step'] for row in ok]):.2f}{marks}")
             elif rows:
                 status = rows[0]["status"]
                 values.append(f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]")
             else:
                 values.append("")
         table.add_row(task_id, *values)
+    captions = []
     if any(r.row and r.row["status"] == "ok" and _ran_concurrently(r.row) for r in outcomes):
-        table.caption = f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own"
+        captions.append(f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own")
+    busy = sum(1 for r in outcomes if r.row and r.row["status"] == "ok" and r.row.get("busy"))
+    if busy:
+        captions.append(f"{BUSY_MARK} measured only on a busy machine ({busy} busy row(s), reasons above): "
+                        "not comparable")
+    table.caption = "\n".join(captions) or None
     return table
 
 
