@@ -58,12 +58,13 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
         for variant in summary.variants:
             est = summary.estimates.get((task, variant))
             busy_est = summary.busy_estimates.get((task, variant))
+            status = summary.statuses.get((task, variant))
+            mark = f" {CONCURRENT_MARK}" if status and status.concurrent else ""
             if est is None and busy_est is not None:
-                row.append(f"{fmt_estimate(busy_est)}\u00a0{BUSY_MARK}")  # the mark stays with its number
+                row.append(f"{fmt_estimate(busy_est)}{mark}\u00a0{BUSY_MARK}")  # the mark stays with its number
             elif est is None:
                 row.append(_status_word(summary, task, variant))
             else:
-                mark = f" {CONCURRENT_MARK}" if summary.statuses[(task, variant)].concurrent else ""
                 row.append(fmt_estimate(est) + mark)
         if has_keras3:
             best = summary.keras3_best(task)

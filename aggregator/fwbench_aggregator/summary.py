@@ -128,6 +128,7 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
                 facts[(task, variant)] = _facts(ok)
             elif busy.any():
                 busy_estimates[(task, variant)] = _estimate(cell[busy])
+                status.concurrent = int(ran_concurrently(cell[busy]).sum())  # of the rows behind the shown number
         summaries.append(PresetSummary(
             preset=str(preset),
             tasks=task_order({t for t, _ in statuses}),

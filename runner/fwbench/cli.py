@@ -351,6 +351,9 @@ def demo_cmd(
     steps: int = typer.Option(5, help="Timed steps per cell."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
+    parallel: str = typer.Option("auto", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, "
+                                              "or auto (one cell per core on a CPU-only host; one per GPU on a "
+                                              "GPU host). 1 runs one cell at a time on every core."),
 ) -> None:
     """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench import matrix
@@ -360,14 +363,20 @@ def demo_cmd(
     stacks = stack or [s for s in registry.STACKS
                        if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
+    cells_at_once = slot_plan.parse_parallel(parallel)
+    runner = make_engine("local", pin_set=pin_set)
+    # Tiny cells gain little from a second core but a lot from running beside each other: auto gives
+    # each cell one core of its own (rows are marked concurrent, as with `run --parallel`).
+    slots = slot_plan.plan_slots(cells_at_once, None, slot_plan.usable_cpus(), engine_gpus(runner, cells_at_once))
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
-                    steps=steps, warmup=preset.warmup, threads=os.cpu_count() or 1, timeout_s=preset.timeout_s)
+                    steps=steps, warmup=preset.warmup, threads=slot_plan.slot_threads(slots, None),
+                    timeout_s=preset.timeout_s)
     specs = matrix.plan(stacks, None, "tiny", None, 1, base)
     if compiled and "native-torch" in stacks:
         specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
     check_out_dir(results_dir)
-    execute(specs, make_engine("local", pin_set=pin_set), results_dir, resume)
+    execute(specs, runner, results_dir, resume, slots)
     from fwbench_aggregator.cli import run_aggregate
 
     report = run_aggregate([results_dir], out / "report")
