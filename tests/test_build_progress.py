@@ -1,5 +1,6 @@
-"""Progress of a local environment build: pip's output lines -> reports, the build's steps and log, and
-how the CLI shows them (no real pip: fed lines and a stand-in interpreter)."""
+"""Progress of a local environment build: uv's output lines -> reports, the build's steps and log, and
+how the CLI shows them (no real uv: fed lines and a stand-in uv and interpreter; the real build is
+covered by the integration tests that use the stack environments)."""
 
 from __future__ import annotations
 
@@ -14,53 +15,49 @@ from rich.console import Console
 from fwbench.cli.build_status import build_status
 from fwbench.engines import EngineError
 from fwbench.engines import local
-from fwbench.engines.local import BuildProgress, PipProgress, StackEnvironment, requirement_count
+from fwbench.engines.local import BuildProgress, StackEnvironment, UvProgress, requirement_count
 
-# What pip 23-25 prints for `pip install -r requirements.txt` into a pipe (no progress bars).
-PIP_OUTPUT = """\
-Collecting torch==2.14.1 (from -r images/native-torch/requirements.txt (line 3))
-  Downloading torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl.metadata (30 kB)
-  Downloading torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl (899.7 MB)
-Collecting filelock (from torch==2.14.1->-r images/native-torch/requirements.txt (line 3))
-  Using cached filelock-3.20.0-py3-none-any.whl.metadata (2.1 kB)
-  Using cached filelock-3.20.0-py3-none-any.whl (16 kB)
-Requirement already satisfied: pip in ./venv/lib/python3.11/site-packages (24.0)
-Processing /opt/wheels/six-1.17.0-py2.py3-none-any.whl (from -r requirements.txt (line 4))
-Building wheels for collected packages: promise
-  Building wheel for promise (pyproject.toml): started
-  Building wheel for promise (pyproject.toml): finished with status 'done'
-Installing collected packages: filelock, promise, torch
-Successfully installed filelock-3.20.0 promise-2.3 torch-2.14.1
+# What uv 0.13 prints for `uv pip install --require-hashes --no-deps -r <lock>` into a pipe (no bars):
+# a line per large download and per wheel build, nothing for a package it takes from its cache.
+UV_OUTPUT = """\
+Using Python 3.11.7 environment at: /home/u/.cache/fwbench/venvs/native-torch-current-0123/
+Resolved 3 packages in 101ms
+Downloading torch (899.7MiB)
+Building promise==2.3
+ Downloaded torch
+      Built promise==2.3
+Prepared 3 packages in 41.20s
+Installed 3 packages in 230ms
+ + filelock==3.20.0
+ + promise==2.3
+ + torch==2.14.1
 """
 
 
-def feed_all(parser: PipProgress, text: str) -> list[BuildProgress]:
+def feed_all(parser: UvProgress, text: str) -> list[BuildProgress]:
     return [event for line in text.splitlines(keepends=True) if (event := parser.feed(line)) is not None]
 
 
-def test_pip_lines_become_package_details_and_install_steps():
-    events = feed_all(PipProgress(requirements=7), PIP_OUTPUT)
+def test_uv_lines_become_package_details_and_install_steps():
+    events = feed_all(UvProgress(requirements=7), UV_OUTPUT)
     assert [(e.message, e.step) for e in events] == [
-        ("collecting torch==2.14.1 (package 1; 7 requested)", False),
-        ("downloading torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl (899.7 MB)", False),
-        ("collecting filelock (package 2; 7 requested)", False),
-        ("using cached filelock-3.20.0-py3-none-any.whl", False),
-        ("collecting six-1.17.0-py2.py3-none-any.whl (package 3; 7 requested)", False),
+        ("resolved 3 packages of 7 requested", False),
+        ("downloading torch (899.7MiB)", False),
         ("building a wheel for promise", False),
-        ("installing 3 packages (filelock, promise, torch)", True),
+        ("installing 3 packages (prepared in 41.20s; linked from the shared cache)", True),
         ("installed 3 packages", True),
     ]
 
 
-def test_long_install_lists_are_shortened_and_errors_pass_through():
-    parser = PipProgress()
-    names = ", ".join(f"pkg{i}" for i in range(40))
-    [event] = feed_all(parser, f"Installing collected packages: {names}\n")
-    assert event.step and event.message == "installing 40 packages (pkg0, pkg1, pkg2, pkg3, pkg4, ...)"
-    assert parser.feed("Collecting x\n").message == "collecting x (package 1)"  # no count requested: none shown
-    error = parser.feed("ERROR: No matching distribution found for nosuchpkg==1.0\n")
-    assert error == BuildProgress("ERROR: No matching distribution found for nosuchpkg==1.0", step=False)
-    assert parser.feed("\n") is None and parser.feed("  Obtaining dependency information\n") is None
+def test_errors_pass_through_and_other_lines_are_quiet():
+    parser = UvProgress()
+    assert parser.feed("Resolved 1 package in 3ms\n").message == "resolved 1 packages"  # no count requested
+    error = parser.feed("error: Failed to download `nosuchpkg==1.0`\n")
+    assert error == BuildProgress("error: Failed to download `nosuchpkg==1.0`", step=False)
+    hashes = parser.feed("  × Hash mismatch for `numpy==2.4.6`\n")
+    assert hashes == BuildProgress("× Hash mismatch for `numpy==2.4.6`", step=False)
+    assert parser.feed("\n") is None and parser.feed(" + torch==2.14.1\n") is None
+    assert parser.feed(" Downloaded torch\n") is None and parser.feed("      Built promise==2.3\n") is None
 
 
 def test_requirement_count_skips_comments_blanks_and_options(tmp_path):
@@ -69,15 +66,21 @@ def test_requirement_count_skips_comments_blanks_and_options(tmp_path):
     assert requirement_count(path) == 2
 
 
+# Stands in for uv (`venv DIR` makes DIR/bin/python, a copy of FAKE_PYTHON; `pip install` prints uv-like
+# lines and records its arguments and uv settings, or fails when FAKE_UV_FAIL is set) ...
+FAKE_UV = """\
+#!/bin/sh
+if [ "$1" = "venv" ]; then mkdir -p "$4/bin" "$4/lib/site" && cp "$FAKE_PYTHON" "$4/bin/python"; exit 0; fi
+if [ "$1 $2" = "pip install" ]; then
+  echo "$* cache=$UV_CACHE_DIR link=$UV_LINK_MODE" >> "$FAKE_UV_CALLS"
+  if [ -n "$FAKE_UV_FAIL" ]; then echo "error: Failed to download nosuchpkg"; exit 1; fi
+  cat "$FAKE_UV_OUTPUT"; exit 0
+fi
+exit 2
+"""
+# ... and for the environment's interpreter.
 FAKE_PYTHON = """\
 #!/bin/sh
-# Stands in for the host interpreter and the venv's: `-m venv DIR` makes DIR/bin/python (this script),
-# `-m pip install` prints pip-like lines (or fails when FAKE_PIP_FAIL is set).
-if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" "$3/lib/site" && cp "$0" "$3/bin/python"; exit 0; fi
-if [ "$1 $2" = "-m pip" ]; then
-  if [ -n "$FAKE_PIP_FAIL" ]; then echo "ERROR: No matching distribution found for nosuchpkg"; exit 1; fi
-  cat "$FAKE_PIP_OUTPUT"; exit 0
-fi
 case "$2" in
   *sysconfig*) echo "$(dirname "$(dirname "$0")")/lib/site" ;;
 esac
@@ -86,20 +89,25 @@ exit 0
 
 
 @pytest.fixture
-def fake_python(tmp_path, monkeypatch):
-    script = tmp_path / "fake-python"
-    script.write_text(FAKE_PYTHON)
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    output = tmp_path / "pip-output.txt"
-    output.write_text(PIP_OUTPUT)
-    monkeypatch.setattr(sys, "executable", str(script))
-    monkeypatch.setenv("FAKE_PIP_OUTPUT", str(output))
-    monkeypatch.delenv("FAKE_PIP_FAIL", raising=False)
-    return script
+def fake_uv(tmp_path, monkeypatch):
+    scripts = {}
+    for name, text in (("fake-uv", FAKE_UV), ("fake-python", FAKE_PYTHON)):
+        scripts[name] = tmp_path / name
+        scripts[name].write_text(text)
+        scripts[name].chmod(scripts[name].stat().st_mode | stat.S_IEXEC)
+    output = tmp_path / "uv-output.txt"
+    output.write_text(UV_OUTPUT)
+    monkeypatch.setattr(local, "uv_binary", lambda: scripts["fake-uv"])
+    monkeypatch.setenv("FAKE_PYTHON", str(scripts["fake-python"]))
+    monkeypatch.setenv("FAKE_UV_OUTPUT", str(output))
+    monkeypatch.setenv("FAKE_UV_CALLS", str(tmp_path / "uv-calls.txt"))
+    monkeypatch.delenv("FAKE_UV_FAIL", raising=False)
+    return tmp_path / "uv-calls.txt"
 
 
-def test_build_reports_steps_and_packages_and_keeps_the_whole_log(tmp_path, fake_python):
-    environment = StackEnvironment("native-torch", home=tmp_path / "home")
+def test_build_reports_steps_and_packages_and_keeps_the_whole_log(tmp_path, fake_uv):
+    home = tmp_path / "home"
+    environment = StackEnvironment("native-torch", home=home)
     events: list[BuildProgress] = []
     environment.build(events.append)
     steps = [e.message for e in events if e.step]
@@ -113,29 +121,35 @@ def test_build_reports_steps_and_packages_and_keeps_the_whole_log(tmp_path, fake
     assert steps[1:] == [
         "creating the virtual environment",
         install,
-        "installing 3 packages (filelock, promise, torch)",
+        "installing 3 packages (prepared in 41.20s; linked from the shared cache)",
         "installed 3 packages",
         "linking this fwbench checkout and checking that the harness imports",
         "the native-torch (current) environment is ready",
     ]
-    assert f"collecting torch==2.14.1 (package 1; {count} requested)" in [e.message for e in events]
+    assert "downloading torch (899.7MiB)" in [e.message for e in events]
     log = environment.log_path.read_text()
-    assert PIP_OUTPUT in log  # every line pip printed, not only the ones reported
+    assert UV_OUTPUT in log  # every line uv printed, not only the ones reported
     assert environment.ready
     assert (environment.path / "lib/site/fwbench-src.pth").read_text().strip() == str(local.REPO_ROOT / "runner")
+    # The lock's strictness, into this environment, through the machine's one cache, hard-linked.
+    first_call = fake_uv.read_text().splitlines()[0]
+    assert f"--python {environment.python}" in first_call
+    assert f"cache={home / 'uv-cache'} link=hardlink" in first_call
+    if environment.locked:
+        assert f"--no-deps --require-hashes -r {environment.requirements}" in first_call
     events.clear()
     environment.build(events.append)  # ready: nothing to do, nothing to say
     assert events == []
 
 
-def test_failed_build_names_the_log_and_reports_pips_error(tmp_path, fake_python, monkeypatch):
-    monkeypatch.setenv("FAKE_PIP_FAIL", "1")
+def test_failed_build_names_the_log_and_reports_uvs_error(tmp_path, fake_uv, monkeypatch):
+    monkeypatch.setenv("FAKE_UV_FAIL", "1")
     environment = StackEnvironment("native-torch", home=tmp_path / "home")
     events: list[BuildProgress] = []
     with pytest.raises(EngineError, match=str(environment.log_path)):
         environment.build(events.append)
-    assert events[-1] == BuildProgress("ERROR: No matching distribution found for nosuchpkg", step=False)
-    assert "ERROR: No matching distribution found for nosuchpkg" in environment.log_path.read_text()
+    assert events[-1] == BuildProgress("error: Failed to download nosuchpkg", step=False)
+    assert "error: Failed to download nosuchpkg" in environment.log_path.read_text()
     assert not environment.ready
 
 

@@ -237,3 +237,26 @@ def test_the_current_engine_inside_an_image_refuses_another_pin_set(tmp_path):
                    "--out", str(tmp_path / "r"), "--data", str(tmp_path / "data"), "--inject-fault", "raise", env=env)
     [row] = [results.read_row(p) for p in (tmp_path / "r").rglob("*.parquet")]
     assert row["pin_set"] == "paper-2024" and row["image_variant"] == "cpu"
+
+
+def test_the_terminal_summary_shows_busy_numbers_marked_and_prefers_quiet_rows(tmp_path):
+    """fwbench run's closing table: a cell with only busy rows shows its median marked ⚠; a cell with a
+    quiet row shows the quiet median alone, unmarked; the caption counts the busy rows."""
+    from rich.console import Console
+
+    from fwbench.cli.commands import _summary_table
+    from fwbench.engines.matrix import CellResult
+
+    def result(task, repeat, ms, busy):
+        row = {"status": "ok", "ms_per_step": ms, "busy": busy, "parallel_cells": 1}
+        return CellResult(replace(current_engine_spec(tmp_path), task=task, repeat=repeat), tmp_path, row)
+
+    outcomes = [result("bert-predict", 0, 40.0, True), result("bert-predict", 1, 60.0, True),
+                result("sam-predict", 0, 10.0, False), result("sam-predict", 1, 99.0, True)]
+    console = Console(record=True, width=200)
+    console.print(_summary_table(outcomes))
+    text = console.export_text()
+    bert = next(line for line in text.splitlines() if "bert-predict" in line)
+    sam = next(line for line in text.splitlines() if "sam-predict" in line)
+    assert "50.00 ⚠" in bert and "10.00" in sam and "⚠" not in sam and "99.00" not in sam
+    assert "⚠ measured only on a busy machine (3 busy row(s)" in " ".join(text.split())  # the caption wraps

@@ -79,10 +79,14 @@ def test_compare_through_real_entry_point_has_no_traceback(runs):
 
 @pytest.mark.integration
 def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
-    """Real native-torch cells, 3 repeats a side (the gate's minimum): run B adds 1 s to every timed step of
-    one task (the hidden --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell.
-    The delay is far above the load spikes a busy 2-core CI machine puts on a tiny step (~0.7 s seen).
-    With 1 repeat a side the gate must refuse instead (exit 2)."""
+    """Real native-torch cells, 3 repeats a side (the gate's minimum): run B adds a delay to every timed step
+    of one task (the hidden --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell.
+    With 1 repeat a side the gate must refuse instead (exit 2).
+
+    Load-proof: the delay is planted after run A's cells were measured, at three times A's slowest step
+    (and at least 1 s). Every step of B then takes longer than 3x every step of A, whatever load either
+    run met (load only slows B further); a fixed 1 s once failed when load made A's own steps ~0.7 s."""
+    from fwbench.core import results
     from tests.conftest import run_fwbench
 
     built = run_fwbench("env", "build", "native-torch")  # reused if already built
@@ -94,8 +98,10 @@ def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
         assert done.returncode == 0, done.stdout[-2000:]
     done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "a"))
     assert done.returncode == 0, done.stdout[-2000:]
+    rows_a = [results.read_row(p) for p in (tmp_path / "a").rglob("sam-predict*.parquet")]
+    delay_ms = max(1000, round(3 * max(max(row["step_ms"]) for row in rows_a)))
     done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "b"),
-                       "--inject-fault", "step-sleep:1000")
+                       "--inject-fault", f"step-sleep:{delay_ms}")
     assert done.returncode == 0, done.stdout[-2000:]
     rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
     slowed = next(r for r in rows if r.task == "sam-predict")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -18,6 +19,8 @@ from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import loading
 from fwbench_aggregator.aggregate import aggregate
+from fwbench_aggregator.report import fmt_ms
+from fwbench_aggregator.summary import SPEEDUP_BASELINES
 from tests.aggregator_rows import record, tree_digest, write
 
 FWBENCH = Path(sys.executable).with_name("fwbench")
@@ -138,9 +141,14 @@ def test_busy_rows_are_flagged_and_left_out_of_rankings_unless_asked(tmp_path):
     md = outcome.report_md.read_text()
     assert "## Busy rows" in md and "other processes used 1.80 CPU cores" in md
     bert = next(line for line in md.splitlines() if line.startswith("| bert-fit |"))
-    assert "busy" in bert  # the keras3-jax cell shows "busy", not a number
+    busy_median = 30 * float(np.median(STEPS))
+    assert f"{fmt_ms(busy_median)} [" in bert and "⚠" in bert  # the busy cell shows its number, marked
     (summary,) = outcome.summaries
     assert [v.stack for v, _ in summary.ranked("bert-fit")] == ["native-torch"]
+    assert summary.keras3_best("bert-fit") is None  # nor is it the Keras 3 best or in a speed-up
+    assert all(summary.speedup("bert-fit", key) is None for _, key in SPEEDUP_BASELINES)
+    printed = CliRunner().invoke(app, ["aggregate", str(tmp_path / "res"), "--output", str(tmp_path / "rep3")])
+    assert printed.exit_code == 0 and "⚠ measured only while something competed" in " ".join(printed.output.split())
     included = aggregate([tmp_path / "res"], tmp_path / "rep2", include_busy=True)
     assert [v.stack for v, _ in included.summaries[0].ranked("bert-fit")] == ["native-torch", "keras3-jax"]
     assert "included in the tables" in included.report_md.read_text()

@@ -37,13 +37,13 @@ def probe() -> dict:
 
 def test_unsynced_dispatch_is_much_faster_than_the_work(probe):
     # Without this the test below would prove nothing: the step really is asynchronous.
-    assert probe["unsynced_ms"] < 0.2 * probe["manual_ms"], probe
+    assert probe["unsynced_ratio"] < 0.2, probe
 
 
 def test_harness_clock_reports_device_time(probe):
-    assert 0.5 * probe["manual_ms"] < probe["synced_ms"] < 2.0 * probe["manual_ms"], probe
+    assert 0.5 < probe["synced_ratio"] < 2.0, probe  # paired rounds: load slows both sides alike
 
 
 def test_keras_fit_and_predict_callbacks_are_synced(probe):
-    assert 0.5 * probe["fit_manual_ms"] < probe["fit_clock_ms"] < 2.0 * probe["fit_manual_ms"], probe
-    assert 0.5 * probe["predict_manual_ms"] < probe["predict_clock_ms"] < 2.0 * probe["predict_manual_ms"], probe
+    assert 0.5 < probe["fit_ratio"] < 2.0, probe
+    assert 0.5 < probe["predict_ratio"] < 2.0, probe

@@ -28,7 +28,7 @@ def _print_main_tables(summaries) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from fwbench_aggregator.report import main_table
+    from fwbench_aggregator.report import BUSY_NOTE, main_table
 
     console = Console()
     if not console.is_terminal:
@@ -41,6 +41,8 @@ def _print_main_tables(summaries) -> None:
             table.add_column(escape(header).replace(" \\[", "\n\\["), justify="left" if i == 0 else "right")
         for row in rows:
             table.add_row(*(escape(cell).replace(" \\[", "\n\\[") for cell in row))
+        if summary.busy_estimates:
+            table.caption = BUSY_NOTE
         console.print(table)
 
 

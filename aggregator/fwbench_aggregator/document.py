@@ -38,6 +38,16 @@ class Table:
 
 
 @dataclass
+class Folded:
+    """Long detail kept out of the reader's way: HTML folds it into a <details> here; Markdown, which has
+    no folding, says how many items there are here and lists them at the end of the document."""
+
+    summary: str
+    blocks: list
+    count: int
+
+
+@dataclass
 class Image:
     path: Path  # PNG inside the report dir
     alt: str
@@ -58,23 +68,36 @@ def _md_cell(text: str) -> str:
 
 def to_markdown(doc: Document, report_dir: Path) -> str:
     lines = [f"# {doc.title}", ""]
+    folded = []
     for block in doc.blocks:
-        if isinstance(block, Heading):
-            lines += ["#" * block.level + " " + block.text, ""]
-        elif isinstance(block, Paragraph):
-            prefix = "**Warning:** " if block.kind == "warning" else ""
-            lines += [prefix + block.text, ""]
-        elif isinstance(block, BulletList):
-            prefix = "⚠ " if block.kind == "warning" else ""
-            lines += [f"- {prefix}{item}" for item in block.items] + [""]
-        elif isinstance(block, Table):
-            lines.append("| " + " | ".join(_md_cell(h) for h in block.headers) + " |")
-            lines.append("|" + "|".join("---" for _ in block.headers) + "|")
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows]
-            lines.append("")
-        elif isinstance(block, Image):
-            lines += [f"![{block.alt}]({block.path.relative_to(report_dir).as_posix()})", ""]
+        if isinstance(block, Folded):
+            lines += [f"{block.summary}: {block.count}, listed at the end.", ""]
+            folded.append(block)
+        else:
+            lines += _markdown_block(block, report_dir)
+    for block in folded:
+        lines += ["## " + block.summary, ""]
+        for inner in block.blocks:
+            lines += _markdown_block(inner, report_dir)
     return "\n".join(lines)
+
+
+def _markdown_block(block, report_dir: Path) -> list[str]:
+    if isinstance(block, Heading):
+        return ["#" * block.level + " " + block.text, ""]
+    if isinstance(block, Paragraph):
+        prefix = "**Warning:** " if block.kind == "warning" else ""
+        return [prefix + block.text, ""]
+    if isinstance(block, BulletList):
+        prefix = "⚠ " if block.kind == "warning" else ""
+        return [f"- {prefix}{item}" for item in block.items] + [""]
+    if isinstance(block, Table):
+        return (["| " + " | ".join(_md_cell(h) for h in block.headers) + " |",
+                 "|" + "|".join("---" for _ in block.headers) + "|"]
+                + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows] + [""])
+    if isinstance(block, Image):
+        return [f"![{block.alt}]({block.path.relative_to(report_dir).as_posix()})", ""]
+    return []
 
 
 _CSS = """
@@ -95,23 +118,31 @@ def to_html(doc: Document) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(doc.title)}</title>",
              f"<style>{_CSS}</style></head><body>", f"<h1>{e(doc.title)}</h1>"]
-    for block in doc.blocks:
-        if isinstance(block, Heading):
-            parts.append(f"<h{block.level}>{e(block.text)}</h{block.level}>")
-        elif isinstance(block, Paragraph):
-            parts.append(f'<p class="{block.kind}">{e(block.text)}</p>')
-        elif isinstance(block, BulletList):
-            items = "".join(f"<li>{e(item)}</li>" for item in block.items)
-            parts.append(f'<ul class="{block.kind}">{items}</ul>')
-        elif isinstance(block, Table):
-            head = "".join(f"<th>{e(h)}</th>" for h in block.headers)
-            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
-            table = f'<table class="{block.css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-            if block.collapsible:
-                table = f"<details><summary>{e(block.collapsible)}</summary>{table}</details>"
-            parts.append(table)
-        elif isinstance(block, Image):
-            data = base64.b64encode(block.path.read_bytes()).decode("ascii")
-            parts.append(f'<img alt="{e(block.alt)}" src="data:image/png;base64,{data}">')
+    parts += [_html_block(block) for block in doc.blocks]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _html_block(block) -> str:
+    e = html.escape
+    if isinstance(block, Heading):
+        return f"<h{block.level}>{e(block.text)}</h{block.level}>"
+    if isinstance(block, Paragraph):
+        return f'<p class="{block.kind}">{e(block.text)}</p>'
+    if isinstance(block, BulletList):
+        items = "".join(f"<li>{e(item)}</li>" for item in block.items)
+        return f'<ul class="{block.kind}">{items}</ul>'
+    if isinstance(block, Table):
+        head = "".join(f"<th>{e(h)}</th>" for h in block.headers)
+        body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
+        table = f'<table class="{block.css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        if block.collapsible:
+            table = f"<details><summary>{e(block.collapsible)}</summary>{table}</details>"
+        return table
+    if isinstance(block, Folded):
+        inner = "".join(_html_block(b) for b in block.blocks)
+        return f"<details><summary>{e(block.summary)} ({block.count})</summary>{inner}</details>"
+    if isinstance(block, Image):
+        data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+        return f'<img alt="{e(block.alt)}" src="data:image/png;base64,{data}">'
+    return ""

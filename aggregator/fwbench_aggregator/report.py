@@ -19,6 +19,10 @@ CONCURRENT_MARK = "‡"
 CONCURRENT_NOTE = (f"{CONCURRENT_MARK} includes repeats that ran at the same time as other cells of their run "
                    "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own; memory bandwidth and "
                    "caches were still shared.")
+# Marks a number measured only while the machine was busy: shown, but ranked and compared nowhere.
+BUSY_MARK = "⚠"
+BUSY_NOTE = (f"{BUSY_MARK} measured only while something competed with the cell (see Busy rows): shown for "
+             "orientation, left out of Keras 3 best, speed-ups, rankings and plots.")
 
 
 def fmt_ms(value: float) -> str:
@@ -53,10 +57,14 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
         row = [task]
         for variant in summary.variants:
             est = summary.estimates.get((task, variant))
-            if est is None:
+            busy_est = summary.busy_estimates.get((task, variant))
+            status = summary.statuses.get((task, variant))
+            mark = f" {CONCURRENT_MARK}" if status and status.concurrent else ""
+            if est is None and busy_est is not None:
+                row.append(f"{fmt_estimate(busy_est)}{mark}\u00a0{BUSY_MARK}")  # the mark stays with its number
+            elif est is None:
                 row.append(_status_word(summary, task, variant))
             else:
-                mark = f" {CONCURRENT_MARK}" if summary.statuses[(task, variant)].concurrent else ""
                 row.append(fmt_estimate(est) + mark)
         if has_keras3:
             best = summary.keras3_best(task)
@@ -140,6 +148,8 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
                d.Table(headers, rows)]
     if any(status.concurrent for status in summary.statuses.values()):
         blocks.append(d.Paragraph(CONCURRENT_NOTE, "note"))
+    if summary.busy_estimates:
+        blocks.append(d.Paragraph(BUSY_NOTE, "note"))
     single = sorted({f"{t} {v.label}" for (t, v), e in summary.estimates.items() if e.repeats == 1})
     if single:
         blocks.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their CI only covers step-to-step "
@@ -168,20 +178,23 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
 
 
 def _busy_section(frame, include_busy: bool) -> list:
+    """One warning line with the count; the rows themselves are folded (HTML) or listed at the end (Markdown),
+    so that a run on a busy machine still opens with its numbers."""
     from fwbench_aggregator.summary import is_busy
 
     busy = frame[is_busy(frame) & (frame["status"] == "ok")]
     if busy.empty:
         return []
     what = ("They are included in the tables (--include-busy)." if include_busy else
-            "They are left out of the tables, rankings and plots; `fwbench aggregate --include-busy` puts them back.")
+            f"Cells with only busy rows show their numbers marked {BUSY_MARK}, left out of rankings, speed-ups and "
+            "plots; `fwbench aggregate --include-busy` counts them as usual.")
     lines = [f"{row['cell_id']} repeat {int(row['repeat'])}: {row.get('busy_reasons') or 'busy'}"
              for _, row in busy.sort_values(["cell_id", "repeat"]).iterrows()]
     return [d.Heading("Busy rows"),
-            d.Paragraph(f"{len(busy)} ok row(s) were measured while something competed with the cell (other CPU "
-                        f"load, other fwbench cells or other GPU processes): their times are not comparable. {what}",
-                        "warning"),
-            d.BulletList(lines, "warning")]
+            d.Paragraph(f"{len(busy)} of {int((frame['status'] == 'ok').sum())} ok row(s) were measured while "
+                        "something competed with the cell (other CPU load, other fwbench cells or other GPU "
+                        f"processes): their times are not comparable. {what}", "warning"),
+            d.Folded("Busy rows and why", [d.BulletList(lines, "warning")], len(lines))]
 
 
 def _concurrent_summary(frame) -> list:

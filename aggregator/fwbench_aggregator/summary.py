@@ -56,6 +56,9 @@ class PresetSummary:
     statuses: dict[tuple[str, Variant], CellStatus]
     batch_sizes: dict[tuple[str, Variant], set]
     facts: dict[tuple[str, Variant], CellFacts] = field(default_factory=dict)
+    # Cells whose only ok rows are busy: shown (marked) so a busy run still shows numbers, but never in
+    # `estimates`, so rankings, Keras 3 best, speed-ups and plots leave them out.
+    busy_estimates: dict[tuple[str, Variant], stats.Estimate] = field(default_factory=dict)
 
     def keras3_best(self, task: str) -> tuple[Variant, stats.Estimate] | None:
         """Fastest Keras 3 backend for the task (lowest median), as the published 'best' column."""
@@ -108,7 +111,7 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
     frame = assign_variants(frame)
     for preset in _preset_order(frame["preset"].dropna().unique()):
         rows = frame[frame["preset"] == preset]
-        estimates, statuses, batches, facts = {}, {}, {}, {}
+        estimates, statuses, batches, facts, busy_estimates = {}, {}, {}, {}, {}
         for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
             busy = is_busy(cell) & (cell["status"] == "ok")
             status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
@@ -121,15 +124,22 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
             status.concurrent = int(ran_concurrently(ok).sum())
             batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
             if len(ok):
-                samples = [stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])]
-                estimates[(task, variant)] = stats.estimate(samples)
+                estimates[(task, variant)] = _estimate(ok)
                 facts[(task, variant)] = _facts(ok)
+            elif busy.any():
+                busy_estimates[(task, variant)] = _estimate(cell[busy])
+                status.concurrent = int(ran_concurrently(cell[busy]).sum())  # of the rows behind the shown number
         summaries.append(PresetSummary(
             preset=str(preset),
             tasks=task_order({t for t, _ in statuses}),
             variants=ordered(v for _, v in statuses),
-            estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts))
+            estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
+            busy_estimates=busy_estimates))
     return summaries
+
+
+def _estimate(ok: pd.DataFrame) -> stats.Estimate:
+    return stats.estimate([stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])])
 
 
 def _preset_order(presets) -> list[str]:

@@ -226,7 +226,7 @@ def _result_line(result) -> str:
 
 
 def _summary_table(outcomes) -> Table:
-    from fwbench_aggregator.report import CONCURRENT_MARK
+    from fwbench_aggregator.report import BUSY_MARK, CONCURRENT_MARK
     from fwbench_aggregator.stats import median  # one definition of the median, shared with the report
 
     def variant_of(r) -> str:
@@ -245,18 +245,27 @@ def _summary_table(outcomes) -> Table:
         values = []
         for variant in variants:
             rows = [row for row in cells.get((task_id, variant), []) if row]
-            ok = [row["ms_per_step"] for row in rows if row["status"] == "ok"]
-            concurrent = any(_ran_concurrently(row) for row in rows if row["status"] == "ok")
+            all_ok = [row for row in rows if row["status"] == "ok"]
+            # As in the report: busy rows count only where nothing else ran ok, and then marked.
+            ok = [row for row in all_ok if not row.get("busy")] or all_ok
+            marks = (f" {CONCURRENT_MARK}" if any(_ran_concurrently(row) for row in ok) else "") + (
+                f" [yellow]{BUSY_MARK}[/]" if ok and ok[0].get("busy") else "")
             if ok:
-                values.append(f"{median(ok):.2f}" + (f" {CONCURRENT_MARK}" if concurrent else ""))
+                values.append(f"{median([row['ms_per_step'] for row in ok]):.2f}{marks}")
             elif rows:
                 status = rows[0]["status"]
                 values.append(f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]")
             else:
                 values.append("")
         table.add_row(task_id, *values)
+    captions = []
     if any(r.row and r.row["status"] == "ok" and _ran_concurrently(r.row) for r in outcomes):
-        table.caption = f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own"
+        captions.append(f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own")
+    busy = sum(1 for r in outcomes if r.row and r.row["status"] == "ok" and r.row.get("busy"))
+    if busy:
+        captions.append(f"{BUSY_MARK} measured only on a busy machine ({busy} busy row(s), reasons above): "
+                        "not comparable")
+    table.caption = "\n".join(captions) or None
     return table
 
 
@@ -268,6 +277,9 @@ def demo_cmd(
     steps: int = typer.Option(5, help="Timed steps per cell."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
+    parallel: str = typer.Option("auto", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, "
+                                              "or auto (one cell per core on a CPU-only host; one per GPU on a "
+                                              "GPU host). 1 runs one cell at a time on every core."),
 ) -> None:
     """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench.engines import matrix
@@ -277,14 +289,20 @@ def demo_cmd(
     stacks = stack or [s for s in registry.STACKS
                        if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
+    cells_at_once = slot_plan.parse_parallel(parallel)
+    runner = make_engine("local", pin_set=pin_set)
+    # Tiny cells gain little from a second core but a lot from running beside each other: auto gives
+    # each cell one core of its own (rows are marked concurrent, as with `run --parallel`).
+    slots = slot_plan.plan_slots(cells_at_once, None, slot_plan.usable_cpus(), engine_gpus(runner, cells_at_once))
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
-                    steps=steps, warmup=preset.warmup, threads=os.cpu_count() or 1, timeout_s=preset.timeout_s)
+                    steps=steps, warmup=preset.warmup, threads=slot_plan.slot_threads(slots, None),
+                    timeout_s=preset.timeout_s)
     specs = matrix.plan(stacks, None, "tiny", None, 1, base)
     if compiled and "native-torch" in stacks:
         specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
     check_out_dir(results_dir)
-    execute(specs, make_engine("local", pin_set=pin_set), results_dir, resume)
+    execute(specs, runner, results_dir, resume, slots)
     from fwbench_aggregator.cli import run_aggregate
 
     report = run_aggregate([results_dir], out / "report")

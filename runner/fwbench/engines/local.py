@@ -5,6 +5,11 @@ file its Docker image installs (images/<stack>/<pin-set>/requirements-cpu.lock; 
 CPython 3.11, which the locks are resolved for, from that folder's requirements.txt instead), cached
 under $FWBENCH_HOME/venvs keyed by that file's hash. fwbench itself is put on the environment's path
 with a .pth file pointing at this checkout, so the cells always run the harness you are looking at.
+
+uv installs them (`uv pip install --require-hashes --no-deps -r <lock>`, as strict as pip): it downloads
+in parallel into one cache per machine ($FWBENCH_HOME/uv-cache) and hard-links each file from there into
+every environment that needs it, so the torch that native-torch and keras3-torch share, or the
+TensorFlow of four stacks, is downloaded once and stored once.
 """
 
 from __future__ import annotations
@@ -26,14 +31,29 @@ from fwbench.core.spec import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 READY_MARKER = ".fwbench-ready"
-# Bump to rebuild every cached environment after a change to how they are made.
-ENV_LAYOUT_VERSION = "2"
+# Bump to rebuild every cached environment after a change to how they are made (3: built by uv).
+ENV_LAYOUT_VERSION = "3"
 # The platform images/lock.sh resolves the lock files for.
 LOCKED_PLATFORM = ("Linux", "x86_64", LOCKED_PYTHON)
 
 
 def fwbench_home() -> Path:
     return Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
+
+
+def uv_cache_dir(home: Path | None = None) -> Path:
+    """uv's cache: beside the environments, on the same file system, so files are hard-linked, not copied."""
+    return (home or fwbench_home()) / "uv-cache"
+
+
+def uv_binary() -> Path:
+    """The uv executable of the pinned `uv` package (a base dependency of fwbench)."""
+    try:
+        import uv
+    except ImportError:
+        raise EngineError("the local engine installs environments with uv, which is not installed here: "
+                          "pip install -e . (fwbench depends on a pinned uv)") from None
+    return Path(uv.find_uv_bin())
 
 
 def pin_set_dir(stack: str, pin_set: str) -> Path:
@@ -53,7 +73,7 @@ def platform_is_locked() -> bool:
 @dataclass(frozen=True)
 class BuildProgress:
     """One report from an environment build: a step (creating the venv, installing N requirements, ...)
-    or, with step=False, a detail within the current step (the package pip is collecting now)."""
+    or, with step=False, a detail within the current step (the package the installer is downloading now)."""
 
     message: str
     step: bool = True
@@ -68,49 +88,40 @@ def requirement_count(path: Path) -> int:
     return sum(1 for line in lines if line and not line.startswith("-"))
 
 
-class PipProgress:
-    """Turns `pip install` output lines, as they stream, into progress reports (None: nothing to say).
+class UvProgress:
+    """Turns `uv pip install` output lines, as they stream, into progress reports (None: nothing to say).
 
-    Collecting/Downloading/Building lines become details naming the package; "Installing collected
-    packages" is a step of its own (the longest silent stretch of a build)."""
+    Downloads and wheel builds become details naming the package; linking the prepared packages into the
+    environment is a step of its own, and so is its end. uv prints no line for a package it takes from
+    its cache, so a rebuild from a warm cache goes straight to the install step."""
 
-    COLLECTING = re.compile(r"^(Collecting|Processing) (\S+)")  # Processing: a local wheel or directory
+    RESOLVED = re.compile(r"^Resolved (\d+) packages?")
     DOWNLOADING = re.compile(r"^\s*Downloading (\S+)(?: \(([^)]+)\))?")
-    CACHED = re.compile(r"^\s*Using cached (\S+)")
-    BUILDING = re.compile(r"^\s*Building wheel for (\S+)")
-    INSTALLING = re.compile(r"^Installing collected packages: (.+)$")
-    INSTALLED = re.compile(r"^Successfully installed (.+)$")
+    BUILDING = re.compile(r"^\s*Building (\S+?)(?:==\S+)?\s*$")
+    PREPARED = re.compile(r"^Prepared (\d+) packages? in (.+)$")
+    INSTALLED = re.compile(r"^Installed (\d+) packages? in (.+)$")
+    ERROR = re.compile(r"^\s*(error:|×)")
 
     def __init__(self, requirements: int | None = None):
         self.requirements = requirements
-        self.collected = 0
 
     def feed(self, line: str) -> BuildProgress | None:
         line = line.rstrip("\r\n")
-        if match := self.COLLECTING.match(line):
-            self.collected += 1
-            of = f"; {self.requirements} requested" if self.requirements else ""
-            return BuildProgress(f"collecting {os.path.basename(match.group(2))} (package {self.collected}{of})",
-                                 step=False)
+        if match := self.RESOLVED.match(line):
+            of = f" of {self.requirements} requested" if self.requirements else ""
+            return BuildProgress(f"resolved {match.group(1)} packages{of}", step=False)
         if match := self.DOWNLOADING.match(line):
             name, size = match.groups()
-            if name.endswith(".metadata"):  # a few kB per package: not worth a report
-                return None
             return BuildProgress(f"downloading {name}" + (f" ({size})" if size else ""), step=False)
-        if match := self.CACHED.match(line):
-            if match.group(1).endswith(".metadata"):
-                return None
-            return BuildProgress(f"using cached {match.group(1)}", step=False)
-        if (match := self.BUILDING.match(line)) and "finished" not in line:
+        if match := self.BUILDING.match(line):
             return BuildProgress(f"building a wheel for {match.group(1)}", step=False)
-        if match := self.INSTALLING.match(line):
-            names = [name.strip() for name in match.group(1).split(",") if name.strip()]
-            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-            return BuildProgress(f"installing {len(names)} packages ({shown})")
+        if match := self.PREPARED.match(line):
+            return BuildProgress(f"installing {match.group(1)} packages (prepared in {match.group(2)}; "
+                                 "linked from the shared cache)")
         if match := self.INSTALLED.match(line):
-            return BuildProgress(f"installed {len(match.group(1).split())} packages")
-        if line.startswith("ERROR:"):
-            return BuildProgress(line, step=False)
+            return BuildProgress(f"installed {match.group(1)} packages")
+        if self.ERROR.match(line):
+            return BuildProgress(line.strip(), step=False)
         return None
 
 
@@ -131,7 +142,8 @@ class StackEnvironment:
         for path in inputs:
             key.update(path.read_bytes() if path.is_file() else b"")
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
-        self.path = (home or fwbench_home()) / "venvs" / f"{stack}-{pin_set}-{key.hexdigest()[:12]}"
+        self.home = home or fwbench_home()
+        self.path = self.home / "venvs" / f"{stack}-{pin_set}-{key.hexdigest()[:12]}"
 
     @property
     def python(self) -> Path:
@@ -148,23 +160,26 @@ class StackEnvironment:
     def build(self, progress: Optional[ProgressCallback] = None) -> None:
         """Create the environment (idempotent; a half-built one from an interrupted build is redone).
 
-        `progress` hears each step (the first names the log file) and, as pip's output streams into
-        the log, the package pip is on. The log keeps all of pip's output."""
+        `progress` hears each step (the first names the log file) and, as uv's output streams into
+        the log, the package uv is downloading or building. The log keeps all of uv's output."""
         if self.ready:
             return
         report = progress or (lambda event: None)
         if self.path.exists():
             shutil.rmtree(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One cache per machine, hard-linked into each environment (never copied: same file system).
+        uv_settings = {"UV_CACHE_DIR": str(uv_cache_dir(self.home)), "UV_LINK_MODE": "hardlink",
+                       "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
         with open(self.log_path, "w") as log:
-            def run(*argv: str | Path, parse: Optional[PipProgress] = None) -> str:
+            def run(*argv: str | Path, parse: Optional[UvProgress] = None) -> str:
                 log.write(f"$ {' '.join(map(str, argv))}\n")
                 log.flush()
                 output = []
-                # Unbuffered, so pip's lines reach the log (and the progress) as it prints them.
+                # Unbuffered, so the installer's lines reach the log (and the progress) as it prints them.
                 with subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, stdin=subprocess.DEVNULL, bufsize=1,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}) as process:
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **uv_settings}) as process:
                     assert process.stdout is not None
                     for line in process.stdout:
                         log.write(line)
@@ -182,21 +197,20 @@ class StackEnvironment:
             report(BuildProgress(f"building the {self.stack} ({self.pin_set}) environment in {self.path} "
                                  f"(log: {self.log_path})"))
             report(BuildProgress("creating the virtual environment"))
-            run(sys.executable, "-m", "venv", self.path)
+            uv = uv_binary()
+            run(uv, "venv", "--python", sys.executable, self.path)
             count = requirement_count(self.requirements)
-            # No wheel cache: the environment is the cache, and a second copy of every wheel (several GB
-            # for a CUDA build of torch) would double its disk.
-            pip = (self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir")
+            pip = (uv, "pip", "install", "--python", self.python)
             if self.locked:
                 report(BuildProgress(f"installing the {count} locked packages of {self.requirements}"))
-                run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=PipProgress(count))
+                run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=UvProgress(count))
             else:
                 report(BuildProgress(f"installing {count} requirements from {self.requirements} and their "
                                      "dependencies (this platform is not the one the lock files are for)"))
                 constraints = ("-c", self.constraints) if self.constraints.is_file() else ()
-                run(*pip, "-r", self.requirements, *constraints, parse=PipProgress(count))
+                run(*pip, "-r", self.requirements, *constraints, parse=UvProgress(count))
                 if self.overrides.is_file():
-                    run(*pip, "--no-deps", "-r", self.overrides, parse=PipProgress())
+                    run(*pip, "--no-deps", "-r", self.overrides, parse=UvProgress())
             report(BuildProgress("linking this fwbench checkout and checking that the harness imports"))
             purelib = run(self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
             (Path(purelib.strip().splitlines()[-1]) / "fwbench-src.pth").write_text(f"{REPO_ROOT / 'runner'}\n")
