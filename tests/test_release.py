@@ -46,6 +46,7 @@ def test_release_round_trips_and_names_images_by_digest():
     ("not json", "not an fwbench release"),
     (json.dumps({"format_version": 99, "images": []}), "release format 99"),
     (json.dumps({"format_version": 1, "images": [{"stack": "x"}]}), "not an fwbench release"),
+    ("[" * 100_000 + "]" * 100_000, "not an fwbench release"),  # nested beyond the parser's recursion limit
 ])
 def test_a_bad_release_file_is_one_clear_error(text, says):
     with pytest.raises(ReleaseError, match=says):
@@ -122,11 +123,13 @@ def test_bundle_packs_rows_release_signature_and_report_and_the_signature_check_
     release_path.parent.mkdir()
     release_path.write_text(release().to_json())
     signing.sign_file(release_path, key)
-    bundle = make_bundle([results], release_path, tmp_path / "bundle.tar.gz")
+    bundle = make_bundle([results], release_path, tmp_path / "bundle.tar.gz", sign_key=key)
     with tarfile.open(bundle) as archive:
         names = set(archive.getnames())
-    assert {"release.json", "release.json.sig", "report/merged.parquet", "report/report.md"} <= names
-    opened = open_bundle(bundle, tmp_path / "opened")
+    assert {"bundle.json", "bundle.json.sig", "release.json", "release.json.sig", "report/merged.parquet",
+            "report/report.md"} <= names
+    opened, rows_signature = open_bundle(bundle, tmp_path / "opened", allowed, allow_unsigned=False)
+    assert rows_signature.startswith("good signature by publisher@fwbench")
     assert check_signature(opened, allowed, allow_unsigned=False).startswith("good signature by publisher@fwbench")
     with pytest.raises(VerificationRefused, match="allowed-signers"):
         check_signature(opened, None, allow_unsigned=False)
@@ -154,9 +157,9 @@ def test_open_bundle_refuses_what_is_not_a_bundle(tmp_path):
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not a tar")
     with pytest.raises(VerificationRefused, match="not a readable fwbench bundle"):
-        open_bundle(junk, tmp_path / "x")
+        open_bundle(junk, tmp_path / "x", None, allow_unsigned=True)
     with pytest.raises(VerificationRefused, match="no bundle"):
-        open_bundle(tmp_path / "missing.tar.gz", tmp_path / "y")
+        open_bundle(tmp_path / "missing.tar.gz", tmp_path / "y", None, allow_unsigned=True)
 
 
 def judged(tmp_path, published_ms, rerun_ms, repeats=5, rerun_repeats=None, allow_inconclusive=False, **rerun):

@@ -16,6 +16,7 @@ only may be allowed, and is still reported). Writes verification.md, verificatio
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,6 +158,21 @@ HEADERS = ("stack", "task", "preset", "variant", "published ms", "re-run ms", "r
            "verdict", "detail")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|#!])")
+
+
+def plain_text(text: str) -> str:
+    """Text from rows or bundles (device names, messages) with control characters shown as '?': no terminal
+    escape sequence or line break from a bundle reaches the terminal or a report."""
+    return _CONTROL.sub("?", str(text))
+
+
+def markdown_text(text: str) -> str:
+    """plain_text with Markdown's active characters (and raw HTML's < >) escaped: shown, never interpreted."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", plain_text(text)).replace("&", "&amp;")
+
+
 def _cells_as_text(cell: VerifiedCell) -> list[str]:
     def ms(value):
         return "—" if value is None or value != value else f"{value:.4g}"
@@ -178,13 +194,14 @@ def write_report(cells: list[VerifiedCell], out_dir: Path, facts: list[tuple[str
                                                      if any(c.verdict == v for c in cells))
                + f"; {failing} failing"
                + (f" ({allowed} inconclusive allowed by --allow-inconclusive)" if allowed else ""))
-    lines = ["# fwbench verification", "", *[f"- **{name}**: {value}" for name, value in facts], f"- **result**: {summary}",
-             "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(text.replace("|", "\\|") for text in _cells_as_text(c)) + " |" for c in cells]
+    lines = ["# fwbench verification", "", *[f"- **{name}**: {markdown_text(value)}" for name, value in facts],
+             f"- **result**: {summary}", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(markdown_text(text) for text in _cells_as_text(c)) + " |" for c in cells]
     md = out_dir / "verification.md"
     write_atomically(md, "\n".join(lines) + "\n")
-    body = "".join(f"<li><b>{html.escape(n)}</b>: {html.escape(v)}</li>" for n, v in facts)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(t)}</td>" for t in _cells_as_text(c)) + "</tr>" for c in cells)
+    body = "".join(f"<li><b>{html.escape(n)}</b>: {html.escape(plain_text(v))}</li>" for n, v in facts)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(plain_text(t))}</td>" for t in _cells_as_text(c)) + "</tr>"
+                   for c in cells)
     write_atomically(out_dir / "verification.html",
                 f"<!doctype html><html><head><meta charset='utf-8'><title>fwbench verification</title></head><body>"
                 f"<h1>fwbench verification</h1><ul>{body}<li><b>result</b>: {html.escape(summary)}</li></ul>"

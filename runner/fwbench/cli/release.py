@@ -64,13 +64,18 @@ def register(app: typer.Typer) -> None:
         results: List[Path] = typer.Argument(..., help="Results directories of a run made with --release."),
         release_path: Path = typer.Option(Path("release/release.json"), "--release", help="The release the rows ran in."),
         output: Path = typer.Option(..., "-o", "--output", help="Bundle file to write (.tar.gz)."),
+        sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="SSH private key that signs the bundle's "
+                                                "manifest (the rows and their settings); verify refuses an unsigned "
+                                                "bundle unless --allow-unsigned."),
     ) -> None:
         """Pack results, their release (and signature) and the report for a third party to verify."""
         from fwbench_aggregator.errors import AggregateError
 
+        if sign_key is not None and not sign_key.is_file():
+            raise _fail(f"no signing key at {sign_key}", 2)
         try:
-            make_bundle(list(results), release_path, output)
-        except (ReleaseError, AggregateError) as exc:
+            make_bundle(list(results), release_path, output, sign_key)
+        except (ReleaseError, AggregateError, SigningError) as exc:
             raise _fail(str(exc), getattr(exc, "exit_code", 1)) from None
         print(f"bundle: {output}")
 
@@ -104,6 +109,8 @@ def register(app: typer.Typer) -> None:
         if repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
+        if repeats > 100:
+            raise _fail("--repeats must be at most 100", 2)
         if not 0 < tolerance < 100:
             raise _fail("--tolerance must be between 0 and 100 (percent)", 2)
         for task_id in task or []:

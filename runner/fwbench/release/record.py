@@ -85,7 +85,7 @@ def parse_release(text: str, source: str = "release.json") -> Release:
         release = Release(**data, images=images)
     except ReleaseError:
         raise
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         raise ReleaseError(f"{source} is not an fwbench release record ({exc.__class__.__name__}: {exc})") from None
     for image in release.images:
         if not DIGEST.match(image.digest):

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 NAMESPACE = "fwbench-release"  # ssh-keygen -n: a signature for another purpose never verifies as a release's
+BUNDLE_NAMESPACE = "fwbench-bundle"  # a bundle manifest's signature (the rows): never valid as a release's, nor back
 
 
 class SigningError(Exception):
@@ -26,34 +27,41 @@ def _ssh_keygen(*args: str, stdin: bytes | None = None) -> subprocess.CompletedP
     return subprocess.run(["ssh-keygen", *args], input=stdin, capture_output=True, timeout=60)
 
 
-def sign_file(path: Path, key: Path) -> Path:
+def sign_file(path: Path, key: Path, namespace: str = NAMESPACE) -> Path:
     """Write path + '.sig' (an SSH signature of the file's bytes)."""
     signature = Path(str(path) + ".sig")
     signature.unlink(missing_ok=True)
-    done = _ssh_keygen("-Y", "sign", "-f", str(key), "-n", NAMESPACE, str(path))
+    done = _ssh_keygen("-Y", "sign", "-f", str(key), "-n", namespace, str(path))
     if done.returncode != 0 or not signature.is_file():
         raise SigningError(f"signing {path} with {key} failed: {done.stderr.decode(errors='replace').strip()}")
     return signature
 
 
-def verify_bytes(data: bytes, signature: Path, allowed_signers: Path) -> str:
+def verify_bytes(data: bytes, signature: Path, allowed_signers: Path, namespace: str = NAMESPACE,
+                 what: str = "release") -> str:
     """The signer's identity if `signature` is a valid signature of `data` by a key in allowed_signers."""
     if not signature.is_file():
-        raise SigningError("the release is not signed (no release.json.sig)")
+        raise SigningError(f"the {what} is not signed (no {signature.name})")
     if not allowed_signers.is_file():
         raise SigningError(f"no allowed-signers file at {allowed_signers}")
     found = _ssh_keygen("-Y", "find-principals", "-s", str(signature), "-f", str(allowed_signers))
     principals = found.stdout.decode(errors="replace").split()
     if found.returncode != 0 or not principals:
-        raise SigningError("the release signature is not by any key in "
-                           f"{allowed_signers}: {found.stderr.decode(errors='replace').strip() or 'no principal'}")
+        reason = _one_line(found.stderr.decode(errors="replace")) or "no principal"
+        raise SigningError(f"the {what} signature is not by any key in {allowed_signers}: {reason}")
     for principal in principals:
-        checked = _ssh_keygen("-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", NAMESPACE,
+        checked = _ssh_keygen("-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", namespace,
                               "-s", str(signature), stdin=data)
         if checked.returncode == 0:
             return principal
-    raise SigningError("bad release signature: release.json was changed after signing, or the signature is not "
-                       f"for it ({checked.stderr.decode(errors='replace').strip()})")
+    file_name = signature.name.removesuffix(".sig")
+    raise SigningError(f"bad {what} signature: {file_name} was changed after signing, or the signature is not "
+                       f"for it ({_one_line(checked.stderr.decode(errors='replace'))})")
+
+
+def _one_line(text: str) -> str:
+    """ssh-keygen's message, on one line (it may quote a malformed allowed-signers file)."""
+    return " ".join(text.split())[:300]
 
 
 def cosign_available() -> bool:

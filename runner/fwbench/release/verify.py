@@ -11,7 +11,8 @@ from pathlib import Path
 
 from fwbench.core import registry
 from fwbench.release.record import read_release
-from fwbench.release.bundle import VerificationRefused, open_bundle
+from fwbench.core.atomic import write_atomically
+from fwbench.release.bundle import VerificationRefused, bundle_digest, open_bundle
 from fwbench.core.spec import CellSpec
 
 
@@ -40,6 +41,40 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
 # The published settings a re-run repeats: one group per published cell.
 SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
              "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+# Settings a verifier will re-run (inclusive bounds): a bundle asking for more is refused before anything runs.
+# The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
+SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
+                  "data_seed": (0, 2**31 - 1)}
+MAX_PUBLISHED_REPEATS = 100
+MAX_RERUNS = 5_000
+
+
+def check_published_settings(frame, repeats: int) -> None:
+    """Every setting the re-runs would take from the (signed) rows, within sane bounds; else VerificationRefused."""
+    ok = frame[frame["status"] == "ok"]
+    for column, (low, high) in SETTING_BOUNDS.items():
+        values = ok[column]
+        if values.isna().any():
+            raise VerificationRefused(f"published rows lack {column}: not a bundle verify can re-run")
+        bad = values[(values < low) | (values > high)]
+        if len(bad):
+            raise VerificationRefused(f"published rows ask for {column} = {bad.iloc[0]}, outside {low}..{high}: "
+                                      "refused before anything runs")
+    try:
+        for stack, task, preset, mode in ok[["stack", "task", "preset", "compile_mode"]].drop_duplicates().itertuples(
+                index=False):
+            registry.check_compile_mode(registry.get_stack(stack), mode)
+            registry.get_task(task)
+            registry.get_preset(preset)
+    except registry.RegistryError as exc:
+        raise VerificationRefused(f"published rows name {exc}") from None
+    counts = ok.groupby(SPEC_KEYS, dropna=False).size()
+    if len(counts) and int(counts.max()) > MAX_PUBLISHED_REPEATS:
+        raise VerificationRefused(f"a published cell has {int(counts.max())} repeats, more than "
+                                  f"{MAX_PUBLISHED_REPEATS}: refused before anything runs")
+    if len(counts) * repeats > MAX_RERUNS:
+        raise VerificationRefused(f"{len(counts)} published cells x {repeats} repeats is more than {MAX_RERUNS} "
+                                  "re-runs: verify a part with --task")
 
 
 def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_dir: Path) -> list[tuple[str, CellSpec]]:
@@ -62,6 +97,31 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
     return specs
 
 
+MARKER = "verification.json"  # ties a verification folder to one bundle (by its SHA-256)
+
+
+def claim_out_folder(out: Path, bundle_sha256: str) -> None:
+    """--out is this bundle's verification folder: new or empty, or one an earlier run of this same bundle left
+    (resumed). Anything else is refused, so rows of another verification can never be counted."""
+    import json
+
+    marker = out / MARKER
+    if out.exists() and not out.is_dir():
+        raise VerificationRefused(f"--out {out} is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            earlier = json.loads(marker.read_text()).get("bundle_sha256")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            earlier = None
+        if earlier != bundle_sha256:
+            what = "a verification of another bundle" if earlier else "files that are not a verification of this bundle"
+            raise VerificationRefused(f"--out {out} already holds {what}; choose a new or empty folder (rows of "
+                                      "another verification are never counted)")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomically(marker, json.dumps({"bundle_sha256": bundle_sha256}) + "\n")
+
+
 def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
                repeats: int | None, fail_above: float | None, tolerance: float, gpus: str,
                cosign_key: Path | None, cosign_identity: str | None = None, allow_inconclusive: bool = False) -> int:
@@ -71,12 +131,20 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
     from fwbench.engines.docker import DockerEngine
     from fwbench_aggregator import compare, loading, verification
 
+    from fwbench_aggregator.errors import AggregateError
+
     started = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    bundle_dir = open_bundle(bundle, out / "bundle")
+    if not bundle.is_file():
+        raise VerificationRefused(f"no bundle at {bundle}")
+    claim_out_folder(out, bundle_digest(bundle))
+    bundle_dir, bundle_signature_line = open_bundle(bundle, out / "bundle", allowed_signers, allow_unsigned)
     signature_line = check_signature(bundle_dir, allowed_signers, allow_unsigned, cosign_identity)
     release = read_release(bundle_dir / "release.json")
-    published = loading.load_results([bundle_dir / "report" / "merged.parquet"])
+    try:
+        published = loading.load_results([bundle_dir / "report" / "merged.parquet"])
+    except AggregateError as exc:
+        raise VerificationRefused(f"the bundle's rows are not readable: {' '.join(str(exc).split())}") from None
+    check_published_settings(published.frame(), repeats or 1)
     specs = published_specs(published.frame(), tasks, repeats, out / "data")
     _warn_about_short_published_cells(published.frame(), tasks)
     if not specs:
@@ -113,11 +181,12 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
             print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
                   f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)
     reruns_s = time.perf_counter() - started - checks_s
-    rerun = loading.load_results([results_dir])
+    rerun = _only_released(loading.load_results([results_dir]), set(needed))
     cells = verification.verify(published, rerun, tolerance, fail_above, allow_inconclusive)
     facts = [("bundle", str(bundle)), ("release", f"{release.git_revision} ({len(release.images)} image(s), "
                                                   f"registry {release.registry})"),
-             ("signature", signature_line),
+             ("release signature", signature_line),
+             ("rows signature", bundle_signature_line + " (bundle.json: the rows, their settings and the report)"),
              ("images checked", f"{len(needed)}: pulled by digest, tag, id, labels, lock and SBOM hashes as released"),
              ("tolerance", f"±{tolerance:g}%" + (f", fail above +{fail_above:g}%" if fail_above is not None else "")
               + f"; reproduced = the 90% interval (TOST) inside it, with {compare.MIN_REPEATS}+ repeats a side"
@@ -146,6 +215,16 @@ def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
     if len(short):
         print(f"warning: {len(short)} published cell(s) have fewer than {MIN_REPEATS} repeats (as few as "
               f"{int(short.min())}); a verdict needs {MIN_REPEATS} a side, so they will be inconclusive", file=sys.stderr)
+
+
+def _only_released(loaded, references: set[str]):
+    """Re-run rows from exactly this bundle's images (a folder of this bundle only, but a row is never trusted
+    for where it sits)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = pc.is_in(loaded.table.column("image_digest"), value_set=pa.array(sorted(references), type=pa.string()))
+    return replace(loaded, table=loaded.table.filter(pc.fill_null(keep, False)))
 
 
 def _ms(value) -> str:
