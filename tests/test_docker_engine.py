@@ -132,3 +132,111 @@ def test_run_with_a_release_that_lacks_the_stack_is_one_clear_error(tmp_path):
     done = run_fwbench("run", "--engine", "local", "--release", str(release_path), "--stack", "keras3-jax",
                        "--out", str(tmp_path / "out"))
     assert done.returncode == 2 and done.stderr.strip() == "error: --release needs --engine docker"
+
+
+class StandInContainer:
+    """The Docker SDK's container, as far as the engine uses it; `start_error` makes start() fail as the daemon
+    does (e.g. no GPU driver)."""
+
+    def __init__(self, client, labels: dict[str, str], start_error: Exception | None):
+        self.client, self.labels, self.start_error = client, labels, start_error
+        self.id, self.attrs = "c0ffee", {"State": {"OOMKilled": False}}
+
+    def start(self):
+        self.client.events.append("start")
+        if self.start_error is not None:
+            raise self.start_error
+
+    def wait(self, timeout):
+        return {"StatusCode": 0}
+
+    def reload(self):
+        pass
+
+    def logs(self, stdout, stderr):
+        return b"log"
+
+    def remove(self, force=False):
+        self.client.events.append("remove")
+        self.client.existing.remove(self)
+
+
+class StandInContainers:
+    def __init__(self, client):
+        self.client = client
+
+    def create(self, image, **kwargs):
+        self.client.events.append("create")
+        container = StandInContainer(self.client, kwargs["labels"], self.client.start_error)
+        self.client.existing.append(container)
+        if self.client.create_error is not None:  # the daemon made it, but the answer failed
+            raise self.client.create_error
+        return container
+
+    def list(self, all=False, filters=None):
+        key, _, value = filters["label"].partition("=")
+        return [c for c in self.client.existing if c.labels.get(key) == value]
+
+
+def engine_with_containers(monkeypatch, start_error=None, create_error=None):
+    """The real DockerEngine.run_cell against a stand-in daemon (no Docker here: a true boundary); the watchdog
+    process is recorded, not started."""
+    import subprocess
+
+    from fwbench.engines.docker import DockerEngine
+
+    client = StandInClient({"fwbench/keras3-jax:paper-2024-cpu": StandInImage(CPU)})
+    client.containers, client.events, client.existing = StandInContainers(client), [], []
+    client.start_error, client.create_error = start_error, create_error
+    monkeypatch.setattr(docker, "from_env", lambda: client)
+
+    class Watchdog:
+        def __init__(self, argv, **kwargs):
+            client.events.append("watchdog")
+            self.argv = argv
+
+        def kill(self):
+            client.events.append("watchdog stopped")
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Watchdog)
+    return DockerEngine("fwbench/{stack}:{pin_set}-{variant}", gpus="none", pin_set="paper-2024"), client
+
+
+def test_a_container_that_fails_to_start_is_removed_and_the_cell_is_a_failed_row(monkeypatch, tmp_path):
+    error = docker.errors.APIError("could not select device driver", explanation="could not select device driver")
+    engine, client = engine_with_containers(monkeypatch, start_error=error)
+    [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert client.existing == []
+    assert client.events == ["watchdog", "create", "start", "remove", "watchdog stopped"]
+    assert done.row["status"] == "error" and "could not select device driver" in done.row["error_message"]
+
+
+def test_a_container_whose_create_answer_failed_is_still_removed(monkeypatch, tmp_path):
+    engine, client = engine_with_containers(monkeypatch, create_error=docker.errors.APIError("timeout"))
+    [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert client.existing == [] and done.row["status"] == "error"
+
+
+def test_the_watchdog_runs_before_any_container_exists_and_removes_it_by_token(monkeypatch, tmp_path):
+    """A runner that dies right after create (before it could start a watchdog, as it once did) leaves nothing:
+    the watchdog was already watching, for the token the container carries."""
+    from fwbench.engines import watchdog
+
+    import os
+
+    engine, client = engine_with_containers(monkeypatch)
+    matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
+    assert client.events == ["watchdog", "create", "start", "remove", "watchdog stopped"]
+    # The watchdog's own removal, for a container left behind by a runner that died.
+    orphan = StandInContainer(client, {watchdog.WATCHDOG_LABEL: "t0k3n"}, None)
+    other = StandInContainer(client, {watchdog.WATCHDOG_LABEL: "another"}, None)
+    client.existing += [orphan, other]
+    pid = os.fork()  # a runner that has exited
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert watchdog.main([str(pid), "t0k3n"]) == 0
+    assert client.existing == [other]

@@ -9,6 +9,7 @@ status; the container is removed afterwards whatever happened.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
+from fwbench.engines.watchdog import WATCHDOG_LABEL, remove_containers
 from fwbench.harness.nvml import nvml_query
 from fwbench.core.pins import DEFAULT_PIN_SET
 from fwbench.core.spec import CellSpec
@@ -133,6 +135,7 @@ class DockerEngine:
         return environment
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
+        import docker
         import requests
 
         if spec.stack not in self._images:
@@ -142,36 +145,49 @@ class DockerEngine:
         spec_path = write_spec(inner, cell_dir)
         environment = self.container_environment(spec)
         device_requests = [docker_device_request(spec.gpu_index)] if self.use_gpu else None
-        container = self.client.containers.run(
-            self.image_name(spec.stack),
-            entrypoint=["python", "-m", "fwbench.harness.cell"],
-            command=[f"/cell/{spec_path.name}", f"/cell/{record_path.name}"],
-            volumes={str(Path(spec.data_dir).resolve()): {"bind": "/data", "mode": "ro"},
-                     str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
-            environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
-            device_requests=device_requests, mem_limit=self.memory, detach=True,
-            # The slot's cores (fwbench.engines.slots); None: every core, as without --parallel.
-            cpuset_cpus=spec.cpu_set,
-            labels={"io.fwbench.cell": spec.cell_id, "io.fwbench.runner-pid": str(os.getpid())})
-        # Removes the container should this runner die without doing so (see engines/watchdog.py).
-        watchdog = subprocess.Popen([sys.executable, "-m", "fwbench.engines.watchdog", str(os.getpid()), container.id],
+        # The watchdog starts first and watches for this token, so a container exists only while something is
+        # there to remove it: should this runner die at any point (even between create and start), the
+        # watchdog removes every container carrying the token (see engines/watchdog.py).
+        token = secrets.token_hex(8)
+        watchdog = subprocess.Popen([sys.executable, "-m", "fwbench.engines.watchdog", str(os.getpid()), token],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True)
-        timed_out = False
+        container = None
+        timed_out, oom_killed, exit_code = False, False, None
         try:
+            try:
+                container = self.client.containers.create(
+                    self.image_name(spec.stack),
+                    entrypoint=["python", "-m", "fwbench.harness.cell"],
+                    command=[f"/cell/{spec_path.name}", f"/cell/{record_path.name}"],
+                    volumes={str(Path(spec.data_dir).resolve()): {"bind": "/data", "mode": "ro"},
+                             str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
+                    environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
+                    device_requests=device_requests, mem_limit=self.memory,
+                    # The slot's cores (fwbench.engines.slots); None: every core, as without --parallel.
+                    cpuset_cpus=spec.cpu_set,
+                    labels={"io.fwbench.cell": spec.cell_id, "io.fwbench.runner-pid": str(os.getpid()),
+                            WATCHDOG_LABEL: token})
+                container.start()
+            except docker.errors.APIError as exc:  # e.g. no GPU driver, a cpuset the host lacks: a failed cell
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                log_path.write_text(f"the container could not start: {exc.explanation or exc}\n")
+                return CellOutcome(None, False, log_path, record_path, row_fields=self.image_fields(spec.stack))
             try:
                 status = container.wait(timeout=spec.timeout_s)
                 exit_code = status.get("StatusCode")
             except requests.exceptions.ConnectionError:  # the SDK's read timeout
                 timed_out = True
                 container.kill(signal="SIGKILL")
-                exit_code = None
             container.reload()
             oom_killed = bool(container.attrs.get("State", {}).get("OOMKilled"))
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_bytes(container.logs(stdout=True, stderr=True))
         finally:
-            container.remove(force=True)
+            if container is not None:
+                container.remove(force=True)
+            else:  # create may have made one before it failed (e.g. a timeout on the answer)
+                remove_containers(self.client, token)
             spec_path.unlink(missing_ok=True)
             watchdog.kill()
             watchdog.wait()

@@ -1,9 +1,11 @@
-"""`python -m fwbench.engines.watchdog RUNNER_PID CONTAINER`: removes a docker cell's container when the
-runner that started it dies first.
+"""`python -m fwbench.engines.watchdog RUNNER_PID TOKEN`: removes a docker cell's container when the runner
+that started it dies first.
 
 The Docker daemon, not the runner, is a container's parent, so a runner killed with SIGKILL would leave
 its cell running (competing with the next run's timings) and writing a record nobody reads. The docker
-engine starts this watchdog in its own session beside every container and stops it when the cell ends.
+engine starts this watchdog in its own session before it creates a container, and labels the container with
+the watchdog's token (WATCHDOG_LABEL): there is no moment at which a container exists that nothing would
+remove. The engine stops the watchdog once it has removed the container itself.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 import time
 
 POLL_S = 0.2
-CONTAINER_CHECK_EVERY = 10  # polls: the container itself is checked every 2 s
+WATCHDOG_LABEL = "io.fwbench.watchdog-token"
 
 
 def alive(pid: int) -> bool:
@@ -31,27 +33,30 @@ def alive(pid: int) -> bool:
         return True
 
 
+def remove_containers(client, token: str) -> int:
+    """Force-remove every container (running or not) labelled with this token; how many there were."""
+    import docker
+
+    found = client.containers.list(all=True, filters={"label": f"{WATCHDOG_LABEL}={token}"})
+    for container in found:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    return len(found)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[0].isdigit():
-        print("usage: python -m fwbench.engines.watchdog RUNNER_PID CONTAINER", file=sys.stderr)
+        print("usage: python -m fwbench.engines.watchdog RUNNER_PID TOKEN", file=sys.stderr)
         return 2
-    runner_pid, container_id = int(argv[0]), argv[1]
+    runner_pid, token = int(argv[0]), argv[1]
     import docker
 
     client = docker.from_env()
-    polls = 0
     while alive(runner_pid):
         time.sleep(POLL_S)
-        polls += 1
-        if polls % CONTAINER_CHECK_EVERY == 0:
-            try:
-                client.containers.get(container_id)
-            except docker.errors.NotFound:
-                return 0  # the cell ended and the runner removed it
-    try:
-        client.containers.get(container_id).remove(force=True)
-    except docker.errors.NotFound:
-        pass
+    remove_containers(client, token)
     return 0
 
 
