@@ -52,7 +52,8 @@ def test_rendered_objects_are_valid_kubernetes_objects_with_the_required_propert
     assert (spec.completion_mode, spec.completions, spec.parallelism) == ("Indexed", 4, 2)
     [container] = spec.template.spec.containers
     assert container.image == IMAGE and "@sha256:" in container.image
-    assert container.resources.limits == {"nvidia.com/gpu": "1"}
+    assert container.resources.limits == {"nvidia.com/gpu": "1", "cpu": "8", "memory": "32Gi"}
+    assert container.resources.requests == {"cpu": "8", "memory": "32Gi"}
     security = container.security_context
     assert security.run_as_non_root and security.read_only_root_filesystem and not security.allow_privilege_escalation
     volumes = {v.name: v for v in spec.template.spec.volumes}
@@ -65,7 +66,7 @@ def test_rendered_objects_are_valid_kubernetes_objects_with_the_required_propert
 def test_each_completion_index_reads_its_own_cell(tmp_path):
     files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, "c", False, None)
     configmap, job = yaml.safe_load_all(files[0].read_text())
-    assert "resources" not in job["spec"]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     plan = tmp_path / "cells.json"
     plan.write_text(configmap["data"]["cells.json"])
     assert (cellplan.cell_of_index(plan, 3).task, cellplan.cell_of_index(plan, 3).repeat) == ("bert-fit", 1)
@@ -88,7 +89,68 @@ def test_render_command_writes_the_objects_of_a_release_and_refuses_bad_input(tm
     configmap, job = yaml.safe_load_all((tmp_path / "k8s" / "fwbench-keras3-jax.yaml").read_text())
     assert deserialize(job, "V1Job").spec.template.spec.containers[0].image == image.reference
     assert json.loads(configmap["data"]["cells.json"])[0]["preset"] == "paper"
-    for args, says in ((["--name", "Bad_Name"], "not a DNS-1123 label"), (["--stack", "native-torch"], "has no native-torch")):
+    for args, says in ((["--name", "Bad_Name"], "not a DNS-1123 label"), (["--stack", "native-torch"], "has no native-torch"),
+                       (["--memory", "32 GB"], "not a Kubernetes quantity"), (["--name", "a" * 64], "at most 63")):
         done = run_fwbench("k8s", "render", "--stack", "keras3-jax", "--release", str(release), "-o", str(tmp_path / "x"),
                            *args)
         assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def rendered_pod(tmp_path, gpu: bool = True) -> dict:
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "fwbench-tiny", 2, "fwbench-results", gpu, "bench")
+    _configmap, job = yaml.safe_load_all(files[0].read_text())
+    return job["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_rendered_pods_are_admitted_under_pod_security_restricted(tmp_path, gpu):
+    from tests.pod_security import violations
+
+    pod = rendered_pod(tmp_path, gpu)
+    assert violations(pod) == []
+    [container] = pod["containers"]
+    assert container["resources"]["requests"] == {"cpu": "8", "memory": "32Gi"}
+    assert {v["name"]: v["emptyDir"].get("sizeLimit") for v in pod["volumes"] if "emptyDir" in v} == {
+        "data": "16Gi", "tmp": "16Gi", "shm": "2Gi"}
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda pod: pod.update(hostNetwork=True), "hostNetwork"),
+    (lambda pod: pod.update(hostPID=True), "hostPID"),
+    (lambda pod: pod["volumes"].append({"name": "h", "hostPath": {"path": "/"}}), "hostPath"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(privileged=True), "privileged"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True), "allowPrivilegeEscalation"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(runAsNonRoot=False), "runAsNonRoot"),
+    (lambda pod: pod["securityContext"].update(runAsUser=0), "runAsUser"),
+    (lambda pod: [c["securityContext"].pop("seccompProfile") for c in pod["containers"]]
+     and pod["securityContext"].pop("seccompProfile"), "seccompProfile"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(seccompProfile={"type": "Unconfined"}), "seccompProfile"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(capabilities={"drop": []}), "drop ALL"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
+     "beyond baseline"),
+    (lambda pod: pod["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 80}]), "hostPort"),
+    (lambda pod: pod["volumes"].append({"name": "n", "nfs": {"server": "s", "path": "/"}}), "not allowed"),
+])
+def test_the_pod_security_check_itself_catches_each_violation(tmp_path, edit, says):
+    from tests.pod_security import violations
+
+    pod = rendered_pod(tmp_path)
+    edit(pod)
+    assert any(says in line for line in violations(pod)), violations(pod)
+
+
+def test_long_names_stay_unique_and_valid_after_truncation(tmp_path):
+    long_a, long_b = "a" * 50 + "-run-one", "a" * 50 + "-run-two"
+    names = {k8s.object_name(prefix, stack) for prefix in (long_a, long_b)
+             for stack in ("keras3-tensorflow", "keras2-tensorflow", "no-network")}
+    assert len(names) == 6 and all(len(n) <= 63 and n[-1] != "-" for n in names)
+    assert k8s.object_name("fwbench", "keras3-jax") == "fwbench-keras3-jax"  # short names unchanged
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "b" * 63, 1, "c", False, None)
+    for document in yaml.safe_load_all(files[0].read_text()):
+        assert len(document["metadata"]["name"]) <= 63
+
+
+def test_bad_resource_quantities_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, "c", False, None,
+                   k8s.PodResources(memory="lots\nof: it"))

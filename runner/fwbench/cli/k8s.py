@@ -22,6 +22,10 @@ def render_cmd(
     repeats: int = typer.Option(1, help="Independent pods per cell."),
     steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
     threads: int = typer.Option(8, help="CPU threads per cell (a pod cannot see the node's core count ahead)."),
+    cpu: Optional[str] = typer.Option(None, "--cpu", help="CPU each pod requests and is limited to (a Kubernetes "
+                                      "quantity; default: --threads)."),
+    memory: str = typer.Option("32Gi", "--memory", help="Memory each pod requests and is limited to."),
+    scratch: str = typer.Option("16Gi", "--scratch", help="Size limit of each pod's data and /tmp emptyDirs."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help="current or paper-2024."),
     release: Path = typer.Option(..., "--release", help="release.json of `fwbench publish`: images by digest."),
     variant: str = typer.Option("gpu", help="Image variant: gpu (one nvidia.com/gpu per pod) or cpu."),
@@ -43,8 +47,13 @@ def render_cmd(
         raise UsageError(f"--variant must be cpu or gpu, not {variant!r}")
     if min(repeats, threads, parallelism, steps or 1) < 1:
         raise UsageError("--repeats, --threads, --parallelism and --steps must be at least 1")
-    if not SAFE_NAME.match(name) or name.lower() != name or "." in name or "_" in name:
-        raise UsageError(f"--name {name!r} is not a DNS-1123 label (lower case letters, digits, '-')")
+    if not SAFE_NAME.match(name) or name.lower() != name or "." in name or "_" in name or len(name) > 63:
+        raise UsageError(f"--name {name!r} is not a DNS-1123 label (lower case letters, digits, '-'; at most 63)")
+    resources = k8s.PodResources(cpu=cpu or str(threads), memory=memory, scratch=scratch)
+    try:
+        resources.check()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     preset_obj = registry.get_preset(preset)
     pin_set = pin_set_or_default(pin_set)
     base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir="/data", steps=steps or preset_obj.steps,
@@ -52,7 +61,11 @@ def render_cmd(
                     image_variant=variant, engine="current")
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
     images = released_images(release, [s.stack for s in specs], pin_set, variant)
-    files = k8s.render(specs, images, output, name, parallelism, results_claim, variant == "gpu", namespace)
+    try:
+        files = k8s.render(specs, images, output, name, parallelism, results_claim, variant == "gpu", namespace,
+                           resources)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for path in files:
         print(path)
     print(f"kubectl apply -f {output}  (then: kubectl get jobs -l app.kubernetes.io/name=fwbench -w)", file=sys.stderr)

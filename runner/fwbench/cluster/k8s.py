@@ -2,16 +2,19 @@
 
 Per stack (an Indexed Job has one pod template, so one image): a ConfigMap holding that stack's cells (one
 CellSpec per completion index) and an Indexed Job whose pod k runs cell k in the stack's released image, by
-digest, with the current engine: one GPU (nvidia.com/gpu: 1), non-root, read-only root filesystem, results
-to a PersistentVolumeClaim in the usual one-file-per-cell layout (atomic, so a retried or resubmitted index
+digest, with the current engine: one GPU (nvidia.com/gpu: 1), CPU and memory requested and limited, non-root,
+read-only root filesystem, seccomp RuntimeDefault, no capabilities (admitted under Pod Security "restricted"),
+scratch space in size-limited emptyDirs, results to a PersistentVolumeClaim in the usual one-file-per-cell layout (atomic, so a retried or resubmitted index
 resumes). A NetworkPolicy denies the pods all traffic (Kubernetes has no per-pod "no network"; the policy
 needs a CNI that enforces it). Plain dictionaries: rendering needs no Kubernetes client.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, replace
+import re
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fwbench.core.spec import CellSpec
@@ -21,9 +24,32 @@ APP_LABEL = "app.kubernetes.io/name"
 UID = 1000  # the images' fwbench user
 
 
+MAX_NAME = 63  # a DNS-1123 label (names used as labels, and Job names, whose pods' labels carry them)
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """What each pod requests and is limited to (requests = limits: a Guaranteed pod, steady timings)."""
+    cpu: str = "8"
+    memory: str = "32Gi"
+    scratch: str = "16Gi"  # each of the data and /tmp emptyDirs
+    shm: str = "2Gi"
+
+    def check(self) -> None:
+        for name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("--scratch", self.scratch)):
+            if not QUANTITY.match(value):
+                raise ValueError(f"{name} {value!r} is not a Kubernetes quantity (e.g. 8, 500m, 32Gi)")
+
+
 def object_name(prefix: str, stack: str) -> str:
-    """DNS-1123 names: lower case, digits, '-', at most 63 characters."""
-    return f"{prefix}-{stack}"[:63].rstrip("-")
+    """DNS-1123 names: lower case, digits, '-', at most 63 characters. A longer name is cut and given a
+    hash of the whole, so two long names that share their first 63 characters still differ."""
+    name = f"{prefix}-{stack}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:MAX_NAME - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: str | None) -> dict:
@@ -34,7 +60,8 @@ def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: st
 
 
 def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, results_claim: str,
-                gpu: bool, namespace: str | None, backoff_limit: int = 3) -> dict:
+                gpu: bool, namespace: str | None, resources: PodResources = PodResources(),
+                backoff_limit: int = 3) -> dict:
     name = object_name(prefix, stack)
     container = {
         "name": "cell",
@@ -51,10 +78,12 @@ def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: in
                          {"name": "shm", "mountPath": "/dev/shm"}],
         "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID,
                             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}},
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "resources": {"requests": {"cpu": resources.cpu, "memory": resources.memory},
+                      "limits": {"cpu": resources.cpu, "memory": resources.memory}},
     }
     if gpu:
-        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}  # a Quantity: a string in the API
+        container["resources"]["limits"]["nvidia.com/gpu"] = "1"  # a Quantity: a string in the API
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": _metadata(name, stack, prefix, namespace),
@@ -66,16 +95,17 @@ def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: in
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
                     "volumes": [
                         {"name": "plan", "configMap": {"name": name}},
                         {"name": "results", "persistentVolumeClaim": {"claimName": results_claim}},
                         # Shared inputs are regenerated per pod (deterministic from the seed; input_sha256
                         # on every row proves it), so pods never write one file concurrently.
-                        {"name": "data", "emptyDir": {}},
-                        {"name": "tmp", "emptyDir": {}},
-                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                        {"name": "data", "emptyDir": {"sizeLimit": resources.scratch}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": resources.scratch}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": resources.shm}},
                     ],
                 },
             },
@@ -85,7 +115,7 @@ def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: in
 
 def deny_all_network_policy(prefix: str, namespace: str | None) -> dict:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": f"{prefix}-no-network", **({"namespace": namespace} if namespace else {}),
+            "metadata": {"name": object_name(prefix, "no-network"), **({"namespace": namespace} if namespace else {}),
                          "labels": {APP_LABEL: "fwbench"}},
             "spec": {"podSelector": {"matchLabels": {"fwbench.io/run": prefix}},
                      "policyTypes": ["Ingress", "Egress"]}}
@@ -100,18 +130,23 @@ def _metadata(name: str, stack: str, prefix: str, namespace: str | None) -> dict
 
 
 def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix: str, parallelism: int,
-           results_claim: str, gpu: bool, namespace: str | None) -> list[Path]:
+           results_claim: str, gpu: bool, namespace: str | None, resources: PodResources = PodResources()) -> list[Path]:
     """One YAML file per stack (ConfigMap + Job) and the NetworkPolicy; returns the files written."""
     import yaml
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    resources.check()
     written = []
     by_stack: dict[str, list[CellSpec]] = {}
     for spec in specs:
         by_stack.setdefault(spec.stack, []).append(spec)
+    names = [object_name(prefix, stack) for stack in by_stack] + [object_name(prefix, "no-network")]
+    if len(set(names)) != len(names):  # cut names are hashed apart; this guards the rule itself
+        raise ValueError(f"--name {prefix!r} gives two objects the same name: choose another")
+    out_dir.mkdir(parents=True, exist_ok=True)
     for stack, cells in by_stack.items():
         documents = [plan_configmap(prefix, stack, cells, namespace),
-                     indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim, gpu, namespace)]
+                     indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim, gpu, namespace,
+                                 resources)]
         path = out_dir / f"{object_name(prefix, stack)}.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
         written.append(path)
