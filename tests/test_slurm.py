@@ -4,6 +4,7 @@ The real one-node cluster runs in tests/test_slurm_cluster.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -79,7 +80,7 @@ def test_the_batch_script_is_one_array_task_per_cell(tmp_path):
     text = _script(tmp_path, "none")
     for line in ("#SBATCH --array=0-11%4", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1", "#SBATCH --time=30",
                  "#SBATCH --cpus-per-task=8", "#SBATCH --mem=32G", "#SBATCH --constraint=a100",
-                 "#SBATCH --signal=USR1@90", f"#SBATCH --output={tmp_path}/sub/logs/%a.out"):
+                 "#SBATCH --signal=USR1@90", f"#SBATCH --output=\"{tmp_path}/sub/logs/%a.out\""):
         assert line in text.splitlines()
     command = text.splitlines()[-1]
     assert command.startswith("exec srun --ntasks=1 --cpus-per-task=8 ")
@@ -170,3 +171,61 @@ def test_a_task_stopped_by_slurm_leaves_a_row_saying_so(tmp_path, sig, status, w
     assert row["error_type"] == f"Stopped by {sig.name}"
     marker = (tmp_path / "sub" / "done" / "0.json").read_text()
     assert status in marker
+
+
+@pytest.mark.parametrize("options, says", [
+    (slurm.SlurmOptions(partition="gpu\n#SBATCH --uid=0"), "--partition"),
+    (slurm.SlurmOptions(account="acct x"), "--account"),
+    (slurm.SlurmOptions(qos="high;rm"), "--qos"),
+    (slurm.SlurmOptions(mem="32G\n#SBATCH --x"), "--mem"),
+    (slurm.SlurmOptions(mem="lots"), "--mem"),
+    (slurm.SlurmOptions(extra=("--constraint=a100\n#SBATCH --uid=0",)), "--sbatch-arg"),
+    (slurm.SlurmOptions(extra=("--comment=two words",)), "--sbatch-arg"),
+    (slurm.SlurmOptions(extra=("-C a100",)), "--sbatch-arg"),
+    (slurm.SlurmOptions(extra=("--output=/elsewhere/%j",)), "fwbench sets itself"),
+    (slurm.SlurmOptions(extra=("--array=0-999",)), "fwbench sets itself"),
+])
+def test_values_for_sbatch_lines_are_refused_unless_slurm_would_read_them_as_one_value(options, says):
+    with pytest.raises(slurm.SlurmError, match=says):
+        slurm.check_sbatch_values(options)
+
+
+def test_well_formed_sbatch_values_pass():
+    slurm.check_sbatch_values(slurm.SlurmOptions(partition="gpu,debug", account="proj-1", qos="normal", mem="32G",
+                                                 extra=("--constraint=a100", "--exclusive", "--nice=10")))
+
+
+@pytest.mark.parametrize("path, container, ok", [
+    ("/shared/a b%c,d:e", "none", True), ('/shared/a"b', "none", False), ("/shared/a\\b", "none", False),
+    ("/shared/a\nb", "none", False), ("/shared/a,b", "pyxis", False), ("/shared/a:b", "apptainer", False),
+    ("/shared/a b%c", "pyxis", True),
+])
+def test_paths_the_batch_script_cannot_carry_are_refused(path, container, ok):
+    if ok:
+        slurm.check_paths(Path(path), Path("/data"), container)
+    else:
+        with pytest.raises(slurm.SlurmError, match="--out"):
+            slurm.check_paths(Path(path), Path("/data"), container)
+
+
+def test_status_never_writes_where_files_in_the_results_folder_point(tmp_path, monkeypatch):
+    """submission.json and done/ markers sit in a folder others may write: status takes the results folder from
+    where it was asked, and reads no row outside it."""
+    out = tmp_path / "out"
+    folder = out / slurm.SUBMISSIONS / "sub"
+    (folder / "done").mkdir(parents=True)
+    (folder / "logs").mkdir()
+    base = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
+                    data_dir=str(tmp_path), steps=5, threads=1)
+    cellplan.write_plan(folder / "cells.json", [base, replace(base, repeat=1)])
+    elsewhere = tmp_path / "elsewhere"
+    (folder / "submission.json").write_text(json.dumps({"job_id": "42", "out": str(elsewhere)}))
+    (folder / "done" / "0.json").write_text(json.dumps({"row": "../../../etc/passwd"}))
+    monkeypatch.setattr(slurm, "queued", lambda job_id: {})  # Slurm no longer lists the array
+    states = slurm.task_states(folder)
+    assert states[0].state == "row missing" and "outside" in states[0].detail
+    assert states[1].state == "cancelled"  # never started: recorded, in the results folder asked about
+    assert not elsewhere.exists() and list(out.rglob("*.parquet"))
+    (folder / "submission.json").write_text(json.dumps({"job_id": "42; rm -rf /"}))
+    with pytest.raises(slurm.SlurmError, match="no valid job id"):
+        slurm.task_states(folder)

@@ -158,3 +158,19 @@ def processes() -> list[tuple[int, list[str]]]:
         if entry.name.isdigit() and argv:
             found.append((int(entry.name), argv))
     return found
+
+
+def test_an_awkward_results_path_works_and_a_queued_array_is_not_submitted_twice(cluster, tmp_path):
+    """--out with a space, '%', ',' and ':' (quoted in #SBATCH lines, '%' escaped for Slurm's file patterns);
+    a resubmission while the first array is still pending (held) submits nothing."""
+    out, data = tmp_path / "a b%c,d:e" / "results", tmp_path / "data"
+    job = submit(cluster, out, data, "--repeats", "2", "--sbatch-arg", "--hold")
+    wait_for(cluster, out, lambda lines: lines[-1].strip() == "2 PENDING", timeout_s=60)
+    again = fwbench(cluster, "submit", *MATRIX, "--repeats", "2", "--out", str(out), "--data", str(data))
+    assert again.returncode == 0 and "nothing to submit" in again.stderr, again.stderr
+    assert len(list((out / ".slurm").glob("*/submission.json"))) == 1
+    assert cluster.run("scontrol", "release", job).returncode == 0
+    wait_for(cluster, out, lambda lines: lines[-1].strip() == "2 ok")
+    assert {r: row["status"] for r, row in rows(out).items()} == {0: "ok", 1: "ok"}
+    [folder] = (out / ".slurm").glob("*/")
+    assert sorted(p.name for p in (folder / "logs").iterdir()) == ["0.out", "1.out"]

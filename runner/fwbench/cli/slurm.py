@@ -119,7 +119,8 @@ def submit_cmd(
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
     if submission is None:
-        print(f"nothing to submit: all {len(specs)} cells have ok rows in {out}", file=sys.stderr)
+        print(f"nothing to submit: all {len(specs)} cells have ok rows in {out} or are still queued in an "
+              "earlier array", file=sys.stderr)
         return
     print(submission.job_id)
     print(f"submitted job array {submission.job_id}: {len(submission.specs)} cells"

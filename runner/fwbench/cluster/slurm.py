@@ -36,6 +36,13 @@ CONTAINERS = ("none", "pyxis", "apptainer")
 IN_CONTAINER = {"results": "/results", "submission": "/submission", "data": "/data"}
 _GRES_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _GRES_TYPE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_NAMES = re.compile(r"^[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*$")  # partition, account, QOS (lists for partitions)
+_MEM = re.compile(r"^[0-9]+[KMGTkmgt]?$")
+_SBATCH_ARG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*(=[^\s\"'\\\x00-\x1f\x7f]+)?$")
+# What fwbench's own #SBATCH lines set: another value would break the one-task-per-cell contract.
+_MANAGED = {"array", "output", "error", "signal", "open-mode", "job-name", "ntasks", "cpus-per-task", "time",
+            "partition", "gres", "mem", "account", "qos", "wrap", "parsable"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?)$")
 
 
@@ -78,6 +85,44 @@ def check_gres(gres: str) -> None:
         if not ok:
             raise SlurmError(f"--gres {gres!r} is malformed: expected name[:type][:count] items separated by "
                              "commas, e.g. gpu:1 or gpu:a100:1")
+
+
+def check_sbatch_values(options: SlurmOptions) -> None:
+    """Every value that goes into an #SBATCH line, in the forms Slurm accepts: no newline or control character
+    can add a line of its own, and no space can split one."""
+    for flag, value in (("--partition", options.partition), ("--account", options.account), ("--qos", options.qos)):
+        if value is not None and not _NAMES.match(value):
+            raise SlurmError(f"{flag} {value!r} is not a Slurm name (letters, digits, '_', '.', '+', '-'; "
+                             "partitions may be a comma-separated list)")
+    if options.mem is not None and not _MEM.match(options.mem):
+        raise SlurmError(f"--mem {options.mem!r} is not a Slurm size (a whole number with an optional K, M, G or T)")
+    for argument in options.extra:
+        if not _SBATCH_ARG.match(argument):
+            raise SlurmError(f"--sbatch-arg {argument!r} must be one long option, --name or --name=value, without "
+                             "spaces, quotes, backslashes or control characters")
+        name = argument[2:].split("=", 1)[0]
+        if name in _MANAGED:
+            raise SlurmError(f"--sbatch-arg {argument!r} sets --{name}, which fwbench sets itself (use its own "
+                             "option where there is one)")
+
+
+def check_paths(out: Path, data_dir: Path, container: str) -> None:
+    """Paths go into the batch script: quoted there (and '%' escaped for Slurm's file patterns), but a quote,
+    backslash or control character cannot be, and container mounts are lists of host:inside pairs."""
+    for what, path in (("--out", out), ("--data", data_dir)):
+        text = str(path)
+        if _CONTROL.search(text) or '"' in text or "\\" in text:
+            raise SlurmError(f"{what} {text!r} holds a quote, backslash or control character, which a batch "
+                             "script cannot carry: choose another folder")
+        if container != "none" and ("," in text or ":" in text):
+            raise SlurmError(f"{what} {text!r} holds ',' or ':', which separate --container mounts: choose a "
+                             "folder without them (they work with --container none)")
+
+
+def pattern_literal(text: str) -> str:
+    """A path inside a Slurm file-name pattern (--output): '%' doubled, as Slurm reads '%a' and the like. The
+    #SBATCH line double-quotes the whole (sbatch keeps spaces inside quotes)."""
+    return text.replace("%", "%%")
 
 
 def check_time(time_limit: str) -> None:
@@ -189,7 +234,7 @@ def job_script(folder: Path, out: Path, data_dir: Path, count: int, options: Slu
              f"#SBATCH --cpus-per-task={options.cpus_per_task}", f"#SBATCH --time={time_limit}",
              # Ahead of the limit: the task stops its cell and writes a timeout row before SIGKILL.
              f"#SBATCH --signal=USR1@{options.stop_grace_s}",
-             f"#SBATCH --output={folder}/logs/%a.out", "#SBATCH --open-mode=append"]
+             f'#SBATCH --output="{pattern_literal(str(folder / "logs"))}/%a.out"', "#SBATCH --open-mode=append"]
     lines += [f"#SBATCH {flag}" for flag in _placement(options)]
     if options.mem:
         lines.append(f"#SBATCH --mem={options.mem}")
@@ -244,6 +289,8 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     `prepare(cells)` makes their inputs and environments once every check has passed, before sbatch."""
     if options.container not in CONTAINERS:
         raise SlurmError(f"--container must be one of {', '.join(CONTAINERS)}, not {options.container!r}")
+    check_sbatch_values(options)
+    check_paths(out.resolve(), data_dir.resolve(), options.container)
     if options.gres:
         check_gres(options.gres)
     check_time(options.time_limit)
@@ -253,7 +300,7 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     client("sbatch")
     if options.partition:
         check_partition(options.partition)
-    done = ok_cells(out)
+    done = ok_cells(out) | queued_cells(out)
     todo = [spec for spec in specs if completed_identity(spec) not in done]
     if not todo:
         return None
@@ -318,10 +365,31 @@ def submissions(out: Path) -> list[Path]:
 
 
 def read_submission(folder: Path) -> dict:
+    """submission.json, as far as it is trusted: it sits in a results folder others may write, so only the job id
+    is taken from it (checked to be one), never a path."""
     try:
-        return json.loads((folder / "submission.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise SlurmError(f"cannot read the submission {folder}: {exc}") from None
+        meta = json.loads((folder / "submission.json").read_text())
+        job_id = str(meta["job_id"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise SlurmError(f"cannot read the submission {folder}: {exc.__class__.__name__}: {exc}") from None
+    if not re.fullmatch(r"[0-9]{1,12}", job_id):
+        raise SlurmError(f"the submission {folder} names no valid job id ({job_id[:40]!r})")
+    return {**meta, "job_id": job_id}
+
+
+def queued_cells(out: Path) -> set[tuple[CellIdentity, int]]:
+    """Cells of earlier submissions that Slurm still has (pending or running): a resubmission leaves them to
+    those tasks instead of queueing them twice."""
+    cells = set()
+    for folder in submissions(out):
+        states = queued(read_submission(folder)["job_id"])
+        if states is None:
+            raise SlurmError(f"squeue failed: cannot tell which cells of {folder.name} are still queued")
+        if not states:
+            continue
+        planned = cellplan.read_plan(folder / "cells.json")
+        cells.update(completed_identity(planned[index]) for index in states if index < len(planned))
+    return cells
 
 
 def queued(job_id: str) -> dict[int, str] | None:
@@ -344,15 +412,14 @@ def task_states(folder: Path, record_lost: bool = True) -> list[TaskState]:
     cancelled before it started) gets a row saying so, so the matrix shows the gap and a resubmission
     reruns it."""
     meta = read_submission(folder)
-    out = Path(meta["out"])
+    out = folder.parent.parent  # <out>/.slurm/<submission>: where this status was asked about, never a path from a file
     specs = cellplan.read_plan(folder / "cells.json")
     in_queue = queued(meta["job_id"])
     states = []
     for index, spec in enumerate(specs):
         marker = folder / "done" / f"{index}.json"
         if marker.is_file():
-            done = json.loads(marker.read_text())
-            row = results.read_row(out / done["row"]) or {}
+            row = _marked_row(out, marker)
             states.append(TaskState(index, spec, row.get("status", "row missing"), row.get("error_message") or ""))
         elif in_queue is None:
             states.append(TaskState(index, spec, "unknown", "squeue failed"))
@@ -365,6 +432,17 @@ def task_states(folder: Path, record_lost: bool = True) -> list[TaskState]:
                 state = _record_lost(folder, out, index, spec, log)
             states.append(state)
     return states
+
+
+def _marked_row(out: Path, marker: Path) -> dict:
+    """The row a done/<index>.json marker names, read only from inside the results folder."""
+    try:
+        named = (out / json.loads(marker.read_text())["row"]).resolve()
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not named.is_relative_to(out.resolve()):
+        return {"status": "row missing", "error_message": f"{marker} names a file outside {out}"}
+    return results.read_row(named) or {}
 
 
 def _record_lost(folder: Path, out: Path, index: int, spec: CellSpec, log: Path) -> TaskState:
