@@ -18,6 +18,7 @@ from fwbench.engines.local import StackEnvironment
 pytestmark = pytest.mark.integration
 
 TOLERANCE = 0.10
+RUNNER = Path(__file__).resolve().parents[1] / "runner"
 
 
 def run_probe(stack: str, probe: str) -> dict:
@@ -25,8 +26,11 @@ def run_probe(stack: str, probe: str) -> dict:
     environment.build()
     spec = CellSpec(stack=stack, task="bert-predict", preset="tiny", compile_mode="none", data_dir="", steps=1,
                     threads=os.cpu_count() or 1)
+    env = cell_environment(spec)
+    # The environments are shared by every checkout: this checkout's fwbench first (as the local engine does).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(RUNNER), env.get("PYTHONPATH")) if p)
     done = subprocess.run([str(environment.python), str(Path(__file__).with_name(probe))], capture_output=True,
-                          text=True, timeout=900, env=cell_environment(spec))
+                          text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -35,5 +39,12 @@ def test_analytic_flops_match_torch_flop_counter():
     counts = run_probe("native-torch", "physics_flops_probe_torch.py")
     assert set(counts) == {"bert forward", "gemma forward", "mistral forward", "sam image encoder", "sd unet",
                            "sd vae encoder"}
+    for name, (counted, analytic) in counts.items():
+        assert counted > 0 and abs(analytic / counted - 1) <= TOLERANCE, (name, counted, analytic)
+
+
+def test_analytic_flops_match_xla_cost_analysis():
+    counts = run_probe("keras3-jax", "physics_flops_probe_jax.py")
+    assert set(counts) == {"bert forward", "gemma forward"}
     for name, (counted, analytic) in counts.items():
         assert counted > 0 and abs(analytic / counted - 1) <= TOLERANCE, (name, counted, analytic)
