@@ -194,3 +194,36 @@ def test_energy_columns_are_in_the_schema():
 
     assert SCHEMA_VERSION == 5
     assert set(ADDED_IN[5]) <= set(COLUMN_NAMES)
+
+
+def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path):
+    import pandas as pd
+
+    from fwbench_aggregator import document as d
+    from fwbench_aggregator.physics_section import blocks
+
+    frame = pd.DataFrame([
+        {"cell_id": "keras3-jax.bert-fit.paper.<b>", "repeat": 0, "status": "ok", "device_model": "NVIDIA A100",
+         "compute_precision": "fp32", "achieved_tflops": 40.0, "peak_tflops": 19.5, "pct_of_peak": 205.1,
+         "pct_of_bandwidth": None, "precision_suspect": True, "peak_source": "table: A100 SXM4 40GB (x)"},
+        {"cell_id": "native-torch.bert-fit.paper.compile-none", "repeat": 0, "status": "ok", "device_model": "cpu",
+         "compute_precision": "fp32", "achieved_tflops": 0.1, "peak_tflops": 0.2, "pct_of_peak": 50.0,
+         "pct_of_bandwidth": None, "precision_suspect": False, "peak_source": "measured fp32 GEMM"}])
+    doc = d.Document("t")
+    doc.add(*blocks(frame))
+    markdown, html = d.to_markdown(doc, tmp_path), d.to_html(doc)
+    for text in (markdown, html):
+        assert "Physics" in text and "Published A100 table" in text and "Precision-suspect rows" in text
+        assert "205.1% of the fp32 peak" in text and "published bert-fit keras3-jax (xla)" in text
+        assert "native-torch.bert-fit.paper.compile-none repeat 0:" not in text  # not suspect: not listed
+    assert "<b>" not in html and "&lt;b&gt;" in html  # row strings are escaped
+
+
+def test_report_physics_section_without_v5_rows():
+    import pandas as pd
+
+    from fwbench_aggregator.physics_section import blocks, measured_rows
+
+    frame = pd.DataFrame([{"cell_id": "c", "repeat": 0, "status": "ok"}])
+    assert measured_rows(frame) == []
+    assert any("No row carries physics columns" in getattr(b, "text", "") for b in blocks(frame))
