@@ -227,3 +227,14 @@ def test_report_physics_section_without_v5_rows():
     frame = pd.DataFrame([{"cell_id": "c", "repeat": 0, "status": "ok"}])
     assert measured_rows(frame) == []
     assert any("No row carries physics columns" in getattr(b, "text", "") for b in blocks(frame))
+
+
+def test_gpu_cell_without_nvml_says_so(monkeypatch):
+    from fwbench.harness import energy
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no pynvml in the environment
+    probe = energy.EnergyProbe(0)
+    probe.start()
+    probe.stop()
+    cols = probe.result(10, None)
+    assert cols["energy_status"] == "nvml_unavailable" and cols.get("energy_j") is None

@@ -142,7 +142,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pct_of_bandwidth", "float64", "generate: 100 x bytes_per_step / seconds per step / the GPU's memory bandwidth "
                                     "(MBU); null on a CPU."),
     ("energy_status", "string", "ok (NVML energy counter read around the timed window), unsupported (the GPU has no "
-                                "energy counter: energy columns stay null, never 0) or null on a CPU."),
+                                "energy counter: energy columns stay null, never 0), nvml_unavailable (NVML could not start "
+                                "in the cell's environment) or null on a CPU."),
     ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta)."),
     ("joules_per_step", "float64", "energy_j / timed_steps."),
     ("joules_per_token", "float64", "generate: energy_j / (timed_steps x batch_size x tokens_generated)."),

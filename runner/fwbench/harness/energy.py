@@ -20,9 +20,10 @@ THROTTLE_REASONS = {
 
 
 def _energy_mj(gpu_index: int):
-    def query(pynvml) -> int:
+    """(counter in mJ, perf_counter at the read): the window's seconds span the reads, not NVML's start-up."""
+    def query(pynvml) -> tuple[int, float]:
         handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
-        return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)), time.perf_counter()
     return query
 
 
@@ -51,33 +52,31 @@ class EnergyProbe:
 
     def __init__(self, gpu_index: int | None):
         self.gpu_index = gpu_index
-        self._start_mj: int | None = None
-        self._end_mj: int | None = None
-        self._start_s = self._end_s = 0.0
+        self._start: tuple[int, float] | None = None
+        self._end: tuple[int, float] | None = None
         self._clocks: dict[str, Any] | None = None
 
     def start(self) -> None:
         if self.gpu_index is None:
             return
-        self._start_mj = nvml_query(_energy_mj(self.gpu_index))
-        self._start_s = time.perf_counter()
+        self._start = nvml_query(_energy_mj(self.gpu_index))
 
     def stop(self) -> None:
         if self.gpu_index is None:
             return
-        self._end_s = time.perf_counter()
-        self._end_mj = nvml_query(_energy_mj(self.gpu_index))
+        self._end = nvml_query(_energy_mj(self.gpu_index))
         self._clocks = nvml_query(_clocks(self.gpu_index))
 
     def result(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
         if self.gpu_index is None:
             return {}
         row: dict[str, Any] = {**(self._clocks or {})}
-        if self._start_mj is None or self._end_mj is None:
-            row["energy_status"] = "unsupported"
+        if self._start is None or self._end is None:
+            # No NVML session at all (no pynvml or driver in the environment) is not a missing counter.
+            row["energy_status"] = "unsupported" if self._clocks is not None else "nvml_unavailable"
             return row
-        joules = (self._end_mj - self._start_mj) / 1000.0
-        window_s = self._end_s - self._start_s
+        joules = (self._end[0] - self._start[0]) / 1000.0
+        window_s = self._end[1] - self._start[1]
         row.update(energy_status="ok", energy_j=joules, joules_per_step=joules / timed_steps,
                    mean_power_w=joules / window_s if window_s > 0 else None)
         if tokens_per_step:
