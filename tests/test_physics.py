@@ -3,6 +3,7 @@ the CPU ceiling, and the NVML energy columns (NVML is mocked: a GPU boundary thi
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -238,3 +239,16 @@ def test_gpu_cell_without_nvml_says_so(monkeypatch):
     probe.stop()
     cols = probe.result(10, None)
     assert cols["energy_status"] == "nvml_unavailable" and cols.get("energy_j") is None
+
+
+def test_cpu_ceiling_is_measured_once_per_run(tmp_path):
+    from fwbench.harness import ceiling
+
+    tflops, source = ceiling.cpu_ceiling("run-a", tmp_path)
+    assert tflops > 0 and "once per run" in source
+    saved = list(tmp_path.glob("cpu-gemm.run-a.*cores.json"))
+    assert len(saved) == 1
+    # Later cells of the run read what the first one measured (a changed figure shows it is read, not re-measured).
+    saved[0].write_text(json.dumps({"tflops": 123.0, "source": source}))
+    assert ceiling.cpu_ceiling("run-a", tmp_path) == (123.0, source)
+    assert ceiling.cpu_ceiling("run-b", tmp_path)[0] != 123.0  # another run measures again

@@ -131,7 +131,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("achieved_tflops", "float64", "model_flops_per_step / seconds per step / 1e12."),
     ("compute_precision", "string", "Declared compute precision: bf16 (bfloat16 cells), tf32 (tf32_effective) or fp32."),
     ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
-                               "GEMM measured in the cell process after its timed window."),
+                               "GEMM measured once per run (in the first cell, after its timed window)."),
     ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
                               "null when the GPU is not in the table or has no unit for the precision."),
     ("pct_of_peak", "float64", "100 x achieved_tflops / peak_tflops."),

@@ -100,8 +100,9 @@ def _with_step_delay(step, delay_ms: float):
     return slowed_step
 
 
-def measure(spec: CellSpec) -> dict[str, Any]:
-    """Build, time and describe one cell. Raises on failure (the caller records it)."""
+def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
+    """Build, time and describe one cell. Raises on failure (the caller records it). work_dir: the run's
+    work directory (where the record goes), which keeps the CPU ceiling measured once per run."""
     stack = registry.get_stack(spec.stack)
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
@@ -188,7 +189,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(energy.result(spec.steps, tokens))
     # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
-    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu))
+    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir))
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
 
@@ -218,7 +219,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record = base_record(spec)
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
-        record.update(measure(spec))
+        record.update(measure(spec, record_path.parent))
         record["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
