@@ -252,3 +252,12 @@ def test_cpu_ceiling_is_measured_once_per_run(tmp_path):
     saved[0].write_text(json.dumps({"tflops": 123.0, "source": source}))
     assert ceiling.cpu_ceiling("run-a", tmp_path) == (123.0, source)
     assert ceiling.cpu_ceiling("run-b", tmp_path)[0] != 123.0  # another run measures again
+
+
+def test_suspect_word_reads_numpy_booleans():
+    import numpy as np
+
+    from fwbench_aggregator.physics_section import _suspect_word
+
+    assert _suspect_word(np.bool_(True)) == "SUSPECT" and _suspect_word(np.bool_(False)) == "no"
+    assert _suspect_word(None) == "—" and _suspect_word(float("nan")) == "—"

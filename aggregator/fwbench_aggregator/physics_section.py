@@ -59,7 +59,10 @@ def _num(value, fmt: str) -> str:
 
 
 def _suspect_word(value) -> str:
-    return "SUSPECT" if value is True else ("no" if value is False else "—")
+    # Parquet booleans arrive as numpy.bool_, None or NaN: test truth, not identity.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return "SUSPECT" if bool(value) else "no"
 
 
 def measured_rows(frame) -> list[list[str]]:
