@@ -10,7 +10,7 @@ XLA's cost analysis count matmuls the same way, which the integration test check
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from fwbench.core.models import BertArch, CausalLMArch, CausalLMShapes, SamArch, StableDiffusionArch, MODELS
 
@@ -90,7 +90,8 @@ def _resnet(cin: int, cout: int, pixels: int) -> float:
 
 
 def _unet_transformer(c: int, tokens: int, context_dim: int, context_len: int) -> float:
-    linear = 2.0 * tokens * (c * c + 4 * c * c + 2 * c * c + 12 * c * c + c * c)  # proj_in, self, cross q/out, GEGLU, proj_out
+    # proj_in; self-attention q, k, v, out; cross-attention q, out; GEGLU (c -> 2x4c, 4c -> c); proj_out
+    linear = 2.0 * tokens * (c * c + 4 * c * c + 2 * c * c + 12 * c * c + c * c)
     cross_kv = 2.0 * context_len * 2 * context_dim * c
     attention = 2.0 * 2 * c * tokens * (tokens + context_len)
     return linear + cross_kv + attention
@@ -272,10 +273,3 @@ def physics_columns(cost: StepCost, ms_per_step: float | None, precision: str, p
         row["pct_of_bandwidth"] = 100.0 * cost.bytes_moved / seconds / (bandwidth_gbs * 1e9)
     return row
 
-
-def iter_peaks() -> Iterator[Peak]:
-    seen = set()
-    for _, peak in GPU_PEAKS:
-        if peak.name not in seen:
-            seen.add(peak.name)
-            yield peak

@@ -129,7 +129,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("flops_convention", "string", "How model_flops_per_step was counted: forward 2N + attention, training 6N (3x "
                                    "forward), LoRA training ~4N (2x forward), generate = prefill + each decode step."),
     ("achieved_tflops", "float64", "model_flops_per_step / seconds per step / 1e12."),
-    ("compute_precision", "string", "Declared compute precision: bf16 (bfloat16 cells), tf32 (tf32_effective) or fp32."),
+    ("compute_precision", "string", "Declared compute precision: bf16 (bfloat16 cells), tf32 (tf32_effective) or "
+                                    "fp32."),
     ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
                                "GEMM measured once per run (in the first cell, after its timed window)."),
     ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
@@ -142,8 +143,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pct_of_bandwidth", "float64", "generate: 100 x bytes_per_step / seconds per step / the GPU's memory bandwidth "
                                     "(MBU); null on a CPU."),
     ("energy_status", "string", "ok (NVML energy counter read around the timed window), unsupported (the GPU has no "
-                                "energy counter: energy columns stay null, never 0), nvml_unavailable (NVML could not start "
-                                "in the cell's environment) or null on a CPU."),
+                                "energy counter: energy columns stay null, never 0), nvml_unavailable (NVML could "
+                                "not start in the cell's environment) or null on a CPU."),
     ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta)."),
     ("joules_per_step", "float64", "energy_j / timed_steps."),
     ("joules_per_token", "float64", "generate: energy_j / (timed_steps x batch_size x tokens_generated)."),
