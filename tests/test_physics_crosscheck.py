@@ -1,6 +1,7 @@
 """The analytic FLOP counts (fwbench.core.physics) against the frameworks' own counters at `tiny` (integration):
 torch's FlopCounterMode in the native-torch environment, XLA's cost analysis in the keras3-jax environment.
-The probes run in the real stack environments (the test interpreter has no frameworks)."""
+The probes run in the real stack environments (the test interpreter has no frameworks); a last test checks
+the physics columns on rows of a real CPU run."""
 
 from __future__ import annotations
 
@@ -48,3 +49,28 @@ def test_analytic_flops_match_xla_cost_analysis():
     assert set(counts) == {"bert forward", "gemma forward"}
     for name, (counted, analytic) in counts.items():
         assert counted > 0 and abs(analytic / counted - 1) <= TOLERANCE, (name, counted, analytic)
+
+
+def test_cpu_rows_carry_the_physics_columns(tmp_path, shared_data):
+    """A real run (native-torch, tiny, the local engine): every row has its FLOPs, the run's one measured CPU
+    ceiling, % of peak and no energy columns (CPU)."""
+    from fwbench.core import physics, results
+    from tests.conftest import run_fwbench
+
+    out = tmp_path / "out"
+    done = run_fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--task", "gemma-generate-bs1",
+                       "--preset", "tiny", "--out", str(out), "--data", str(shared_data))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [results.read_row(p) for p in sorted(out.rglob("*.parquet"))]
+    assert len(rows) == 2 and len({r["peak_tflops"] for r in rows}) == 1  # one ceiling per run
+    for row in rows:
+        assert row["status"] == "ok", row["error_message"]
+        cost = physics.step_cost(row["model"], row["task_kind"], "tiny", row["batch_size"])
+        assert row["model_flops_per_step"] == cost.flops and row["flops_convention"] == cost.convention
+        assert row["achieved_tflops"] == pytest.approx(cost.flops / row["ms_per_step"] * 1e3 / 1e12)
+        assert row["peak_source"].startswith("measured fp32 GEMM") and row["peak_tflops"] > 0
+        assert row["pct_of_peak"] == pytest.approx(100 * row["achieved_tflops"] / row["peak_tflops"])
+        assert row["precision_suspect"] is False and row["energy_status"] is None
+    generate = next(r for r in rows if r["task_kind"] == "generate")
+    assert generate["compute_precision"] == "bf16" and generate["bytes_per_step"] > 0
+    assert generate["pct_of_bandwidth"] is None  # no memory bandwidth figure for a CPU
