@@ -9,7 +9,7 @@ from fwbench.core import pins, registry
 from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
-from fwbench_aggregator import plots, provenance, published, stats
+from fwbench_aggregator import physics_section, plots, provenance, published, stats
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
 
@@ -234,6 +234,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         doc.add(d.Heading("Compilation warnings"), d.BulletList(compile_notes, "warning"))
     for summary in summaries:
         doc.add(*_preset_section(summary, reference, report_dir))
+    doc.add(*physics_section.blocks(frame))
     env_sets, _ = provenance.environment_sets(frame)
     doc.add(d.Heading("Provenance"),
             d.Paragraph("Every row: stack, versions (environment set), image, device, TF32 state, compile mode "

@@ -6,13 +6,18 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
 ADDED_IN_V3 = ("pin_deviations", "compiled_target", "tokenize_in_step")
 ADDED_IN_V4 = ("cpu_set", "gpu_index", "parallel_cells")
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4}
+PHYSICS_COLUMNS = ("model_flops_per_step", "flops_convention", "achieved_tflops", "compute_precision", "peak_tflops",
+                   "peak_source", "pct_of_peak", "precision_suspect", "bytes_per_step", "pct_of_bandwidth")
+ENERGY_COLUMNS = ("energy_status", "energy_j", "joules_per_step", "joules_per_token", "mean_power_w", "sm_clock_mhz",
+                  "gpu_temp_c", "throttle_reasons")
+ADDED_IN_V5 = PHYSICS_COLUMNS + ENERGY_COLUMNS
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported")
 
@@ -118,6 +123,36 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                 "(1 = it ran alone; more only with --parallel, each on its own cores and GPU)."),
     ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
     ("gpu_other_mem_bytes", "int64", "GPU memory those other processes held (NVML; null on the CPU)."),
+    ("model_flops_per_step", "float64", "Model FLOPs of one timed step, counted analytically from the architecture "
+                                        "(fwbench.core.physics; 2 per multiply-add of matmuls, convolutions and "
+                                        "attention products; see flops_convention)."),
+    ("flops_convention", "string", "How model_flops_per_step was counted: forward 2N + attention, training 6N (3x "
+                                   "forward), LoRA training ~4N (2x forward), generate = prefill + each decode step."),
+    ("achieved_tflops", "float64", "model_flops_per_step / seconds per step / 1e12."),
+    ("compute_precision", "string", "Declared compute precision: bf16 (bfloat16 cells), tf32 (tf32_effective) or "
+                                    "fp32."),
+    ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
+                               "GEMM measured once per run (in the first cell, after its timed window)."),
+    ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
+                              "null when the GPU is not in the table or has no unit for the precision."),
+    ("pct_of_peak", "float64", "100 x achieved_tflops / peak_tflops."),
+    ("precision_suspect", "bool", "True if pct_of_peak > 100: the row cannot have run at its declared precision "
+                                  "(e.g. 'fp32' that was really TF32)."),
+    ("bytes_per_step", "float64", "generate: bytes one step must read (bf16 weights once per forward pass + the KV "
+                                  "cache each pass reads)."),
+    ("pct_of_bandwidth", "float64", "generate: 100 x bytes_per_step / seconds per step / the GPU's memory bandwidth "
+                                    "(MBU); null on a CPU."),
+    ("energy_status", "string", "ok (NVML energy counter read around the timed window), unsupported (the GPU has no "
+                                "energy counter: energy columns stay null, never 0), nvml_unavailable (NVML could "
+                                "not start in the cell's environment) or null on a CPU."),
+    ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta)."),
+    ("joules_per_step", "float64", "energy_j / timed_steps."),
+    ("joules_per_token", "float64", "generate: energy_j / (timed_steps x batch_size x tokens_generated)."),
+    ("mean_power_w", "float64", "energy_j / timed window seconds."),
+    ("sm_clock_mhz", "float64", "SM clock at the end of the timed window (NVML), MHz."),
+    ("gpu_temp_c", "float64", "GPU temperature at the end of the timed window (NVML), degrees C."),
+    ("throttle_reasons", "string", "NVML clock-throttle reasons active at the end of the timed window, comma-separated "
+                                   "(empty = none; idle is not a throttle)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes)."),
 )

@@ -20,7 +20,8 @@ from typing import Any
 
 from fwbench import __version__
 from fwbench.core import data, pins, registry
-from fwbench.harness import backends, contention, envinfo
+from fwbench.harness import backends, ceiling, contention, envinfo
+from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.core.schema import SCHEMA_VERSION
 from fwbench.core.cpusets import own_cpu_set
@@ -99,8 +100,9 @@ def _with_step_delay(step, delay_ms: float):
     return slowed_step
 
 
-def measure(spec: CellSpec) -> dict[str, Any]:
-    """Build, time and describe one cell. Raises on failure (the caller records it)."""
+def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
+    """Build, time and describe one cell. Raises on failure (the caller records it). work_dir: the run's
+    work directory (where the record goes), which keeps the CPU ceiling measured once per run."""
     stack = registry.get_stack(spec.stack)
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
@@ -122,7 +124,10 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     setup_s = time.perf_counter() - setup_start
 
     probe = contention.ContentionProbe(spec.threads, backend.on_gpu)
-    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, probe)
+    gpu_index = ((contention.visible_gpu_index() if spec.gpu_index is None else spec.gpu_index)
+                 if backend.on_gpu else None)
+    energy = EnergyProbe(gpu_index)
+    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(probe, energy))
     if isinstance(cell, DrivenCell):
         cell.drive(clock)
     else:
@@ -161,8 +166,7 @@ def measure(spec: CellSpec) -> dict[str, Any]:
     result["device_model"] = envinfo.device_model(result.get("device") != "cpu")
     result.update(probe.result())
     # Its slot's GPU; without a slot of its own, the first GPU it saw; none when it ran on the CPU.
-    result["gpu_index"] = ((contention.visible_gpu_index() if spec.gpu_index is None else spec.gpu_index)
-                           if backend.on_gpu else None)
+    result["gpu_index"] = gpu_index
     extra: dict[str, Any] = {}
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
@@ -181,6 +185,11 @@ def measure(spec: CellSpec) -> dict[str, Any]:
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(ctx.reported)
+    tokens = (workload.batch_size * result["tokens_generated"]
+              if workload.task.kind == "generate" and result.get("tokens_generated") else None)
+    result.update(energy.result(spec.steps, tokens))
+    # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
+    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir))
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
 
@@ -210,7 +219,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record = base_record(spec)
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
-        record.update(measure(spec))
+        record.update(measure(spec, record_path.parent))
         record["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)

@@ -1,0 +1,122 @@
+"""The report's physics section: achieved TFLOP/s against the ceiling of the declared precision, for fwbench's
+rows and for the published A100 table, and the rows that cannot have run at their declared precision.
+
+Framework-free: the FLOP model is fwbench.core.physics (plain Python).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fwbench.core import physics
+from fwbench_aggregator import document as d
+from fwbench_aggregator.published import REFERENCE_FILE, REFERENCE_SOURCE, REFERENCE_VERSION, task_id
+
+PUBLISHED_GPU = "NVIDIA A100-SXM4-40GB"  # the published run: 1x A100 40 GB
+LLM_MODELS = ("gemma", "mistral")  # the only bf16 tasks; every other published task declares fp32
+
+
+@dataclass(frozen=True)
+class PublishedPhysics:
+    task: str
+    stack: str
+    compile: str
+    batch_size: int
+    ms_per_step: float
+    columns: dict
+
+    @property
+    def suspect(self) -> bool:
+        return bool(self.columns["precision_suspect"])
+
+
+def published_physics(page_version: str = REFERENCE_VERSION) -> list[PublishedPhysics]:
+    """Every row of the published table (each batch size it lists) with the physics columns at preset paper."""
+    text = (Path(__file__).parent / "data" / REFERENCE_FILE).read_text(encoding="utf-8")
+    peak = physics.gpu_peak(PUBLISHED_GPU)
+    out = []
+    for row in csv.DictReader(io.StringIO(text)):
+        if row["page_version"] != page_version:
+            continue
+        batch, ms = int(row["batch_size"]), float(row["ms_per_step"])
+        precision = "bf16" if row["model"] in LLM_MODELS else "fp32"
+        cost = physics.step_cost(row["model"], row["task"], "paper", batch)
+        columns = physics.physics_columns(cost, ms, precision, peak.tflops[precision],
+                                          f"table: {peak.name} ({peak.source})", peak.bandwidth_gbs)
+        out.append(PublishedPhysics(task_id(row["model"], row["task"], batch), row["stack"], row["compile"], batch,
+                                    ms, columns))
+    return out
+
+
+def _num(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return format(value, fmt)
+
+
+def _suspect_word(value) -> str:
+    # Parquet booleans arrive as numpy.bool_, None or NaN: test truth, not identity.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return "SUSPECT" if bool(value) else "no"
+
+
+def measured_rows(frame) -> list[list[str]]:
+    """One line per ok row that has physics columns (schema v5 rows)."""
+    if "achieved_tflops" not in frame.columns:
+        return []
+    ok = frame[(frame["status"] == "ok") & frame["achieved_tflops"].notna()]
+    rows = []
+    for _, r in ok.sort_values(["cell_id", "repeat"]).iterrows():
+        rows.append([str(r["cell_id"]), str(int(r["repeat"])), str(r.get("device_model") or "—"),
+                     str(r["compute_precision"]), _num(r["achieved_tflops"], ".4g"), _num(r["peak_tflops"], ".4g"),
+                     _num(r["pct_of_peak"], ".1f"), _num(r.get("pct_of_bandwidth"), ".1f"),
+                     _suspect_word(r["precision_suspect"]), str(r.get("peak_source") or "—")])
+    return rows
+
+
+MEASURED_HEADERS = ["cell", "repeat", "device", "precision", "achieved TFLOP/s", "peak TFLOP/s", "% of peak",
+                    "MBU %", "suspect", "peak source"]
+PUBLISHED_HEADERS = ["task", "stack", "compile", "batch", "published ms", "precision", "achieved TFLOP/s",
+                     "% of peak", "MBU %", "suspect"]
+
+
+def blocks(frame) -> list:
+    rows = measured_rows(frame)
+    published = published_physics()
+    out: list = [d.Heading("Physics: achieved TFLOP/s against the hardware"),
+                 d.Paragraph("Model FLOPs per step are counted from the architecture (fwbench.core.physics: 2 per "
+                             "multiply-add of matmuls, convolutions and attention products; training 3x forward, "
+                             "LoRA training 2x forward, generate = prefill + each decode step). % of peak is "
+                             "against the declared precision's dense ceiling (GPU datasheet, or a measured fp32 "
+                             "GEMM on a CPU); MBU = bytes a generate step must read / time / memory bandwidth. "
+                             "A row above 100% of its precision's peak cannot have run at that precision: "
+                             "it is marked SUSPECT.", "note")]
+    if rows:
+        out += [d.Heading("fwbench rows", 3), d.Table(MEASURED_HEADERS, rows, css_class="text")]
+    else:
+        out.append(d.Paragraph("No row carries physics columns (schema v5 or newer)."))
+    out += [d.Heading("Published A100 table", 3),
+            d.Paragraph(f"{REFERENCE_SOURCE}; ceiling: {physics.gpu_peak(PUBLISHED_GPU).name} "
+                        f"({physics.gpu_peak(PUBLISHED_GPU).source}). LLM tasks declare bf16, all others fp32.",
+                        "note"),
+            d.Table(PUBLISHED_HEADERS,
+                    [[p.task, p.stack, p.compile, str(p.batch_size), _num(p.ms_per_step, ".2f"),
+                      p.columns["compute_precision"], _num(p.columns["achieved_tflops"], ".4g"),
+                      _num(p.columns["pct_of_peak"], ".1f"), _num(p.columns["pct_of_bandwidth"], ".1f"),
+                      _suspect_word(p.columns["precision_suspect"])] for p in published], css_class="text")]
+    flagged = [f"fwbench {r[0]} repeat {r[1]}: {r[4]} TFLOP/s = {r[6]}% of the {r[3]} peak" for r in rows
+               if r[8] == "SUSPECT"]
+    flagged += [f"published {p.task} {p.stack} ({p.compile}): {p.columns['achieved_tflops']:.1f} TFLOP/s = "
+                f"{p.columns['pct_of_peak']:.0f}% of the A100's {p.columns['compute_precision']} peak"
+                for p in published if p.suspect]
+    if flagged:
+        out += [d.Heading("Precision-suspect rows", 3),
+                d.Paragraph("Faster than the declared precision allows (e.g. 'fp32' rows that ran TF32):",
+                            "warning"),
+                d.BulletList(flagged, "warning")]
+    return out

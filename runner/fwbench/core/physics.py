@@ -1,0 +1,275 @@
+"""What one step of a cell costs in FLOPs and bytes, and what the hardware could do: the physics columns.
+
+Framework-free (plain Python): the cell, the runner and the aggregator (for the published A100 rows) all
+count the same way. Counting convention (docs/workloads.md, "Physics"): 2 FLOPs per multiply-add of every
+matmul, convolution and attention product (QK^T and AV over the whole score matrix, as the libraries compute
+it); elementwise work, norms, softmax and embedding lookups are not counted (torch's FlopCounterMode and
+XLA's cost analysis count matmuls the same way, which the integration test checks at `tiny`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fwbench.core.models import BertArch, CausalLMArch, CausalLMShapes, SamArch, StableDiffusionArch, MODELS
+
+# Backward with weight gradients costs twice the forward (activation grads + weight grads): training = 3x.
+TRAIN_FACTOR = 3.0
+# LoRA: frozen weights get activation gradients only, so backward = 1x forward: training = 2x (the "4N" rule).
+LORA_TRAIN_FACTOR = 2.0
+LLM_BYTES_PER_PARAM = 2  # the LLM cells hold bfloat16 weights and KV cache
+
+
+@dataclass(frozen=True)
+class StepCost:
+    flops: float  # model FLOPs per timed step
+    convention: str  # how flops were counted (a row column)
+    bytes_moved: float | None = None  # generate: weights + KV cache read per step
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward FLOPs per model (one sequence / image unless a batch is given).
+
+def bert_forward(arch: BertArch, seq: int) -> float:
+    h = arch.hidden
+    per_token = arch.layers * (4 * h * h + 2 * h * arch.intermediate + 2 * seq * h)  # dense + QK^T and AV
+    return 2.0 * (seq * per_token + h * h + h * arch.num_classes)  # pooler and classifier: the first token only
+
+
+def causal_lm_dense_params(arch: CausalLMArch) -> int:
+    """Matmul weights a token passes through (attention, gated MLP, LM head); embeddings are a lookup."""
+    h = arch.hidden
+    q_out = arch.heads * arch.head_dim
+    kv_out = arch.kv_heads * arch.head_dim
+    per_layer = h * q_out + 2 * h * kv_out + q_out * h + 3 * h * arch.intermediate
+    return arch.layers * per_layer + h * arch.vocab_size
+
+
+def causal_lm_params(arch: CausalLMArch, tied_embeddings: bool) -> int:
+    """Weights held: Gemma ties its LM head to the embeddings, Mistral has both matrices."""
+    return causal_lm_dense_params(arch) + (0 if tied_embeddings else arch.vocab_size * arch.hidden)
+
+
+def _attended(arch: CausalLMArch, context: int) -> int:
+    return context if arch.sliding_window is None else min(context, arch.sliding_window)
+
+
+def causal_lm_forward(arch: CausalLMArch, tokens: int, context: int, lm_head_tokens: int | None = None) -> float:
+    """`tokens` new positions attending to `context` positions (the whole score matrix: prefill/fit compute
+    the causal square in full)."""
+    dense = causal_lm_dense_params(arch) - arch.hidden * arch.vocab_size
+    head = arch.hidden * arch.vocab_size * (tokens if lm_head_tokens is None else lm_head_tokens)
+    attention = arch.layers * 2 * arch.heads * arch.head_dim * _attended(arch, context) * tokens
+    return 2.0 * (tokens * dense + head + attention)
+
+
+def causal_lm_generate(arch: CausalLMArch, shapes: CausalLMShapes, batch: int,
+                       tied_embeddings: bool) -> tuple[float, float]:
+    """(FLOPs, bytes) of one generate call: prefill of the prompt (gives the first new token), then one
+    decode pass per further token with the KV cache growing. Bytes = weights read once per pass + the KV
+    cache read by each pass (bf16)."""
+    prompt, new = shapes.prompt_len, shapes.new_tokens
+    flops = batch * causal_lm_forward(arch, prompt, prompt, lm_head_tokens=1)
+    kv_per_position = 2 * arch.layers * arch.kv_heads * arch.head_dim * LLM_BYTES_PER_PARAM
+    weight_bytes = causal_lm_params(arch, tied_embeddings) * LLM_BYTES_PER_PARAM
+    moved = weight_bytes + batch * kv_per_position * prompt  # prefill writes the cache once
+    for step in range(1, new):
+        context = prompt + step
+        flops += batch * causal_lm_forward(arch, 1, context)
+        moved += weight_bytes + batch * kv_per_position * _attended(arch, context)
+    return flops, float(moved)
+
+
+def _conv(cin: int, cout: int, pixels: int, kernel: int = 3) -> float:
+    return 2.0 * kernel * kernel * cin * cout * pixels
+
+
+def _resnet(cin: int, cout: int, pixels: int) -> float:
+    return _conv(cin, cout, pixels) + _conv(cout, cout, pixels) + (_conv(cin, cout, pixels, 1) if cin != cout else 0)
+
+
+def _unet_transformer(c: int, tokens: int, context_dim: int, context_len: int) -> float:
+    # proj_in; self-attention q, k, v, out; cross-attention q, out; GEGLU (c -> 2x4c, 4c -> c); proj_out
+    linear = 2.0 * tokens * (c * c + 4 * c * c + 2 * c * c + 12 * c * c + c * c)
+    cross_kv = 2.0 * context_len * 2 * context_dim * c
+    attention = 2.0 * 2 * c * tokens * (tokens + context_len)
+    return linear + cross_kv + attention
+
+
+def unet_forward(arch: StableDiffusionArch) -> float:
+    """One UNet2DConditionModel call on one latent (SD v1 layout: cross-attention in all but the deepest block)."""
+    ch, lpb, n = arch.unet_channels, arch.layers_per_block, len(arch.unet_channels)
+    side = arch.latent_size
+    pixels = side * side
+    flops = _conv(arch.latent_channels, ch[0], pixels)
+    skips = [ch[0]]
+    cin = ch[0]
+    for i, c in enumerate(ch):
+        for _ in range(lpb):
+            flops += _resnet(cin, c, pixels)
+            if i < n - 1:
+                flops += _unet_transformer(c, pixels, arch.context_dim, arch.context_len)
+            cin = c
+            skips.append(c)
+        if i < n - 1:
+            pixels //= 4
+            flops += _conv(c, c, pixels)
+            skips.append(c)
+    flops += 2 * _resnet(cin, cin, pixels) + _unet_transformer(cin, pixels, arch.context_dim, arch.context_len)
+    for i, c in enumerate(reversed(ch)):
+        for _ in range(lpb + 1):
+            flops += _resnet(cin + skips.pop(), c, pixels)
+            if i > 0:
+                flops += _unet_transformer(c, pixels, arch.context_dim, arch.context_len)
+            cin = c
+        if i < n - 1:
+            pixels *= 4
+            flops += _conv(c, c, pixels)
+    return flops + _conv(ch[0], arch.latent_channels, pixels)
+
+
+def vae_encoder_forward(arch: StableDiffusionArch) -> float:
+    ch = arch.vae_channels
+    pixels = arch.image_size * arch.image_size
+    flops = _conv(3, ch[0], pixels)
+    cin = ch[0]
+    for i, c in enumerate(ch):
+        for _ in range(arch.vae_layers_per_block):
+            flops += _resnet(cin, c, pixels)
+            cin = c
+        if i < len(ch) - 1:
+            pixels //= 4
+            flops += _conv(c, c, pixels)
+    attention = 2.0 * pixels * 4 * cin * cin + 2.0 * 2 * cin * pixels * pixels
+    flops += 2 * _resnet(cin, cin, pixels) + attention
+    moments = 2 * arch.latent_channels
+    return flops + _conv(cin, moments, pixels) + _conv(moments, moments, pixels, 1)
+
+
+def sam_encoder_forward(arch: SamArch) -> float:
+    d, grid = arch.embed_dim, arch.grid
+    tokens = grid * grid
+    flops = 2.0 * tokens * arch.patch_size * arch.patch_size * 3 * d
+    padded = -(-grid // arch.window_size) * arch.window_size
+    for block in range(arch.depth):
+        flops += 2.0 * tokens * (4 * d * d + 8 * d * d)  # qkv + proj, MLP (ratio 4)
+        if block in arch.global_attn_indexes:
+            flops += 2.0 * 2 * d * tokens * tokens
+        else:  # windows over the grid padded to a multiple of the window
+            flops += 2.0 * 2 * d * padded * padded * arch.window_size * arch.window_size
+    neck = arch.prompt_dim
+    return flops + _conv(d, neck, tokens, 1) + _conv(neck, neck, tokens)
+
+
+def sam_decoder_forward(arch: SamArch) -> float:
+    """Mask decoder on one image (two-way transformer at half width, upscaling convs): the image-token terms;
+    the handful of prompt tokens is negligible."""
+    c, tokens = arch.prompt_dim, arch.grid * arch.grid
+    half = c // 2
+    per_layer = 2.0 * tokens * c * half * 2 + 2.0 * tokens * c * half * 2  # token->image k,v; image->token q,out
+    final = 2.0 * tokens * c * half * 2
+    up = 2.0 * (4 * tokens) * c * (c // 4) * 4 + 2.0 * (16 * tokens) * (c // 4) * (c // 8) * 4  # 2x2 transposed convs
+    return arch.decoder_depth * per_layer + final + up
+
+
+# ---------------------------------------------------------------------------------------------
+# Per cell.
+
+def step_cost(model: str, kind: str, preset: str, batch: int) -> StepCost:
+    """Model FLOPs (and, for generate, bytes) of one timed step of (model, kind) at preset and batch."""
+    m = MODELS[model]
+    arch, shapes = m.arch(preset), m.shapes[preset]
+    if model == "bert":
+        forward = batch * bert_forward(arch, shapes.seq_len)
+        if kind == "fit":
+            return StepCost(TRAIN_FACTOR * forward, "train 6N: 3x forward (2N + attention)")
+        return StepCost(forward, "forward 2N + attention")
+    if model in ("gemma", "mistral"):
+        if kind == "fit":
+            forward = batch * causal_lm_forward(arch, shapes.seq_len, shapes.seq_len)
+            return StepCost(LORA_TRAIN_FACTOR * forward, "LoRA train ~4N: 2x forward (frozen weights: no weight grads)")
+        flops, moved = causal_lm_generate(arch, shapes, batch, tied_embeddings=model == "gemma")
+        return StepCost(flops, f"generate: prefill {shapes.prompt_len} + {shapes.new_tokens - 1} decode steps "
+                               f"(2N + attention over the growing KV cache)", moved)
+    if model == "sam":
+        encoder = batch * sam_encoder_forward(arch)
+        if kind == "fit":
+            return StepCost(TRAIN_FACTOR * encoder, "train 6N: 3x forward of the ViT image encoder")
+        return StepCost(encoder + batch * sam_decoder_forward(arch), "forward: ViT encoder + mask decoder (approx.)")
+    if model == "stable_diffusion":
+        if kind == "fit":
+            return StepCost(TRAIN_FACTOR * batch * vae_encoder_forward(arch), "train 6N: 3x forward of the VAE encoder")
+        return StepCost(2 * batch * unet_forward(arch), "forward: one UNet step on [uncond, cond] (2x batch)")
+    raise ValueError(f"no FLOP model for {model}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Peaks: dense (no structured sparsity) tensor/vector TFLOP/s per precision and memory bandwidth (GB/s).
+
+@dataclass(frozen=True)
+class Peak:
+    name: str
+    tflops: dict[str, float]  # precision (fp32, tf32, bf16) -> dense TFLOP/s
+    bandwidth_gbs: float
+    source: str
+
+
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (dense)"
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet (dense = half the sparse figure)"
+# Ordered: the first entry whose every pattern is in the (upper-cased) NVML name wins.
+GPU_PEAKS: tuple[tuple[tuple[str, ...], Peak], ...] = (
+    (("A100", "PCIE", "80GB"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1935, _A100)),
+    (("A100", "80GB", "PCIE"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1935, _A100)),
+    (("A100", "PCIE"), Peak("A100 PCIe 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
+    (("A100", "80GB"), Peak("A100 SXM4 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 2039, _A100)),
+    (("A100",), Peak("A100 SXM4 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
+    (("H100", "PCIE"), Peak("H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756}, 2000, _H100)),
+    (("H100", "NVL"), Peak("H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835}, 3900, _H100)),
+    (("H100",), Peak("H100 SXM5", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 3350, _H100)),
+    (("H200",), Peak("H200 SXM", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4800,
+                     "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparse figure)")),
+    (("L40S",), Peak("L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362}, 864,
+                     "NVIDIA L40S datasheet (dense = half the sparse figure)")),
+    (("L4",), Peak("L4", {"fp32": 30.3, "tf32": 60, "bf16": 121}, 300,
+                   "NVIDIA L4 Tensor Core GPU datasheet (dense = half the sparse figure)")),
+    (("A10G",), Peak("A10G", {"fp32": 31.2, "tf32": 62.5, "bf16": 125}, 600,
+                     "NVIDIA A10 datasheet (A10G is AWS's A10 variant; dense figures)")),
+    (("V100", "PCIE"), Peak("V100 PCIe", {"fp32": 14}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
+    (("V100",), Peak("V100 SXM2", {"fp32": 15.7}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
+    (("RTX 4090",), Peak("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2}, 1008,
+                         "NVIDIA Ada Lovelace architecture whitepaper (dense, FP32 accumulate)")),
+)
+
+
+def gpu_peak(device_name: str | None) -> Peak | None:
+    upper = (device_name or "").upper()
+    for patterns, peak in GPU_PEAKS:
+        if all(p in upper for p in patterns):
+            return peak
+    return None
+
+
+def declared_precision(dtype: str | None, tf32_effective: bool | None) -> str:
+    """bf16 for bfloat16 cells; tf32 when the row says TF32 was in effect; fp32 otherwise."""
+    if dtype and "bfloat16" in dtype:
+        return "bf16"
+    return "tf32" if tf32_effective else "fp32"
+
+
+def physics_columns(cost: StepCost, ms_per_step: float | None, precision: str, peak_tflops: float | None,
+                    peak_source: str | None, bandwidth_gbs: float | None) -> dict[str, Any]:
+    """The physics columns of one row (achieved figures null without a time; % of peak null without a peak)."""
+    seconds = ms_per_step / 1000.0 if ms_per_step else None
+    achieved = cost.flops / seconds / 1e12 if seconds else None
+    pct = 100.0 * achieved / peak_tflops if achieved is not None and peak_tflops else None
+    row: dict[str, Any] = {
+        "model_flops_per_step": cost.flops, "flops_convention": cost.convention, "achieved_tflops": achieved,
+        "compute_precision": precision, "peak_tflops": peak_tflops, "peak_source": peak_source,
+        "pct_of_peak": pct, "precision_suspect": (pct > 100.0) if pct is not None else None,
+        "bytes_per_step": cost.bytes_moved, "pct_of_bandwidth": None,
+    }
+    if cost.bytes_moved is not None and seconds and bandwidth_gbs:
+        row["pct_of_bandwidth"] = 100.0 * cost.bytes_moved / seconds / (bandwidth_gbs * 1e9)
+    return row
+

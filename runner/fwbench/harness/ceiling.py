@@ -1,0 +1,74 @@
+"""The physics columns of a cell's row: its model FLOPs (fwbench.core.physics) against a ceiling.
+
+On a GPU the ceiling is the datasheet table (by NVML name); on a CPU it is measured in a cell process after
+its timed window (same cores and BLAS as the cell): an fp32 GEMM, best of a few, once per run and core count.
+The first cell of a run measures it and leaves it in the run's work directory; the cells after it reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from fwbench.core import physics
+from fwbench.core.atomic import write_atomically
+
+GEMM_SIZE = 1024
+GEMM_REPEATS = 5
+
+
+def cpu_gemm_tflops(size: int = GEMM_SIZE, repeats: int = GEMM_REPEATS) -> float:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    a @ b  # warm the BLAS threads
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size ** 3 / best / 1e12
+
+
+def cpu_ceiling(run_id: str | None, cache_dir: Path | None) -> tuple[float, str]:
+    """(TFLOP/s, peak_source) of the fp32 GEMM for this run on this many cores, measured once per run."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cache = cache_dir / f"cpu-gemm.{run_id}.{cores}cores.json" if cache_dir and run_id else None
+    if cache is not None and cache.is_file():
+        try:
+            saved = json.loads(cache.read_text())
+            return float(saved["tflops"]), str(saved["source"])
+        except (ValueError, KeyError, OSError):
+            pass  # unreadable: measure again
+    tflops = cpu_gemm_tflops()
+    source = (f"measured fp32 GEMM {GEMM_SIZE}x{GEMM_SIZE} (numpy, best of {GEMM_REPEATS}, {cores} cores, "
+              f"once per run)")
+    if cache is not None:
+        try:
+            write_atomically(cache, json.dumps({"tflops": tflops, "source": source}))
+        except OSError:
+            pass  # a read-only work directory: every cell measures its own
+    return tflops, source
+
+
+def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step)."""
+    cost = physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
+    precision = physics.declared_precision(row.get("dtype"), row.get("tf32_effective"))
+    peak_tflops = peak_source = bandwidth = None
+    if on_gpu:
+        peak = physics.gpu_peak(row.get("device_name"))
+        if peak is not None:
+            bandwidth = peak.bandwidth_gbs
+            peak_tflops = peak.tflops.get(precision)
+            if peak_tflops is not None:
+                peak_source = f"table: {peak.name} ({peak.source})"
+    else:
+        # A CPU runs bf16 and fp32 on the same units here; the fp32 GEMM is the ceiling for both.
+        peak_tflops, peak_source = cpu_ceiling(row.get("run_id"), cache_dir)
+    return physics.physics_columns(cost, row.get("ms_per_step"), precision, peak_tflops, peak_source, bandwidth)

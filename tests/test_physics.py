@@ -1,0 +1,263 @@
+"""The physics columns: the analytic FLOP/byte model, the peak table, the suspect flag, the published A100 rows,
+the CPU ceiling, and the NVML energy columns (NVML is mocked: a GPU boundary this machine cannot run)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from fwbench.core import physics, registry
+from fwbench.core.models import BERT, GEMMA, MISTRAL, CausalLMShapes
+
+
+def test_bert_forward_is_2n_per_token_plus_attention():
+    arch, seq = BERT.arch("tiny"), 64
+    h, ff, layers = arch.hidden, arch.intermediate, arch.layers
+    by_hand = 2 * seq * layers * (4 * h * h + 2 * h * ff) + 2 * layers * seq * seq * h * 2 + 2 * (h * h + h * 2)
+    assert physics.bert_forward(arch, seq) == by_hand
+
+
+def test_training_conventions_scale_the_forward():
+    fwd = physics.step_cost("bert", "predict", "tiny", 4).flops
+    assert physics.step_cost("bert", "fit", "tiny", 4).flops == pytest.approx(3 * fwd)
+    arch, seq = GEMMA.arch("tiny"), GEMMA.shapes["tiny"].seq_len
+    lora = physics.step_cost("gemma", "fit", "tiny", 2)
+    assert lora.flops == pytest.approx(2 * 2 * physics.causal_lm_forward(arch, seq, seq))
+    assert "LoRA" in lora.convention and "4N" in lora.convention
+
+
+def test_generate_counts_every_decode_step_and_the_growing_cache():
+    arch = GEMMA.arch("tiny")
+    short = physics.causal_lm_generate(arch, CausalLMShapes(32, 5, 2), 1, tied_embeddings=True)
+    longer = physics.causal_lm_generate(arch, CausalLMShapes(32, 5, 3), 1, tied_embeddings=True)
+    # The third token costs one more decode pass attending to 5 + 2 positions, and reads the weights again.
+    assert longer[0] - short[0] == pytest.approx(physics.causal_lm_forward(arch, 1, 7))
+    weights = physics.causal_lm_params(arch, True) * 2
+    kv = 2 * arch.layers * arch.kv_heads * arch.head_dim * 2 * 7
+    assert longer[1] - short[1] == pytest.approx(weights + kv)
+    cost = physics.step_cost("gemma", "generate", "tiny", 4)
+    assert cost.bytes_moved > 0 and "decode" in cost.convention
+
+
+def test_sliding_window_caps_attention():
+    arch = MISTRAL.arch("tiny")  # window 64
+    assert physics.causal_lm_forward(arch, 1, 1000) == physics.causal_lm_forward(arch, 1, 64)
+    assert physics.causal_lm_forward(arch, 1, 50) < physics.causal_lm_forward(arch, 1, 64)
+
+
+def test_every_task_and_preset_has_a_positive_count():
+    for task in registry.TASKS.values():
+        for preset in ("tiny", "small", "paper"):
+            cost = physics.step_cost(task.model, task.kind, preset, task.batch[preset])
+            assert cost.flops > 0 and cost.convention
+            assert (cost.bytes_moved is not None) == (task.kind == "generate")
+
+
+@pytest.mark.parametrize("nvml_name, peak_name", [
+    ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB"), ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"), ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM5"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200", "H200 SXM"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"),
+    ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("NVIDIA GeForce RTX 4090", "RTX 4090")])
+def test_peak_table_matches_nvml_names(nvml_name, peak_name):
+    peak = physics.gpu_peak(nvml_name)
+    assert peak is not None and peak.name == peak_name and peak.source and peak.bandwidth_gbs > 0
+    assert peak.tflops["fp32"] > 0
+
+
+def test_unknown_gpu_has_no_peak():
+    assert physics.gpu_peak("NVIDIA Mystery 9000") is None and physics.gpu_peak(None) is None
+
+
+def test_declared_precision():
+    assert physics.declared_precision("bfloat16", False) == "bf16"
+    assert physics.declared_precision("float32", True) == "tf32"
+    assert physics.declared_precision("float32", None) == "fp32"
+
+
+def test_suspect_only_above_the_declared_peak():
+    cost = physics.StepCost(19.5e12, "x")  # 19.5 TFLOP per step
+    at_peak = physics.physics_columns(cost, 1000.0, "fp32", 19.5, "s", None)
+    assert at_peak["achieved_tflops"] == pytest.approx(19.5) and at_peak["precision_suspect"] is False
+    above = physics.physics_columns(cost, 900.0, "fp32", 19.5, "s", None)
+    assert above["precision_suspect"] is True and above["pct_of_peak"] == pytest.approx(100 / 0.9)
+    no_peak = physics.physics_columns(cost, 900.0, "fp32", None, None, None)
+    assert no_peak["pct_of_peak"] is None and no_peak["precision_suspect"] is None
+
+
+def test_published_a100_rows_are_flagged_exactly_above_the_fp32_peak():
+    from fwbench_aggregator.physics_section import published_physics
+
+    rows = published_physics()
+    assert len(rows) > 50
+    for row in rows:
+        achieved = row.ms_per_step and row.columns["achieved_tflops"]
+        if row.task.startswith(("gemma", "mistral")):
+            assert row.columns["compute_precision"] == "bf16" and not row.suspect, row
+        else:
+            assert row.columns["compute_precision"] == "fp32"
+            assert row.suspect == (achieved > 19.5), row
+    suspect = [r for r in rows if r.suspect]
+    # The issue's observation: the flagged Keras "fp32" rows run at 1.9-3.6x the A100's fp32 peak.
+    keras = [r.columns["pct_of_peak"] / 100 for r in suspect if r.stack.startswith("keras")]
+    assert keras and 1.3 < min(keras) and max(keras) < 4.0
+    generate = [r for r in rows if "generate" in r.task]
+    assert all(0 < r.columns["pct_of_bandwidth"] < 100 for r in generate)
+
+
+def test_cpu_row_gets_a_measured_ceiling():
+    from fwbench.harness import ceiling
+
+    row = {"model": "bert", "task_kind": "predict", "preset": "tiny", "batch_size": 8, "ms_per_step": 5.0,
+           "dtype": "float32", "tf32_effective": False}
+    cols = ceiling.physics_row(row, on_gpu=False)
+    assert cols["peak_source"].startswith("measured fp32 GEMM") and cols["peak_tflops"] > 0
+    assert cols["compute_precision"] == "fp32" and cols["pct_of_bandwidth"] is None
+    expected = physics.step_cost("bert", "predict", "tiny", 8).flops / 0.005 / 1e12
+    assert cols["achieved_tflops"] == pytest.approx(expected)
+    assert cols["pct_of_peak"] == pytest.approx(100 * expected / cols["peak_tflops"])
+
+
+def test_gpu_row_uses_the_table_and_reports_mbu():
+    from fwbench.harness import ceiling
+
+    row = {"model": "gemma", "task_kind": "generate", "preset": "paper", "batch_size": 1, "ms_per_step": 700.0,
+           "dtype": "bfloat16", "device_name": "NVIDIA H100 80GB HBM3"}
+    cols = ceiling.physics_row(row, on_gpu=True)
+    assert cols["peak_tflops"] == 989.5 and cols["peak_source"].startswith("table: H100 SXM5")
+    cost = physics.step_cost("gemma", "generate", "paper", 1)
+    assert cols["pct_of_bandwidth"] == pytest.approx(100 * cost.bytes_moved / 0.7 / 3350e9)
+
+
+# --- NVML energy: a mock pynvml module (the GPU driver is a boundary this CPU machine cannot run).
+
+class _NotSupported(Exception):
+    pass
+
+
+def _fake_pynvml(energy_mj: list[int] | None, throttle: int = 0x4 | 0x1):
+    readings = iter(energy_mj or [])
+
+    def energy(handle):
+        if energy_mj is None:
+            raise _NotSupported("NVML_ERROR_NOT_SUPPORTED")
+        return next(readings)
+
+    return types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetTotalEnergyConsumption=energy, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetClockInfo=lambda h, kind: 1410, nvmlDeviceGetTemperature=lambda h, kind: 61,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: throttle)
+
+
+def _window(monkeypatch, fake, times=(10.0, 12.0)):
+    from fwbench.harness import energy
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    clock = iter(times)
+    monkeypatch.setattr(energy.time, "perf_counter", lambda: next(clock))
+    probe = energy.EnergyProbe(0)
+    probe.start()
+    probe.stop()
+    return probe
+
+
+def test_energy_window_with_a_counter(monkeypatch):
+    probe = _window(monkeypatch, _fake_pynvml([1_000_000, 1_600_000]))  # 600 J over 2 s
+    cols = probe.result(timed_steps=10, tokens_per_step=40)
+    assert cols["energy_status"] == "ok" and cols["energy_j"] == pytest.approx(600.0)
+    assert cols["joules_per_step"] == pytest.approx(60.0) and cols["joules_per_token"] == pytest.approx(1.5)
+    assert cols["mean_power_w"] == pytest.approx(300.0)
+    assert cols["sm_clock_mhz"] == 1410 and cols["gpu_temp_c"] == 61 and cols["throttle_reasons"] == "sw_power_cap"
+
+
+def test_energy_without_a_counter_says_unsupported_never_zero(monkeypatch):
+    cols = _window(monkeypatch, _fake_pynvml(None)).result(timed_steps=10, tokens_per_step=None)
+    assert cols["energy_status"] == "unsupported"
+    assert all(cols.get(k) is None for k in ("energy_j", "joules_per_step", "joules_per_token", "mean_power_w"))
+    assert cols["sm_clock_mhz"] == 1410  # the clocks are still read
+
+
+def test_cpu_cell_has_no_energy_columns():
+    from fwbench.harness.energy import EnergyProbe
+
+    probe = EnergyProbe(None)
+    probe.start()
+    probe.stop()
+    assert probe.result(10, None) == {}
+
+
+def test_energy_columns_are_in_the_schema():
+    from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
+
+    assert SCHEMA_VERSION == 5
+    assert set(ADDED_IN[5]) <= set(COLUMN_NAMES)
+
+
+def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path):
+    import pandas as pd
+
+    from fwbench_aggregator import document as d
+    from fwbench_aggregator.physics_section import blocks
+
+    frame = pd.DataFrame([
+        {"cell_id": "keras3-jax.bert-fit.paper.<b>", "repeat": 0, "status": "ok", "device_model": "NVIDIA A100",
+         "compute_precision": "fp32", "achieved_tflops": 40.0, "peak_tflops": 19.5, "pct_of_peak": 205.1,
+         "pct_of_bandwidth": None, "precision_suspect": True, "peak_source": "table: A100 SXM4 40GB (x)"},
+        {"cell_id": "native-torch.bert-fit.paper.compile-none", "repeat": 0, "status": "ok", "device_model": "cpu",
+         "compute_precision": "fp32", "achieved_tflops": 0.1, "peak_tflops": 0.2, "pct_of_peak": 50.0,
+         "pct_of_bandwidth": None, "precision_suspect": False, "peak_source": "measured fp32 GEMM"}])
+    doc = d.Document("t")
+    doc.add(*blocks(frame))
+    markdown, html = d.to_markdown(doc, tmp_path), d.to_html(doc)
+    for text in (markdown, html):
+        assert "Physics" in text and "Published A100 table" in text and "Precision-suspect rows" in text
+        assert "205.1% of the fp32 peak" in text and "published bert-fit keras3-jax (xla)" in text
+        assert "native-torch.bert-fit.paper.compile-none repeat 0:" not in text  # not suspect: not listed
+    assert "<b>" not in html and "&lt;b&gt;" in html  # row strings are escaped
+
+
+def test_report_physics_section_without_v5_rows():
+    import pandas as pd
+
+    from fwbench_aggregator.physics_section import blocks, measured_rows
+
+    frame = pd.DataFrame([{"cell_id": "c", "repeat": 0, "status": "ok"}])
+    assert measured_rows(frame) == []
+    assert any("No row carries physics columns" in getattr(b, "text", "") for b in blocks(frame))
+
+
+def test_gpu_cell_without_nvml_says_so(monkeypatch):
+    from fwbench.harness import energy
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no pynvml in the environment
+    probe = energy.EnergyProbe(0)
+    probe.start()
+    probe.stop()
+    cols = probe.result(10, None)
+    assert cols["energy_status"] == "nvml_unavailable" and cols.get("energy_j") is None
+
+
+def test_cpu_ceiling_is_measured_once_per_run(tmp_path):
+    from fwbench.harness import ceiling
+
+    tflops, source = ceiling.cpu_ceiling("run-a", tmp_path)
+    assert tflops > 0 and "once per run" in source
+    saved = list(tmp_path.glob("cpu-gemm.run-a.*cores.json"))
+    assert len(saved) == 1
+    # Later cells of the run read what the first one measured (a changed figure shows it is read, not re-measured).
+    saved[0].write_text(json.dumps({"tflops": 123.0, "source": source}))
+    assert ceiling.cpu_ceiling("run-a", tmp_path) == (123.0, source)
+    assert ceiling.cpu_ceiling("run-b", tmp_path)[0] != 123.0  # another run measures again
+
+
+def test_suspect_word_reads_numpy_booleans():
+    import numpy as np
+
+    from fwbench_aggregator.physics_section import _suspect_word
+
+    assert _suspect_word(np.bool_(True)) == "SUSPECT" and _suspect_word(np.bool_(False)) == "no"
+    assert _suspect_word(None) == "—" and _suspect_word(float("nan")) == "—"
