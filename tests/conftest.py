@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,16 @@ def cpu_hogs():
     for hog in hogs:
         hog.kill()
         hog.wait()
+
+
+@pytest.fixture
+def key_pair(tmp_path):
+    """A throwaway SSH signing key and the allowed-signers file naming it publisher@fwbench."""
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("no ssh-keygen")
+    key = tmp_path / "keys" / "publisher"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "publisher", "-f", str(key)], check=True)
+    allowed = tmp_path / "keys" / "allowed_signers"
+    allowed.write_text(f"publisher@fwbench {key.with_suffix('.pub').read_text()}")
+    return key, allowed

@@ -20,27 +20,12 @@ from typer.testing import CliRunner
 from fwbench.cli.commands import app
 from fwbench.release import signing
 from fwbench.release.bundle import MANIFEST, MAX_MEMBER_BYTES, VerificationRefused, make_bundle, open_bundle
-from fwbench.release.record import Release, ReleasedImage
+from fwbench.release.record import Release
 from fwbench_aggregator import verification
 from tests.aggregator_rows import record, write
+from tests.test_release import IMAGE
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="no ssh-keygen")
-DIGEST = "sha256:" + "ab" * 32
-IMAGE = ReleasedImage(stack="keras3-jax", variant="cpu", pin_set="paper-2024",
-                      repository="127.0.0.1:5000/fwbench/keras3-jax", tag="paper-2024-cpu", digest=DIGEST,
-                      image_id="sha256:" + "cd" * 32, lock_sha256="0" * 64, sbom_sha256="1" * 64,
-                      base_image="python:3.11-slim-bookworm@sha256:" + "ef" * 32, base_image_digest="sha256:" + "ef" * 32,
-                      git_revision="abc")
-
-
-@pytest.fixture
-def keys(tmp_path):
-    key = tmp_path / "keys" / "publisher"
-    key.parent.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "publisher", "-f", str(key)], check=True)
-    allowed = tmp_path / "keys" / "allowed_signers"
-    allowed.write_text(f"publisher@fwbench {key.with_suffix('.pub').read_text()}")
-    return key, allowed
 
 
 def make_signed_bundle(tmp_path: Path, key: Path, name: str = "bundle.tar.gz", ms: float = 10.0, **row) -> Path:
@@ -90,8 +75,8 @@ def refused(bundle: Path, into: Path, allowed: Path | None, says: str, allow_uns
     assert "\n" not in str(caught.value)
 
 
-def test_an_honest_bundle_opens_and_only_its_listed_files_come_out(tmp_path, keys):
-    key, allowed = keys
+def test_an_honest_bundle_opens_and_only_its_listed_files_come_out(tmp_path, key_pair):
+    key, allowed = key_pair
     bundle = make_signed_bundle(tmp_path, key)
     into, line = open_bundle(bundle, tmp_path / "out" / "bundle", allowed, allow_unsigned=False)
     assert line.startswith("good signature by publisher@fwbench")
@@ -99,10 +84,10 @@ def test_an_honest_bundle_opens_and_only_its_listed_files_come_out(tmp_path, key
     assert {p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file()} == listed
 
 
-def test_rows_edited_after_signing_are_refused(tmp_path, keys):
+def test_rows_edited_after_signing_are_refused(tmp_path, key_pair):
     """The headline attack: rows edited to be 3x faster. Without the key: the digest no longer matches; with
     the manifest recomputed to match, the signature no longer does."""
-    key, allowed = keys
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     fast = members_of(make_signed_bundle(tmp_path, key, name="fast.tar.gz", ms=10.0 / 3))
     files["report/merged.parquet"] = fast["report/merged.parquet"]
@@ -119,8 +104,8 @@ def test_rows_edited_after_signing_are_refused(tmp_path, keys):
 
 @pytest.mark.parametrize("name", ["../evil", "/tmp/fwbench-evil-absolute", "report/../../evil", "report/./x",
                                   "report/a/b/c"])
-def test_members_with_escaping_names_are_refused_and_nothing_is_written(tmp_path, keys, name):
-    key, allowed = keys
+def test_members_with_escaping_names_are_refused_and_nothing_is_written(tmp_path, key_pair, name):
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     files[name] = b"evil"
     files[MANIFEST] = manifest_for(files)  # even listed (and signed) by the publisher's own key
@@ -132,8 +117,8 @@ def test_members_with_escaping_names_are_refused_and_nothing_is_written(tmp_path
 
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.FIFOTYPE, tarfile.CHRTYPE,
                                   tarfile.DIRTYPE])
-def test_links_devices_and_folders_are_refused_even_when_listed(tmp_path, keys, kind):
-    key, allowed = keys
+def test_links_devices_and_folders_are_refused_even_when_listed(tmp_path, key_pair, kind):
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     files["report/link"] = b""
     files[MANIFEST] = manifest_for(files)
@@ -145,8 +130,8 @@ def test_links_devices_and_folders_are_refused_even_when_listed(tmp_path, keys, 
     assert not (tmp_path / "out" / "bundle" / "report" / "link").exists()
 
 
-def test_unlisted_and_duplicate_members_are_refused(tmp_path, keys):
-    key, allowed = keys
+def test_unlisted_and_duplicate_members_are_refused(tmp_path, key_pair):
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     extra = tarfile.TarInfo("report/extra.txt")
     extra.size = 3
@@ -157,9 +142,9 @@ def test_unlisted_and_duplicate_members_are_refused(tmp_path, keys):
     refused(repack(tmp_path / "twice.tar.gz", dict(files), extra=[again]), tmp_path / "b", allowed, "twice")
 
 
-def test_a_huge_member_is_refused_without_unpacking_it(tmp_path, keys):
+def test_a_huge_member_is_refused_without_unpacking_it(tmp_path, key_pair):
     """A 256 MiB member (a 1 MiB-ish bundle): its header says so, and nothing of it is written or read whole."""
-    key, allowed = keys
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     big = tarfile.TarInfo("report/big.bin")
     big.size = 256 * 2**20
@@ -196,15 +181,15 @@ def test_a_huge_member_is_refused_without_unpacking_it(tmp_path, keys):
     (json.dumps({"format": "fwbench-bundle", "format_version": 2, "members": {"release.json": {"sha256": "x"}}}
                 ).encode(), "may not hold"),
 ])
-def test_a_malformed_manifest_is_one_line(tmp_path, keys, manifest, says):
-    key, allowed = keys
+def test_a_malformed_manifest_is_one_line(tmp_path, key_pair, manifest, says):
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     files[MANIFEST] = manifest
     refused(repack(tmp_path / "bad.tar.gz", files, sign_key=key), tmp_path / "out", allowed, says)
 
 
-def test_a_bundle_without_manifest_or_with_a_bad_allowed_signers_file(tmp_path, keys):
-    key, allowed = keys
+def test_a_bundle_without_manifest_or_with_a_bad_allowed_signers_file(tmp_path, key_pair):
+    key, allowed = key_pair
     bundle = make_signed_bundle(tmp_path, key)
     files = {k: v for k, v in members_of(bundle).items() if not k.startswith("bundle.json")}
     refused(repack(tmp_path / "old.tar.gz", files), tmp_path / "a", allowed, "has no bundle.json")
@@ -232,16 +217,16 @@ def one_error_line(run, says: str) -> None:
     ({"threads": -4}, "threads = -4, outside 1..1024"),
     ({"warmup_steps": 10**12}, "warmup_steps = 1000000000000, outside"),
 ])
-def test_absurd_published_settings_are_refused_before_anything_runs(tmp_path, keys, row, says):
-    key, allowed = keys
+def test_absurd_published_settings_are_refused_before_anything_runs(tmp_path, key_pair, row, says):
+    key, allowed = key_pair
     bundle = make_signed_bundle(tmp_path, key, **row)
     run = verify_cli(bundle, tmp_path / "out", allowed)
     one_error_line(run, says)
     assert not (tmp_path / "out" / "results").exists()
 
 
-def test_corrupt_rows_in_a_signed_bundle_are_one_line(tmp_path, keys):
-    key, allowed = keys
+def test_corrupt_rows_in_a_signed_bundle_are_one_line(tmp_path, key_pair):
+    key, allowed = key_pair
     files = members_of(make_signed_bundle(tmp_path, key))
     files["report/merged.parquet"] = b"PAR1 this is not parquet PAR1"
     files[MANIFEST] = manifest_for(files)
@@ -249,9 +234,9 @@ def test_corrupt_rows_in_a_signed_bundle_are_one_line(tmp_path, keys):
     one_error_line(run, "rows are not readable")
 
 
-def test_out_holding_another_verification_is_refused(tmp_path, keys):
+def test_out_holding_another_verification_is_refused(tmp_path, key_pair):
     """Verifying bundle B into bundle A's folder must never count A's rows (it once reported "2 reproduced")."""
-    key, allowed = keys
+    key, allowed = key_pair
     first = make_signed_bundle(tmp_path, key, name="a.tar.gz", threads=-1)  # refused after claiming its folder
     second = make_signed_bundle(tmp_path, key, name="b.tar.gz", threads=-2)
     out = tmp_path / "verified"

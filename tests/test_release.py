@@ -70,18 +70,6 @@ def test_release_env_appends_each_stacks_digest_to_the_compose_image_reference()
         compose_env(release(), "current", "gpu")
 
 
-@pytest.fixture
-def key_pair(tmp_path):
-    if shutil.which("ssh-keygen") is None:
-        pytest.skip("no ssh-keygen")
-    key = tmp_path / "keys" / "publisher"
-    key.parent.mkdir()
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "publisher", "-f", str(key)], check=True)
-    allowed = tmp_path / "keys" / "allowed_signers"
-    allowed.write_text(f"publisher@fwbench {key.with_suffix('.pub').read_text()}")
-    return key, allowed
-
-
 @needs_ssh_keygen
 def test_a_signed_release_verifies_and_any_change_or_other_key_is_refused(tmp_path, key_pair):
     key, allowed = key_pair
