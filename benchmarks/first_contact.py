@@ -6,9 +6,10 @@ From empty caches (a new FWBENCH_HOME, so no environment and no uv cache): build
 environments (`fwbench env build`, timed), measures their disk (hard-linked files counted once, as `du`
 does; also what the same files would take copied into each environment), then runs `fwbench demo`
 (timed; its default --parallel auto) and prints both times, their sum and the targets. Per stack it
-also shows where a tiny cell's time went: interpreter + framework import (a probe: a fresh interpreter
-importing the harness and the framework), model build (setup_s), first step (first_step_s, trace or
-compile) and the timed steps; the rest of the cell process's wall time is data loading and teardown.
+also shows where a tiny cell process's time went, from the phases each row records (extra.phases_s,
+extra.process_s): interpreter start-up, framework import, model-library import, model build (setup_s), first
+step (first_step_s, trace or compile), the timed steps, describing the run (facts, busy probe, CPU ceiling) and
+teardown (the runner's process time minus the rest), and how many rows found a warm compilation cache.
 Downloads count in the build time: the figure depends on the network as well as the machine. On a shared
 machine the figures are indicative only; the demo rows' busy flags say when something else competed.
 """
@@ -16,6 +17,7 @@ machine the figures are indicative only; the demo rows' busy flags say when some
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -68,13 +70,12 @@ def disk_bytes(*roots: Path, seen: set | None = None) -> int:
     return total
 
 
-def import_probe_s(python: Path, stack) -> float:
-    """A fresh interpreter importing the harness and the stack's framework (Keras with its backend, from
-    the stack's own switches), as a cell process starts."""
-    started = time.perf_counter()
-    subprocess.run([str(python), "-c", f"import fwbench.harness.cell, {stack.framework}"], check=True,
-                   capture_output=True, env={**os.environ, **stack.environment(), "PYTHONPATH": str(ROOT / "runner")})
-    return time.perf_counter() - started
+def teardown_s(row: dict, phases: dict) -> float | None:
+    """The process's time after its record (interpreter teardown) and the runner's launch overhead."""
+    extra = json.loads(row["extra"] or "{}")
+    if extra.get("process_s") is None or phases.get("interpreter_start") is None:
+        return None
+    return max(0.0, extra["process_s"] - row["wall_s"] - phases["interpreter_start"])
 
 
 def main() -> None:
@@ -118,19 +119,26 @@ def main() -> None:
           f"{max((row.get('parallel_cells') or 1) for row in rows) if rows else 0} at once")
     print(f"first contact (build + demo): {total_s / 60:.1f} min; target <= {TARGET_TOTAL_S / 60:.0f} min"
           + (" - measured under load (busy rows)" if busy else ""))
-    print("where a tiny cell's time goes (medians per stack, seconds):")
-    print(f"  {'stack':<20} {'import':>7} {'setup':>7} {'1st step':>9} {'timed':>7} {'rest':>7}")
+    print("where a tiny cell process's time goes (medians per stack, seconds; warm: rows whose compilation "
+          "cache was warm):")
+    columns = [("start", lambda r, p: p.get("interpreter_start")), ("import", lambda r, p: p.get("framework_import")),
+               ("models", lambda r, p: p.get("workload_import")), ("build", lambda r, p: r["setup_s"]),
+               ("1st step", lambda r, p: r["first_step_s"]),
+               ("timed", lambda r, p: r["ms_per_step"] * r["timed_steps"] / 1000),
+               ("describe", lambda r, p: (p.get("describe") or 0) + (p.get("ceiling") or 0)),
+               ("teardown", teardown_s)]
+    print(f"  {'stack':<20}" + "".join(f"{name:>9}" for name, _ in columns) + f"{'total':>9}{'warm':>7}")
     for stack in stacks:
         mine = [row for row in ok if row["stack"] == stack]
         if not mine:
             print(f"  {stack:<20} no ok cell")
             continue
-        probe = import_probe_s(StackEnvironment(stack, DEFAULT_PIN_SET, home).python, registry.get_stack(stack))
-        parts = {name: statistics.median(row[name] or 0.0 for row in mine) for name in ("setup_s", "first_step_s")}
-        timed = statistics.median(row["ms_per_step"] * row["timed_steps"] / 1000 for row in mine)
-        rest = statistics.median(row["wall_s"] or 0.0 for row in mine) - parts["setup_s"] - parts["first_step_s"] - timed
-        print(f"  {stack:<20} {probe:7.1f} {parts['setup_s']:7.1f} {parts['first_step_s']:9.1f} {timed:7.1f} "
-              f"{rest:7.1f}")
+        extras = [json.loads(row["extra"] or "{}") for row in mine]
+        cells = [statistics.median(value(row, extra.get("phases_s") or {}) or 0.0 for row, extra in zip(mine, extras))
+                 for _, value in columns]
+        total = statistics.median(extra.get("process_s") or row["wall_s"] for row, extra in zip(mine, extras))
+        warm = sum(1 for row in mine if row["compile_cache_warm"])
+        print(f"  {stack:<20}" + "".join(f"{value:9.1f}" for value in cells) + f"{total:9.1f}{warm:>4}/{len(mine)}")
     print(f"report: {out / 'report' / 'report.md'}")
 
 

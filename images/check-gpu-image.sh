@@ -22,14 +22,20 @@ else
   targets=("$1 $2")
 fi
 
+# images/Dockerfile needs BuildKit (buildx, or DOCKER_BUILDKIT=1 with a 20.10 CLI); else its classic twin.
+dockerfile="${FWBENCH_DOCKERFILE:-}"
+if [ -z "$dockerfile" ]; then
+  if [ "${DOCKER_BUILDKIT:-}" = 1 ] || docker buildx version >/dev/null 2>&1; then dockerfile=images/Dockerfile
+  else dockerfile=images/Dockerfile.classic; fi
+fi
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 "$python" -m fwbench.cli data --preset tiny --out "$work/data" >/dev/null
 for target in "${targets[@]}"; do
   read -r stack pin_set <<<"$target"
   image="fwbench/$stack:$pin_set-gpu"
-  echo "== check-gpu-image: $image"
+  echo "== check-gpu-image: $image ($dockerfile)"
   start=$(date +%s)
-  docker build -q -f images/Dockerfile --build-arg STACK="$stack" --build-arg PIN_SET="$pin_set" --build-arg VARIANT=gpu \
+  docker build -q -f "$dockerfile" --build-arg STACK="$stack" --build-arg PIN_SET="$pin_set" --build-arg VARIANT=gpu \
     --build-arg GIT_REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
     ${FWBENCH_BASE_IMAGE:+--build-arg FWBENCH_BASE_IMAGE="$FWBENCH_BASE_IMAGE"} -t "$image" . >/dev/null
   echo "built in $(( $(date +%s) - start )) s, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')"

@@ -3,7 +3,7 @@ run a tiny cell in every other image through the runner's docker engine, and che
 
 Skipped where no Docker engine answers, unless FWBENCH_REQUIRE_DOCKER=1 (CI sets it), which turns
 a missing engine into a failure. Images are built with `docker-compose -f compose.cpu.yaml build`
-(layer cache makes a rebuild cheap), for the pin set FWBENCH_E2E_PIN_SET (default paper-2024: CI's
+(BuildKit where the docker CLI has it, else images/Dockerfile.classic; layer cache makes a rebuild cheap), for the pin set FWBENCH_E2E_PIN_SET (default paper-2024: CI's
 local-engine tests cover `current`, its Docker tests the published run's versions).
 """
 
@@ -68,7 +68,19 @@ def compose_env(tmp_path_factory):
     return work, env
 
 
+def buildkit_usable(env) -> bool:
+    """Whether `docker build` here has BuildKit: the buildx plugin, or DOCKER_BUILDKIT=1 (a 20.10 CLI has it built
+    in; CI puts Debian's first on PATH)."""
+    if env.get("DOCKER_BUILDKIT") == "1":
+        return True
+    return subprocess.run(["docker", "buildx", "version"], capture_output=True, env=env).returncode == 0
+
+
 def compose(env, *args, timeout=3600) -> subprocess.CompletedProcess:
+    if args[:1] == ("build",) and not env.get("FWBENCH_DOCKERFILE"):
+        # images/Dockerfile needs BuildKit (its shared uv cache mount); without it, the generated classic twin.
+        env = ({**env, "COMPOSE_DOCKER_CLI_BUILD": "1", "DOCKER_BUILDKIT": "1"} if buildkit_usable(env)
+               else {**env, "FWBENCH_DOCKERFILE": "images/Dockerfile.classic"})
     return subprocess.run([*compose_command(), "-f", str(ROOT / "compose.cpu.yaml"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

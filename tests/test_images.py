@@ -32,8 +32,9 @@ PIN_SETS_OF = {**{stack: PIN_SETS for stack in registry.STACKS}, "runner": ("cur
 DOCKERFILE = IMAGES / "Dockerfile"
 
 
-def test_dockerfile_is_hadolint_clean():
-    done = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.classic"])
+def test_dockerfile_is_hadolint_clean(name):
+    done = subprocess.run([hadolint(), "--no-color", str(IMAGES / name)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -41,7 +42,8 @@ def test_one_dockerfile_serves_every_image():
     """images/<stack>/ holds only what differs (apt packages; per pin set: requirements, locks, overrides),
     never a Dockerfile."""
     assert sorted({p.parent.parent.name for p in IMAGES.glob("*/*/requirements.txt")}) == sorted(IMAGES_BUILT)
-    assert [p.relative_to(ROOT).as_posix() for p in IMAGES.rglob("Dockerfile*")] == ["images/Dockerfile"]
+    assert sorted(p.relative_to(ROOT).as_posix() for p in IMAGES.rglob("Dockerfile*")) == [
+        "images/Dockerfile", "images/Dockerfile.classic"]  # the classic one is generated from the other
     for image in IMAGES_BUILT:
         assert {p.name for p in (IMAGES / image).iterdir()} == {"apt-packages.txt", *PIN_SETS_OF[image]}, image
         for pin_set in PIN_SETS_OF[image]:
@@ -144,10 +146,53 @@ def test_layer_order_lets_a_new_revision_reuse_the_framework_layers():
     lock_install = next(i for i, (k, r) in enumerate(steps) if k == "RUN" and "--require-hashes" in r)
     before = steps[:lock_install]
     assert [r for k, r in before if k == "COPY"] == ["images/${STACK}/apt-packages.txt /opt/fwbench/apt-packages.txt",
+                                                     "images/tools/uv.lock /opt/fwbench/uv.lock",
                                                      "images/${STACK}/${PIN_SET}/requirements-${VARIANT}.lock "
                                                      "/opt/fwbench/requirements.lock"]
     assert not any(k == "LABEL" or r.startswith("GIT_REVISION") for k, r in before)
     assert steps[-1] == ("RUN", "/opt/fwbench/install.sh")
+
+
+def test_the_lock_is_installed_by_uv_as_strictly_as_the_local_engine_with_a_shared_cache():
+    """The same installer, release and flags as the local engine (uv, --no-deps --require-hashes); its cache is a
+    BuildKit cache mount shared by every image and is never left in a layer (deleted when not a mount)."""
+    [install] = [" ".join(r.split()) for k, r in instructions(DOCKERFILE.read_text())
+                 if k == "RUN" and "--require-hashes" in r and "requirements.lock" in r]
+    assert install.startswith("--mount=type=cache,id=fwbench-uv,target=/root/.cache/uv,sharing=locked ")
+    assert re.search(r"/tmp/uv-tool/bin/uv pip install --python \S+ --no-deps --require-hashes "
+                     r"-r /opt/fwbench/requirements\.lock", install)
+    assert "UV_CACHE_DIR=/root/.cache/uv" in install
+    assert "mountpoint -q /root/.cache/uv || rm -rf /root/.cache/uv" in install
+    assert "rm -rf /tmp/uv-tool" in install  # uv itself is in no layer
+    # images/tools/uv.lock pins the uv release the local engine depends on.
+    pyproject_uv = re.search(r'"uv==([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert re.match(rf"uv=={re.escape(pyproject_uv)} \\$", (IMAGES / "tools" / "uv.lock").read_text(), re.M)
+
+
+def test_the_classic_dockerfile_is_the_generated_twin_without_mounts():
+    classic = (IMAGES / "Dockerfile.classic").read_text()
+    done = subprocess.run([sys.executable, str(IMAGES / "tools" / "classic_dockerfile.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "--mount=" not in classic
+    def normalised(text: str) -> list[tuple[str, str]]:
+        return [(k, " ".join(r.split())) for k, r in instructions(text)]
+    without_mounts = [(k, re.sub(r"^(--mount=\S+ )+", "", r)) for k, r in normalised(DOCKERFILE.read_text())]
+    assert normalised(classic) == without_mounts
+
+
+def test_the_classic_twin_reports_when_it_is_stale(tmp_path):
+    """--check fails (one line, exit 1) when images/Dockerfile changed and the twin was not regenerated."""
+    import shutil
+    (tmp_path / "images" / "tools").mkdir(parents=True)
+    shutil.copy(IMAGES / "tools" / "classic_dockerfile.py", tmp_path / "images" / "tools")
+    (tmp_path / "images" / "Dockerfile").write_text(DOCKERFILE.read_text())
+    script = tmp_path / "images" / "tools" / "classic_dockerfile.py"
+    assert subprocess.run([sys.executable, str(script)], capture_output=True).returncode == 0
+    assert subprocess.run([sys.executable, str(script), "--check"], capture_output=True).returncode == 0
+    (tmp_path / "images" / "Dockerfile").write_text(DOCKERFILE.read_text() + "RUN true\n")
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "out of date" in done.stderr
 
 
 def first_run_command() -> str:

@@ -88,7 +88,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                   "model forward, UNet, image encoder + mask decoder, model.forward inside generate, "
                                   "the Trainer's model); null when nothing was compiled."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
-    ("compile_cache_warm", "bool", "True if a compile cache already held entries before the cell."),
+    ("compile_cache_warm", "bool", "True if the persistent compilation cache (JAX's; Inductor's for compiled torch "
+     "cells) already held entries before the cell: setup_s and first_step_s were then warm. Null: none is used."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
                          "reports another number."),
     ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
@@ -154,7 +155,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("throttle_reasons", "string", "NVML clock-throttle reasons active at the end of the timed window, comma-separated "
                                    "(empty = none; idle is not a throttle)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
-    ("extra", "string", "JSON object: anything else (graph-break reasons, notes)."),
+    ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
+     "start-up phases; process_s: the process as the runner timed it)."),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)

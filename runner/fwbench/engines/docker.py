@@ -97,7 +97,7 @@ class DockerEngine:
                 raise EngineError(f"image {name} not found: build it with `docker compose build` (or, from the "
                                   f"repository root, docker build -f images/Dockerfile --build-arg STACK={stack} "
                                   f"--build-arg PIN_SET={self.pin_set} --build-arg VARIANT={self.variant} "
-                                  f"-t {name} .)") from None
+                                  f"-t {name} .; without BuildKit, -f images/Dockerfile.classic)") from None
             try:
                 self._images[stack] = self.client.images.pull(name)
             except docker.errors.APIError as exc:

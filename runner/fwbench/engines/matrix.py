@@ -180,7 +180,7 @@ class _Run:
                 with self.lock:
                     span[1] = time.monotonic()
                     at_once = most_at_once(span, [other for other in self.spans if other is not span])
-            result = self._write(spec, launched, at_once)
+            result = self._write(spec, launched, at_once, span[1] - span[0])
         with self.lock:
             self.on_done(result)
         return result
@@ -192,9 +192,13 @@ class _Run:
         record_path.unlink(missing_ok=True)
         return record_path, self.engine.run_cell(spec, record_path, self.out_dir / "logs" / f"{name}.log")
 
-    def _write(self, spec: CellSpec, launched: tuple[Path, CellOutcome], at_once: int) -> CellResult:
+    def _write(self, spec: CellSpec, launched: tuple[Path, CellOutcome], at_once: int, process_s: float) -> CellResult:
         record_path, outcome = launched
         record = outcome_record(spec, outcome)
+        # The cell process (or container) from launch to exit, as the runner saw it: wall_s plus interpreter
+        # start-up and teardown (benchmarks/first_contact.py splits it).
+        record["extra"] = {**(record.get("extra") if isinstance(record.get("extra"), dict) else {}),
+                           "process_s": round(process_s, 3)}
         record.setdefault("run_id", self.run_id)
         # Where the runner placed it, unless the cell said (an image with an older harness does not).
         record.setdefault("cpu_set", spec.cpu_set)

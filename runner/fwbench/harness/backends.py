@@ -30,6 +30,13 @@ class TorchBackend:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.on_gpu = self.device.startswith("cuda")
 
+    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
+        """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
+        (None: nothing is compiled)."""
+        if compile_mode == "none":
+            return None
+        return _has_entries(inductor_cache_dir())
+
     def configure(self, threads: int, tf32: str) -> None:
         torch = self.torch
         torch.set_num_threads(threads)
@@ -148,6 +155,10 @@ def inductor_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
 
 
+def _has_entries(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
 def _leaves(output: Any) -> list[Any]:
     """The leaves of a (nested) step output: Keras logs are dicts, predictions may be lists."""
     if isinstance(output, dict):
@@ -181,6 +192,20 @@ class JaxBackend:
         # Initialises the backend: configure() below must not need to run before this.
         self.devices = jax.devices()
         self.on_gpu = self.devices[0].platform == "gpu"
+
+    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
+        """JAX's persistent compilation cache at `path`, for every program however quick to compile (model
+        build runs many small ones); whether it held programs already. None where this JAX has no such cache."""
+        try:
+            self.jax.config.update("jax_compilation_cache_dir", str(path))
+            self.jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        except (AttributeError, KeyError, ValueError):
+            return None
+        try:  # newer JAX only; older ones cache every entry size
+            self.jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        except (AttributeError, KeyError, ValueError):
+            pass
+        return _has_entries(path)
 
     def configure(self, threads: int, tf32: str) -> None:
         # Framework-default precision is None (TF32 for float32 matmuls on Ampere+ GPUs).
@@ -231,6 +256,10 @@ class TensorFlowBackend:
         self.tf = tf
         self.gpus = tf.config.list_physical_devices("GPU")
         self.on_gpu = bool(self.gpus)
+
+    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
+        """TensorFlow's XLA clusters are compiled afresh in every process: no persistent cache (None)."""
+        return None
 
     def configure(self, threads: int, tf32: str) -> None:
         tf = self.tf

@@ -106,17 +106,22 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     stack = registry.get_stack(spec.stack)
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
+    phases = PhaseTimer()
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
+    phases.done("data_load")
     _inject_fault_before_build(spec)
     reason = stack.unsupported_reason(workload.task.model)
     if reason:
         raise Unsupported(reason)
 
     backend = backends.backend_for(stack.id, spec.threads)
+    cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
+                                           spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
-    cache_warm = _compile_cache_warm(stack.family, spec.compile_mode)
+    phases.done("framework_import")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
+    phases.done("workload_import")
 
     setup_start = time.perf_counter()
     cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
@@ -136,6 +141,7 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
             step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
         run_loop(clock, step)
 
+    phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
     ms_per_step = clock.ms_per_step()
     peak_mem_bytes, peak_mem_kind = backend.peak_memory()
     environment = envinfo.environment()
@@ -188,10 +194,57 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(energy.result(spec.steps, tokens))
+    phases.done("describe")
     # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
     result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir))
+    phases.done("ceiling")
+    # Where the cell process's time went besides the measurement (first_contact.py reads it).
+    extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
+
+
+class PhaseTimer:
+    """Seconds per named phase, each from the end of the previous one."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._since = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._since, 4)
+        self._since = now
+
+
+_PROCESS_AGE_AT_IMPORT: float | None = None
+
+
+def process_age_s() -> float | None:
+    """Seconds from this process's start (the kernel's record) to the harness starting the cell: interpreter
+    start-up and the harness's own imports. None where /proc is not there."""
+    return _PROCESS_AGE_AT_IMPORT
+
+
+def _process_age_now() -> float | None:
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return round(max(0.0, uptime_s - int(fields[19]) / os.sysconf("SC_CLK_TCK")), 2)  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str) -> Path:
+    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack and pin set, under
+    FWBENCH_COMPILE_CACHE (default $XDG_CACHE_HOME/fwbench/compile-cache). A repeat, or another task of the same
+    model, then reuses compiled programs; rows say so (compile_cache_warm), so first_step_s and setup_s are read
+    as warm or cold."""
+    root = os.environ.get("FWBENCH_COMPILE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench", "compile-cache")
+    return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}"
 
 
 def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: str) -> str | None:
@@ -201,13 +254,6 @@ def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: st
     return "; ".join(pins.pin_deviations(registry.get_stack(spec.stack), spec.pin_set, versions, python_version))
 
 
-def _compile_cache_warm(family: str, compile_mode: str) -> bool | None:
-    if family != "torch" or compile_mode == "none":
-        return None
-    cache = backends.inductor_cache_dir()
-    return cache.is_dir() and any(cache.iterdir())
-
-
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(payload, default=str))
@@ -215,6 +261,8 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def run(spec: CellSpec, record_path: Path) -> int:
+    global _PROCESS_AGE_AT_IMPORT
+    _PROCESS_AGE_AT_IMPORT = _process_age_now()
     start = time.perf_counter()
     record = base_record(spec)
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
@@ -243,4 +291,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # The record is written: skip the interpreter's teardown (about a second of freeing framework state that
+    # nothing reads; not part of any measurement), so the next cell starts sooner.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
