@@ -43,6 +43,10 @@ def test_the_compile_cache_is_per_stack_pin_set_and_mode_and_can_be_moved(monkey
     monkeypatch.setenv("FWBENCH_COMPILE_CACHE", str(tmp_path / "cc"))
     assert cell.compile_cache_dir("keras3-jax", "paper-2024", "xla") == tmp_path / "cc" / "keras3-jax-paper-2024-xla"
     monkeypatch.delenv("FWBENCH_COMPILE_CACHE")
+    monkeypatch.setenv("FWBENCH_HOME", str(tmp_path / "home"))
+    assert cell.compile_cache_dir("native-torch", "current", "none") == (
+        tmp_path / "home" / "compile-cache" / "native-torch-current-none")
+    monkeypatch.delenv("FWBENCH_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cell.compile_cache_dir("keras3-jax", "current", "xla") == (
         tmp_path / "xdg" / "fwbench" / "compile-cache" / "keras3-jax-current-xla")

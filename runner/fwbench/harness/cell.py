@@ -238,12 +238,15 @@ def _process_age_now() -> float | None:
 
 
 def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str) -> Path:
-    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack and pin set, under
-    FWBENCH_COMPILE_CACHE (default $XDG_CACHE_HOME/fwbench/compile-cache). A repeat, or another task of the same
-    model, then reuses compiled programs; rows say so (compile_cache_warm), so first_step_s and setup_s are read
-    as warm or cold."""
-    root = os.environ.get("FWBENCH_COMPILE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench", "compile-cache")
+    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack, pin set and mode,
+    under FWBENCH_COMPILE_CACHE, else $FWBENCH_HOME/compile-cache, else $XDG_CACHE_HOME (~/.cache)/fwbench/
+    compile-cache. A repeat, or another task of the same model, then reuses compiled programs; rows say so
+    (compile_cache_warm), so setup_s and first_step_s are read as warm or cold."""
+    root = os.environ.get("FWBENCH_COMPILE_CACHE")
+    if not root:
+        home = os.environ.get("FWBENCH_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench")
+        root = os.path.join(home, "compile-cache")
     return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}"
 
 
