@@ -23,6 +23,7 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1
   fi
 fi
 
-python3 -m venv .venv
+# Created once: a later run reuses it (re-running venv could re-point it at another python3 on PATH).
+[ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[report,test]'
 exec .venv/bin/python -m pytest -ra "$@"

@@ -70,7 +70,7 @@ def compose_env(tmp_path_factory):
 
 def buildkit_usable(env) -> bool:
     """Whether `docker build` here has BuildKit: the buildx plugin, or DOCKER_BUILDKIT=1 (a 20.10 CLI has it built
-    in; CI puts Debian's first on PATH)."""
+    in; CI puts Debian's docker CLI first on PATH)."""
     if env.get("DOCKER_BUILDKIT") == "1":
         return True
     return subprocess.run(["docker", "buildx", "version"], capture_output=True, env=env).returncode == 0
