@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import stat
+import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from rich.console import Console
@@ -176,3 +178,37 @@ def test_terminal_output_prints_steps_above_the_status_line():
         report(BuildProgress("creating the virtual environment (log: /tmp/x.build.log)"))
         report(BuildProgress("collecting torch==2.14.1 (package 1)", step=False))
     assert "  creating the virtual environment (log: /tmp/x.build.log)" in out.getvalue()
+
+
+def test_a_second_build_waits_for_the_first_and_then_builds_nothing(tmp_path, fake_uv):
+    """Two processes wanting the same environment (a demo beside a test run, pytest workers): the one that finds
+    it being built says so, waits, and installs nothing itself. Here the first build is another process holding
+    the lock, which finishes the environment before letting go."""
+    import threading
+
+    environment = StackEnvironment("native-torch", home=tmp_path / "home")
+    environment.path.parent.mkdir(parents=True)
+    lock_path = environment.path.with_name(environment.path.name + ".lock")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time; from pathlib import Path\n"
+        "lock = open(sys.argv[1], 'a+'); fcntl.flock(lock, fcntl.LOCK_EX); lock.write('process 4242'); lock.flush()\n"
+        "print('locked', flush=True); sys.stdin.readline()\n"
+        "Path(sys.argv[2]).mkdir(); Path(sys.argv[2], '.fwbench-ready').write_text('built elsewhere')\n"),
+        str(lock_path), str(environment.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    events: list[BuildProgress] = []
+    waiter = threading.Thread(target=environment.build, args=(events.append,))
+    waiter.start()
+    for _ in range(200):
+        if events:
+            break
+        time.sleep(0.05)
+    assert events == [BuildProgress("waiting for process 4242, which is building the native-torch (current) "
+                                    "environment")]
+    assert waiter.is_alive()  # still waiting while the other holds the lock
+    holder.communicate("go\n", timeout=30)
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    assert events[1:] == []  # nothing rebuilt
+    assert not fake_uv.exists()  # uv never called
+    assert (environment.path / ".fwbench-ready").read_text() == "built elsewhere"

@@ -54,6 +54,26 @@ def wait_for(cluster, out: Path, predicate, timeout_s: float = 300) -> list[str]
         time.sleep(2)
 
 
+def cell_processes_under(out: Path) -> int:
+    """Cell processes whose spec file lies under `out` (the local engine writes it beside the cell's row)."""
+    count = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if b"fwbench.harness.cell" in argv and any(arg.startswith(str(out).encode() + b"/") for arg in argv):
+            count += 1
+    return count
+
+
+def wait_until(predicate, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
 def rows(out: Path) -> dict[int, dict]:
     found = {}
     for path in out.rglob("*.parquet"):
@@ -75,6 +95,9 @@ def test_a_matrix_with_a_timeout_and_a_cancelled_task_is_completed_by_resubmitti
     job = submit(cluster, out, data, "--repeats", "3", "--inject-fault", "sleep:600", "--time", "2",
                  "--stop-grace", "50")
     wait_for(cluster, out, lambda lines: lines[-1].strip() == "2 RUNNING", timeout_s=120)  # the summary line
+    # Slurm says RUNNING as soon as a task starts; its signal handlers are in place once its cell process runs (on a
+    # loaded machine, seconds later: a SIGTERM before then ends the task without a row, as `status` says).
+    wait_until(lambda: cell_processes_under(out) == 2, "both cells to start", timeout_s=120)
     cancelled = cluster.run("scancel", f"{job}_1")
     assert cancelled.returncode == 0, cancelled.stderr
     lines = wait_for(cluster, out, lambda lines: not any("RUNNING" in l or "PENDING" in l for l in lines))

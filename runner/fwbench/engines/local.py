@@ -14,6 +14,8 @@ TensorFlow of four stacks, is downloaded once and stored once.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import platform
@@ -165,9 +167,36 @@ class StackEnvironment:
         if self.ready:
             return
         report = progress or (lambda event: None)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Two fwbench processes (a demo and a test run, parallel cells, pytest workers) may want the same
+        # environment at once: one builds it, the others wait and then find it ready.
+        with self.build_lock(report):
+            if not self.ready:
+                self._build(report)
+
+    @contextlib.contextmanager
+    def build_lock(self, report: ProgressCallback):
+        with open(self.path.with_name(self.path.name + ".lock"), "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip() or "another process"
+                report(BuildProgress(f"waiting for {holder}, which is building the {self.stack} ({self.pin_set}) "
+                                     "environment"))
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"process {os.getpid()}")
+            lock.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _build(self, report: ProgressCallback) -> None:
         if self.path.exists():
             shutil.rmtree(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # One cache per machine, hard-linked into each environment (never copied: same file system).
         uv_settings = {"UV_CACHE_DIR": str(uv_cache_dir(self.home)), "UV_LINK_MODE": "hardlink",
                        "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
