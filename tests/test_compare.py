@@ -80,38 +80,36 @@ def test_compare_through_real_entry_point_has_no_traceback(runs):
 @pytest.mark.integration
 def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
     """Real native-torch cells, 3 repeats a side (the gate's minimum): run B adds a delay to every timed step
-    of one task (the hidden --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell.
-    With 1 repeat a side the gate must refuse instead (exit 2).
+    (the hidden --inject-fault step-sleep), and compare's --fail-above gate must fail on that cell. With 1 repeat
+    a side the gate must refuse instead (exit 2).
 
-    Load-proof: the delay is planted after run A's cells were measured, at three times A's slowest step
-    (and at least 1 s). Every step of B then takes longer than 3x every step of A, whatever load either
-    run met (load only slows B further); a fixed 1 s once failed when load made A's own steps ~0.7 s."""
+    Load-proof: the delay is planted after run A's cells were measured, at ten times A's slowest step (and at
+    least 1 s). Every step of B then takes over 10x every step of A whatever load either run met (load only
+    slows B further), and the log ratio (> 2.3) stays well beyond the interval that A's own repeat-to-repeat
+    spread under load gives with 3 repeats a side. (At 3x, and with an unchanged cell beside it doubling the
+    Holm-adjusted p, a loaded CI machine once left it "not significant".) The simulation test and
+    benchmarks/verdict_error_rates.py cover unchanged cells."""
     from fwbench.core import results
     from tests.conftest import run_fwbench
 
     built = run_fwbench("env", "build", "native-torch")  # reused if already built
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data),
-              "--repeats", "3"]
-    for out in ("a", "b"):
-        done = run_fwbench(*common, "--task", "bert-predict", "--out", str(tmp_path / out))
-        assert done.returncode == 0, done.stdout[-2000:]
-    done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "a"))
+              "--repeats", "3", "--task", "sam-predict"]
+    done = run_fwbench(*common, "--out", str(tmp_path / "a"))
     assert done.returncode == 0, done.stdout[-2000:]
     rows_a = [results.read_row(p) for p in (tmp_path / "a").rglob("sam-predict*.parquet")]
-    delay_ms = max(1000, round(3 * max(max(row["step_ms"]) for row in rows_a)))
-    done = run_fwbench(*common, "--task", "sam-predict", "--out", str(tmp_path / "b"),
-                       "--inject-fault", f"step-sleep:{delay_ms}")
+    delay_ms = max(1000, round(10 * max(max(row["step_ms"]) for row in rows_a)))
+    done = run_fwbench(*common, "--out", str(tmp_path / "b"), "--inject-fault", f"step-sleep:{delay_ms}")
     assert done.returncode == 0, done.stdout[-2000:]
-    rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
-    slowed = next(r for r in rows if r.task == "sam-predict")
-    assert slowed.verdict == "slower" and slowed.ratio_low > 1.5, (slowed.verdict, slowed.ratio_low)
+    [slowed] = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
+    assert slowed.verdict == "slower" and slowed.ratio_low > 1.5, (slowed.verdict, slowed.ratio_low, delay_ms)
     compared = run_fwbench("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-above", "50")
     assert compared.returncode == 1 and "Traceback" not in compared.stdout + compared.stderr
-    single = run_fwbench("compare", str(tmp_path / "a" / "tiny"), str(next((tmp_path / "b").rglob("*.r0.parquet"))),
-                         "--fail-above", "50")
-    assert single.returncode == 2 and "lack 3 repeats a side" in single.stderr, single.stderr[-2000:]
     assert "regression above 50%: sam-predict native-torch [none]" in compared.stderr
+    single = run_fwbench("compare", str(next((tmp_path / "a").rglob("*.r0.parquet"))),
+                         str(next((tmp_path / "b").rglob("*.r0.parquet"))), "--fail-above", "50")
+    assert single.returncode == 2 and "lack 3 repeats a side" in single.stderr, single.stderr[-2000:]
 
 
 def test_gate_refuses_below_3_repeats_a_side_with_one_line(tmp_path):

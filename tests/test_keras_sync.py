@@ -29,8 +29,11 @@ def probe() -> dict:
     environment.build()
     spec = CellSpec(stack="keras3-jax", task="bert-fit", preset="tiny", compile_mode="xla", data_dir="",
                     steps=1, threads=os.cpu_count() or 1)
+    env = cell_environment(spec)
+    # The environments are shared by every checkout: this checkout's fwbench first (as the local engine does).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE.parents[1] / "runner"), env.get("PYTHONPATH")) if p)
     done = subprocess.run([str(environment.python), str(PROBE)], capture_output=True, text=True,
-                          timeout=900, env=cell_environment(spec))
+                          timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -89,7 +89,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                   "the Trainer's model); null when nothing was compiled."),
     ("compile_took_effect", "bool", "True if the code that ran was compiled (null when compile_mode is none)."),
     ("compile_cache_warm", "bool", "True if the persistent compilation cache (JAX's; Inductor's for compiled torch "
-     "cells) already held entries before the cell: setup_s and first_step_s were then warm. Null: none is used."),
+     "cells) already held entries, from this cell's earlier runs or from other cells, before the cell started: "
+     "setup_s and first_step_s may then include cache hits (programs that other tasks share, such as "
+     "initialisers, hit too). Null: none is used."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
                          "reports another number."),
     ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),

@@ -9,7 +9,9 @@ with a .pth file pointing at this checkout, so the cells always run the harness 
 uv installs them (`uv pip install --require-hashes --no-deps -r <lock>`, as strict as pip): it downloads
 in parallel into one cache per machine ($FWBENCH_HOME/uv-cache) and hard-links each file from there into
 every environment that needs it, so the torch that native-torch and keras3-torch share, or the
-TensorFlow of four stacks, is downloaded once and stored once.
+TensorFlow of four stacks, is downloaded once and stored once. A lock file beside each environment
+(<name>.lock) lets only one process build it: another fwbench (a demo beside a test run, pytest
+workers) waits, says whom for, and then finds it ready.
 """
 
 from __future__ import annotations
