@@ -94,7 +94,7 @@ def test_compare_flags_a_real_cell_slowed_on_purpose(tmp_path, shared_data):
 
     built = run_fwbench("env", "build", "native-torch")  # reused if already built
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "8", "--data", str(shared_data),
+    common = ["run", "--stack", "native-torch", "--preset", "tiny", "--steps", "4", "--data", str(shared_data),
               "--repeats", "3", "--task", "sam-predict"]
     done = run_fwbench(*common, "--out", str(tmp_path / "a"))
     assert done.returncode == 0, done.stdout[-2000:]
