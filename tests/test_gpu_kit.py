@@ -228,13 +228,12 @@ def simulated_image() -> Path:
     # Beside the stack environments, so that CI's clean-up of those before its image builds returns this disk too.
     venv = home / "venvs" / f"gpu-kit-sim-image-py{IMAGE_PYTHON}-{key}"
     if not (venv / ".fwbench-ready").is_file():
-        from fwbench.engines.local import uv_binary, uv_cache_dir
+        from fwbench.engines.local import uv_binary, uv_environment
 
         shutil.rmtree(venv, ignore_errors=True)
         # Through the stack environments' uv cache, hard-linked: the torch, JAX and CUDA wheels the host image
         # has are the ones native-torch and keras3-jax lock, already downloaded and stored once.
-        uv_env = {**os.environ, "UV_CACHE_DIR": str(uv_cache_dir(home)), "UV_LINK_MODE": "hardlink",
-                  "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
+        uv_env = {**os.environ, **uv_environment(home)}
         uv = str(uv_binary())
         subprocess.run([uv, "venv", "-q", "--seed", "--python", python, str(venv)], check=True, env=uv_env)
         subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fwbench.engines import cell_environment
-from fwbench.engines.local import StackEnvironment
+from fwbench.engines.local import StackEnvironment, with_this_checkout
 from fwbench.core.spec import CellSpec
 
 pytestmark = pytest.mark.integration
@@ -29,11 +29,8 @@ def probe() -> dict:
     environment.build()
     spec = CellSpec(stack="keras3-jax", task="bert-fit", preset="tiny", compile_mode="xla", data_dir="",
                     steps=1, threads=os.cpu_count() or 1)
-    env = cell_environment(spec)
-    # The environments are shared by every checkout: this checkout's fwbench first (as the local engine does).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE.parents[1] / "runner"), env.get("PYTHONPATH")) if p)
     done = subprocess.run([str(environment.python), str(PROBE)], capture_output=True, text=True,
-                          timeout=900, env=env)
+                          timeout=900, env=with_this_checkout(cell_environment(spec)))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

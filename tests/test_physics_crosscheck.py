@@ -14,12 +14,11 @@ import pytest
 
 from fwbench.core.spec import CellSpec
 from fwbench.engines import cell_environment
-from fwbench.engines.local import StackEnvironment
+from fwbench.engines.local import StackEnvironment, with_this_checkout
 
 pytestmark = pytest.mark.integration
 
 TOLERANCE = 0.10
-RUNNER = Path(__file__).resolve().parents[1] / "runner"
 
 
 def run_probe(stack: str, probe: str) -> dict:
@@ -27,11 +26,8 @@ def run_probe(stack: str, probe: str) -> dict:
     environment.build()
     spec = CellSpec(stack=stack, task="bert-predict", preset="tiny", compile_mode="none", data_dir="", steps=1,
                     threads=os.cpu_count() or 1)
-    env = cell_environment(spec)
-    # The environments are shared by every checkout: this checkout's fwbench first (as the local engine does).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(RUNNER), env.get("PYTHONPATH")) if p)
     done = subprocess.run([str(environment.python), str(Path(__file__).with_name(probe))], capture_output=True,
-                          text=True, timeout=900, env=env)
+                          text=True, timeout=900, env=with_this_checkout(cell_environment(spec)))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -60,6 +60,19 @@ def uv_binary() -> Path:
     return Path(uv.find_uv_bin())
 
 
+def uv_environment(home: Path | None = None) -> dict[str, str]:
+    """uv's settings for an install into an fwbench environment: the machine's one cache, hard-linked (never
+    copied: same file system), no progress bars, and never a Python download."""
+    return {"UV_CACHE_DIR": str(uv_cache_dir(home)), "UV_LINK_MODE": "hardlink", "UV_NO_PROGRESS": "1",
+            "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def with_this_checkout(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this checkout's fwbench first on PYTHONPATH: environments are cached per requirements hash and
+    shared by every checkout, and their .pth points at whichever checkout built them."""
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT / "runner"), env.get("PYTHONPATH")) if p)}
+
+
 def pin_set_dir(stack: str, pin_set: str) -> Path:
     """images/<stack>/<pin-set>/: the stack's requirements and lock files for that pin set."""
     path = REPO_ROOT / "images" / stack / pin_set
@@ -199,9 +212,7 @@ class StackEnvironment:
     def _build(self, report: ProgressCallback) -> None:
         if self.path.exists():
             shutil.rmtree(self.path)
-        # One cache per machine, hard-linked into each environment (never copied: same file system).
-        uv_settings = {"UV_CACHE_DIR": str(uv_cache_dir(self.home)), "UV_LINK_MODE": "hardlink",
-                       "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}
+        uv_settings = uv_environment(self.home)
         with open(self.log_path, "w") as log:
             def run(*argv: str | Path, parse: Optional[UvProgress] = None) -> str:
                 log.write(f"$ {' '.join(map(str, argv))}\n")
@@ -282,9 +293,7 @@ class PythonEngine:
             argv = [str(python), "-m", "fwbench.harness.cell", str(spec_path), str(record_path)]
             env = cell_environment(spec)
             if self.name == "local":
-                # Environments are cached per requirements hash and shared by every checkout: put this
-                # checkout's fwbench first, whichever checkout built the environment (its .pth).
-                env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "runner"), env.get("PYTHONPATH")) if p)
+                env = with_this_checkout(env)
             outcome = launch_process(argv, spec, record_path, log_path, env)
             # Compose started this image by digest (release.env): the rows name it (a container cannot see that).
             reference = os.environ.get("FWBENCH_IMAGE_DIGEST", "") if self.name == "current" else ""
