@@ -155,14 +155,23 @@ def rewrite_bundle(published, name: str, edit, resign: bool = True) -> Path:
 def test_verify_passes_on_the_published_bundle(published):
     """An honest 5-repeat bundle, re-run 5 times (the default) in the released image: every cell reproduced.
     The tolerance is stated: +-25%, since tiny cells on a shared 2-core CI machine vary more than 10% from one
-    process to the next (the default +-10% would often, and honestly, say inconclusive here)."""
+    process to the next (the default +-10% would often, and honestly, say inconclusive here).
+
+    Load-proof through the busy signal: when rows of either side were timed beside other load (the machine was
+    busy, the rows say so), "inconclusive" saying so is the honest verdict, and the only other one accepted."""
     out = published["work"] / "verify-ok"
     done = verify(published, published["work"] / "bundle.tar.gz", out, "--tolerance", "25")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = (out / "report" / "verification.md").read_text()
     assert "good signature by publisher@test" in report
-    assert "| keras3-jax | bert-predict | tiny |" in report and "| reproduced |" in report
-    assert "not reproduced" not in report and "(FAIL)" not in report
+    [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
+    assert (cell["stack"], cell["task"], cell["preset"]) == ("keras3-jax", "bert-predict", "tiny")
+    if cell["verdict"] == "inconclusive" and "busy rows" in cell["detail"]:
+        assert done.returncode == 1 and "(inconclusive)" in done.stderr, done.stderr[-3000:]
+        print(f"\nthe machine was busy: {cell['detail']}")
+    else:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert cell["verdict"] == "reproduced" and "| reproduced |" in report
+        assert "not reproduced" not in report and "(FAIL)" not in report
     assert (out / "report" / "verification.html").is_file() and (out / "report" / "verification.parquet").is_file()
     reruns = sorted((out / "results").rglob("*.parquet"))
     assert len(reruns) == 5
@@ -188,14 +197,20 @@ def faster_rows(files, factor: float = 3.0) -> None:
 
 def test_verify_fails_rows_edited_to_be_3x_faster(published):
     """Edited by a third party: the bundle's signature no longer covers them, refused before anything runs.
-    Edited and re-signed by the publisher: re-run, judged "slower" (the image is slower than the rows claim), exit 1."""
+    Edited and re-signed by the publisher: re-run, judged "slower" (the image is slower than the rows claim), exit 1.
+    (With busy re-run rows the verdict is "inconclusive", which fails as well and says why.)"""
     out = published["work"] / "verify-edited"
     assert_refused(verify(published, rewrite_bundle(published, "edited.tar.gz", faster_rows, resign=False), out),
                    "does not match", out)
     out = published["work"] / "verify-faster"
     done = verify(published, rewrite_bundle(published, "faster.tar.gz", faster_rows), out, "--repeats", "3")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| slower (FAIL) |" in (out / "report" / "verification.md").read_text()
+    [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
+    if "slower as measured, but on a busy machine" in cell["detail"]:
+        assert cell["verdict"] == "inconclusive" and cell["fails"]
+        assert "| inconclusive (FAIL) |" in (out / "report" / "verification.md").read_text()
+    else:
+        assert "| slower (FAIL) |" in (out / "report" / "verification.md").read_text()
     assert "Traceback" not in done.stderr
 
 

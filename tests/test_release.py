@@ -91,7 +91,8 @@ def test_a_signed_release_verifies_and_any_change_or_other_key_is_refused(tmp_pa
 
 
 def rows_in(tmp_path: Path, name: str, ms: float, device: str = "Test CPU", digest: str | None = IMAGE.reference,
-            status: str = "ok", input_sha: str = "f" * 64, repeats: int = 1) -> Path:
+            status: str = "ok", input_sha: str = "f" * 64, repeats: int = 1, busy: int = 0) -> Path:
+    """`busy`: how many of each cell's repeats are flagged busy (the first ones)."""
     out = tmp_path / name
     rng = np.random.default_rng(len(name))
     for task in ("bert-predict", "bert-fit"):
@@ -99,7 +100,7 @@ def rows_in(tmp_path: Path, name: str, ms: float, device: str = "Test CPU", dige
             write(out, record("keras3-jax", task, compile_mode="xla", repeat=repeat, status=status,
                               step_ms=ms * np.exp(rng.normal(0, 0.02, 20)), device_model=device, device_name=device,
                               image_digest=digest, pin_set="paper-2024", image_variant="cpu", engine="docker",
-                              input_sha256=input_sha))
+                              input_sha256=input_sha, busy=repeat < busy))
     return out
 
 
@@ -150,8 +151,9 @@ def test_open_bundle_refuses_what_is_not_a_bundle(tmp_path):
         open_bundle(tmp_path / "missing.tar.gz", tmp_path / "y", None, allow_unsigned=True)
 
 
-def judged(tmp_path, published_ms, rerun_ms, repeats=5, rerun_repeats=None, allow_inconclusive=False, **rerun):
-    published = loading.load_results([rows_in(tmp_path, "pub", published_ms, repeats=repeats)])
+def judged(tmp_path, published_ms, rerun_ms, repeats=5, rerun_repeats=None, allow_inconclusive=False,
+           published_busy=0, **rerun):
+    published = loading.load_results([rows_in(tmp_path, "pub", published_ms, repeats=repeats, busy=published_busy)])
     again = loading.load_results([rows_in(tmp_path, "again", rerun_ms, repeats=rerun_repeats or repeats, **rerun)])
     return {c.task: c for c in verification.verify(published, again, tolerance_pct=10, fail_above_pct=20,
                                                    allow_inconclusive=allow_inconclusive)}
@@ -167,6 +169,24 @@ def test_verdicts_reproduced_slower_faster_from_the_90_percent_interval(tmp_path
     assert {c.verdict for c in slow.values()} == {verification.SLOWER} and all(c.fails for c in slow.values())
     fast = judged(tmp_path / "c", 10.0, 5.0)
     assert {c.verdict for c in fast.values()} == {verification.FASTER} and all(c.fails for c in fast.values())
+
+
+def test_a_busy_side_cannot_make_a_cell_slower_or_faster(tmp_path):
+    """Load only slows a cell: "slower" with a busy re-run row, or "faster" with a busy published row, is
+    inconclusive (and still fails); the same verdicts stand when the busy side is the other one."""
+    slow_busy = judged(tmp_path / "a", 10.0, 15.0, busy=1)
+    assert all(c.verdict == verification.INCONCLUSIVE and c.fails for c in slow_busy.values())
+    assert all("slower as measured, but on a busy machine (busy rows: published 0 of 5, re-run 1 of 5)" in c.detail
+               for c in slow_busy.values())
+    slow_pub_busy = judged(tmp_path / "b", 10.0, 15.0, published_busy=5)
+    assert all(c.verdict == verification.SLOWER and c.fails for c in slow_pub_busy.values())
+    fast_pub_busy = judged(tmp_path / "c", 10.0, 5.0, published_busy=2)
+    assert all(c.verdict == verification.INCONCLUSIVE and "faster as measured" in c.detail for c in fast_pub_busy.values())
+    fast_busy = judged(tmp_path / "d", 10.0, 5.0, busy=5)
+    assert all(c.verdict == verification.FASTER for c in fast_busy.values())
+    same_busy = judged(tmp_path / "e", 10.0, 10.1, busy=5)
+    assert all(c.verdict == verification.REPRODUCED and not c.fails and "busy rows: published 0 of 5, re-run 5 of 5"
+               in c.detail for c in same_busy.values())
 
 
 def test_an_interval_across_a_tolerance_bound_is_inconclusive_and_fails_unless_allowed(tmp_path):

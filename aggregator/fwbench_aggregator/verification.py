@@ -10,7 +10,9 @@ Each cell's "reproduced" is an intersection-union test, so "every cell reproduce
 correction: a cell whose true change is beyond the tolerance is called reproduced at most 5% of the time.
 On a different device: the ratio only, "not comparable". A published cell whose re-run did not end ok, or
 read other inputs, is "not reproduced". Every verdict but "reproduced" fails the verification (inconclusive
-only may be allowed, and is still reported). Writes verification.md, verification.html and verification.parquet.
+only may be allowed, and is still reported). Busy rows (another process or cell competed while they were timed)
+only slow a cell: "slower" with a busy re-run, or "faster" with a busy published side, becomes inconclusive.
+Writes verification.md, verification.html and verification.parquet.
 """
 
 from __future__ import annotations
@@ -137,6 +139,23 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float
                    f"df {row.test.dof:.1f}; {n_pub} vs {n_rerun} repeats); {tolerance}")
     if cell.verdict == INCONCLUSIVE:
         cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
+    _discount_busy(cell, row.a.busy, row.b.busy)
+
+
+def _discount_busy(cell: VerifiedCell, published_busy: int, rerun_busy: int) -> None:
+    """Load only slows a cell, so a busy side can explain a difference in one direction: "slower" stands only if
+    no re-run row was busy, "faster" only if no published row was. Otherwise the cell is inconclusive (it still
+    fails) and says a quiet re-run is needed. "reproduced" stands, noted: it held despite the load."""
+    if not (published_busy or rerun_busy):
+        return
+    busy = (f"busy rows: published {published_busy} of {cell.published_repeats}, "
+            f"re-run {rerun_busy} of {cell.rerun_repeats}")
+    if (cell.verdict == SLOWER and rerun_busy) or (cell.verdict == FASTER and published_busy):
+        cell.detail += (f"; {cell.verdict} as measured, but on a busy machine ({busy}), which slows cells by itself:"
+                        " not judged, a re-run on a quiet machine is needed")
+        cell.verdict = INCONCLUSIVE
+    else:
+        cell.detail += f"; {busy}"
 
 
 def outcome(cells: list[VerifiedCell]) -> tuple[int, list[str]]:
