@@ -15,20 +15,6 @@ FWBENCH = [sys.executable, "-m", "fwbench.cli"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-# The slowest test files, slowest first (from --durations on CI). Under pytest-xdist's --dist loadfile (with
-# --no-loadscope-reorder, as .ci/run passes) files go to the workers in collection order, so the long ones start
-# at once on both workers and the many short files fill in around them, instead of a 10-minute file starting
-# last and leaving the other worker idle.
-SLOWEST_FILES_FIRST = ("test_keras_stacks.py", "test_gpu_kit.py", "test_native_torch.py", "test_compare.py",
-                       "test_slurm_cluster.py", "test_demo.py", "test_identity_real.py", "test_aggregator.py",
-                       "test_startup.py", "test_physics_crosscheck.py", "test_keras_sync.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: index for index, name in enumerate(SLOWEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a file is kept
-
-
 def locked_version(stack_id: str, pin_set: str = "current") -> str:
     """The version of a stack's framework its environment installs (images/<stack>/<pin-set>/ lock file; the
     local engine and the image install it), so tests follow every lock refresh."""

@@ -2,7 +2,9 @@
 
 All four `fwbench run` invocations start together (each builds its environment on first use): on a
 2-core machine most of a cell is single-threaded XLA compilation and imports, so overlapping them
-roughly halves the wall time. The tests check statuses and provenance, not speed.
+roughly halves the wall time. Each cell runs on one thread (`--threads 1`): four cells, each with a thread
+pool on every core, would spend the machine spinning in each other's barriers. The tests check statuses
+and provenance, not speed.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def stack_results(tmp_path_factory, shared_data):
     for stack in KERAS_STACKS:
         log = open(out / f"{stack}.log", "w")
         processes[stack] = (subprocess.Popen(
-            [sys.executable, "-m", "fwbench.cli", "run", "--stack", stack, "--preset", "tiny",
+            [sys.executable, "-m", "fwbench.cli", "run", "--stack", stack, "--preset", "tiny", "--threads", "1",
              "--out", str(out / stack), "--data", str(shared_data)],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)), log)
     codes = {}
