@@ -5,6 +5,7 @@ framework is imported, so these run real cell subprocesses without needing a sta
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,9 +207,12 @@ def test_a_cell_dies_with_its_runner_even_on_sigkill(tmp_path):
 
 
 def test_run_warns_when_the_machine_is_already_busy(tmp_path, cpu_hogs):
+    """The warning names the top consumers: the two hogs here, unless other processes (a loaded CI machine's
+    builds) used more, so the test checks the form of the list, not its names."""
     done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
                    "--out", str(tmp_path / "r"), "--data", str(tmp_path / "data"), "--inject-fault", "raise")
-    assert "warning: the machine is busy" in done.stdout and "python" in done.stdout
+    assert re.search(r"warning: the machine is busy \([0-9.]+ CPU cores in use by other processes: "
+                     r"\S+ \d+%(, \S+ \d+%)*\)", done.stdout), done.stdout[-2000:]
 
 
 def test_a_paper_2024_row_carries_its_pin_set_in_its_name_and_identity(tmp_path):
