@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -128,12 +127,11 @@ def planted_delay_ms(a_step_ms: list[list[float]], b_repeats: int, clear_ratio: 
     """A per-step delay that makes B (A's steps plus the delay) clear `clear_ratio` at the low end of compare's
     95% interval, from A's repeats alone: at least 10x A's slowest step and 1 s, and a factor 3 x clear_ratio
     beyond the interval's half-width, which compare's own Welch test gives for A's repeat medians against B's
-    (whose spread is assumed to be B_LOG_SPREAD; the half-width does not depend on the delay, a shift in logs)."""
+    (whose spread is assumed to be B_LOG_SPREAD; the interval scales with the delay, a shift in logs)."""
     a = np.array([np.median(steps) for steps in a_step_ms])
     b_pattern = np.exp(np.resize(np.array(B_LOG_SPREAD), b_repeats))
-    unit = cmp.log_ratio_test(a, b_pattern)  # B/A for a delay of 1 ms
-    log_low_at_1ms = unit.log_ratio - math.log(unit.interval(cmp.CONFIDENCE)[1] / unit.ratio)
-    needed = math.exp(math.log(3 * clear_ratio) - log_low_at_1ms)
+    low_at_1ms, _high = cmp.log_ratio_test(a, b_pattern).interval(cmp.CONFIDENCE)  # B/A for a delay of 1 ms
+    needed = 3 * clear_ratio / low_at_1ms  # the interval scales with the delay
     return round(max(1000.0, 10 * max(max(steps) for steps in a_step_ms), needed))
 
 
@@ -149,6 +147,7 @@ def test_the_planted_delay_grows_with_a_spread():
     assert test.interval(cmp.CONFIDENCE)[0] > 1.5
     # More repeats of A, with the same spread, need a shorter delay.
     assert planted_delay_ms(loaded + [[30.0, 25.0, 35.0], [11.0, 10.0, 12.0]], 3, 1.5) < delay
+
 
 def test_gate_refuses_below_3_repeats_a_side_with_one_line(tmp_path):
     write_matrix(tmp_path / "a", CENTRES, seed=1, repeats=3)
