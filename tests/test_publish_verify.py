@@ -161,6 +161,7 @@ def test_verify_passes_on_the_published_bundle(published):
     busy, the rows say so), "inconclusive" saying so is the honest verdict, and the only other one accepted."""
     out = published["work"] / "verify-ok"
     done = verify(published, published["work"] / "bundle.tar.gz", out, "--tolerance", "25")
+    assert (out / "report" / "verification.md").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     report = (out / "report" / "verification.md").read_text()
     assert "good signature by publisher@test" in report
     [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
@@ -205,6 +206,7 @@ def test_verify_fails_rows_edited_to_be_3x_faster(published):
     out = published["work"] / "verify-faster"
     done = verify(published, rewrite_bundle(published, "faster.tar.gz", faster_rows), out, "--repeats", "3")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (out / "report" / "verification.parquet").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
     if "slower as measured, but on a busy machine" in cell["detail"]:
         assert cell["verdict"] == "inconclusive" and cell["fails"]

@@ -37,7 +37,8 @@ def remove_containers(client, token: str) -> int:
     """Force-remove every container (running or not) labelled with this token; how many there were."""
     import docker
 
-    found = client.containers.list(all=True, filters={"label": f"{WATCHDOG_LABEL}={token}"})
+    found = client.containers.list(all=True, filters={"label": f"{WATCHDOG_LABEL}={token}"},
+                                   ignore_removed=True)  # one may go (--rm) between the list and its inspect
     for container in found:
         try:
             container.remove(force=True)
