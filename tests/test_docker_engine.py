@@ -173,7 +173,7 @@ class StandInContainers:
             raise self.client.create_error
         return container
 
-    def list(self, all=False, filters=None):
+    def list(self, all=False, filters=None, ignore_removed=False):  # docker-py's signature
         key, _, value = filters["label"].partition("=")
         return [c for c in self.client.existing if c.labels.get(key) == value]
 
