@@ -78,7 +78,7 @@ def test_identity_round_trips_through_a_parquet_row(tmp_path):
 
 # --- rows are untrusted input ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, reason", [
+BAD_FIELDS = [
     ("ms_per_step", math.nan, "not a positive finite number"),
     ("ms_per_step", math.inf, "not a positive finite number"),
     ("ms_per_step", -3.0, "not a positive finite number"),
@@ -93,28 +93,42 @@ def test_identity_round_trips_through_a_parquet_row(tmp_path):
     ("tf32_setting", "sometimes", "unknown tf32_setting"),
     ("pin_set", "../current", "invalid pin_set"),
     ("cell_id", "native-torch.other.tiny.compile-none", "cell_id"),
-])
-def test_invalid_rows_are_skipped_with_one_line_naming_the_file(tmp_path, field, value, reason):
-    write(tmp_path / "res", record("native-torch", "bert-predict", step_ms=STEPS))  # one good file
-    rec = record("native-torch", "bert-fit", step_ms=STEPS)
-    rec[field] = value
-    bad = write_named(tmp_path / "res", rec | {"preset": "tiny", "stack": "native-torch"} | {field: value},
-                      "bad.parquet") if field not in ("preset", "stack") else _write_raw(tmp_path / "res", rec)
-    before = tree_digest(tmp_path)
-    run = subprocess.run([str(FWBENCH), "aggregate", str(tmp_path / "res"), "-o", str(tmp_path / "rep")],
+]
+
+
+@pytest.fixture(scope="module")
+def aggregate_of_every_bad_row(tmp_path_factory):
+    """One good row and every bad one, each in a file of its own, through one real `fwbench aggregate` (a
+    process each would cost two seconds a case, for the same checks)."""
+    work = tmp_path_factory.mktemp("bad-rows")
+    write(work / "res", record("native-torch", "bert-predict", step_ms=STEPS))  # one good file
+    bad_files = []
+    for index, (field, value, _reason) in enumerate(BAD_FIELDS):
+        rec = record("native-torch", "bert-fit", step_ms=STEPS)
+        rec[field] = value
+        bad_files.append(write_named(work / "res", rec | {"preset": "tiny", "stack": "native-torch"} | {field: value},
+                                     f"bad-{index}.parquet") if field not in ("preset", "stack")
+                         else _write_raw(work / "res", rec, f"bad-{index}.parquet"))
+    before = tree_digest(work)
+    run = subprocess.run([str(FWBENCH), "aggregate", str(work / "res"), "-o", str(work / "rep")],
                          capture_output=True, text=True, timeout=120)
+    return run, bad_files, set(tree_digest(work)) - set(before)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_FIELDS)), ids=[f"{f}={v!r}" for f, v, _ in BAD_FIELDS])
+def test_invalid_rows_are_skipped_with_one_line_naming_the_file(aggregate_of_every_bad_row, case):
+    run, bad_files, written = aggregate_of_every_bad_row
     assert run.returncode == 0 and "Traceback" not in run.stderr + run.stdout, run.stderr
-    lines = [line for line in run.stderr.splitlines() if str(bad) in line]
-    assert len(lines) == 1 and reason in lines[0], run.stderr
-    written = set(tree_digest(tmp_path)) - set(before)
-    assert all(name.startswith("rep/") for name in written), written  # nothing outside the report folder
+    lines = [line for line in run.stderr.splitlines() if str(bad_files[case]) in line]
+    assert len(lines) == 1 and BAD_FIELDS[case][2] in lines[0], run.stderr
+    assert written and all(name.startswith("rep/") for name in written), written  # nothing outside the report
 
 
-def _write_raw(out: Path, rec: dict) -> Path:
+def _write_raw(out: Path, rec: dict, name: str = "bad.parquet") -> Path:
     """A row whose own stack/preset would make an unsafe path: written under a fixed, safe name."""
     from fwbench.core.results import SCHEMA, normalise
 
-    path = Path(out) / "raw" / "bad.parquet"
+    path = Path(out) / "raw" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist([normalise(rec)], schema=SCHEMA), path)
     return path

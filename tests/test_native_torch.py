@@ -20,8 +20,9 @@ COMPILED_TASKS = ["bert-predict", "sam-predict", "gemma-generate-bs1"]
 @pytest.fixture(scope="module")
 def eager_results(tmp_path_factory, shared_data):
     out = tmp_path_factory.mktemp("native-eager")
-    # A private temporary directory, to see what the cells leave behind in it.
-    done = run_fwbench("run", "--stack", "native-torch", "--preset", "tiny", "--out", str(out),
+    # A private temporary directory, to see what the cells leave behind in it. One thread a cell: beside the other
+    # test worker, a thread pool on every core spends the machine spinning in OpenMP's barriers.
+    done = run_fwbench("run", "--stack", "native-torch", "--preset", "tiny", "--threads", "1", "--out", str(out),
                        "--data", str(shared_data), env={"TMPDIR": str(tmp_path_factory.mktemp("native-tmp"))})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out

@@ -75,6 +75,10 @@ class Checks:
     def sync(self) -> dict | None:
         # At the tiny preset a step is launch-bound on a GPU: without the per-step sync the host queues the
         # next steps while the GPU runs, with it every step waits. A sync that did nothing would time both alike.
+        if not self.gpu:
+            # Not run: on a CPU the verdict can only be SKIP (the harness's sync is tested on the CPU elsewhere).
+            self.say("SKIP", "per-step sync", "no GPU (a CPU sync waits for nothing): not run")
+            return None
         steps = ["--steps", str(SYNC_STEPS)]  # the CLI takes an option's last value
         synced = self.cell("sync-on", extra=steps, preset="tiny")
         unsynced = self.cell("sync-off", extra=[*steps, "--no-per-step-sync"], preset="tiny")

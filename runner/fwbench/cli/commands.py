@@ -273,6 +273,7 @@ def _summary_table(outcomes) -> Table:
 def demo_cmd(
     out: Path = typer.Option(Path("demo-results"), "--out", help="Where results and the report go."),
     stack: Optional[List[str]] = typer.Option(None, "--stack", help="Stacks (default: every stack with an environment)."),
+    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
     compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
     steps: int = typer.Option(5, help="Timed steps per cell."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
@@ -281,7 +282,7 @@ def demo_cmd(
                                               "or auto (one cell per core on a CPU-only host; one per GPU on a "
                                               "GPU host). 1 runs one cell at a time on every core."),
 ) -> None:
-    """The CPU demo: every stack at the tiny preset, then the report (OUT/report/report.md)."""
+    """The CPU demo: every stack (and task) at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench.engines import matrix
     from fwbench.engines.local import REPO_ROOT
 
@@ -297,9 +298,9 @@ def demo_cmd(
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
                     steps=steps, warmup=preset.warmup, threads=slot_plan.slot_threads(slots, None),
                     timeout_s=preset.timeout_s)
-    specs = matrix.plan(stacks, None, "tiny", None, 1, base)
+    specs = matrix.plan(stacks, task, "tiny", None, 1, base)
     if compiled and "native-torch" in stacks:
-        specs += matrix.plan(["native-torch"], None, "tiny", ["reduce-overhead"], 1, base)
+        specs += matrix.plan(["native-torch"], task, "tiny", ["reduce-overhead"], 1, base)
     results_dir = out / "results"
     check_out_dir(results_dir)
     execute(specs, runner, results_dir, resume, slots)
