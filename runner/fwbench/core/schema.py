@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -17,9 +17,13 @@ PHYSICS_COLUMNS = ("model_flops_per_step", "flops_convention", "achieved_tflops"
 ENERGY_COLUMNS = ("energy_status", "energy_j", "joules_per_step", "joules_per_token", "mean_power_w", "sm_clock_mhz",
                   "gpu_temp_c", "throttle_reasons")
 ADDED_IN_V5 = PHYSICS_COLUMNS + ENERGY_COLUMNS
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5}
+# v6: the device asked for and the GPU by UUID; convolution TF32 apart from matmul TF32, the precision each part of
+# the model's FLOPs ran at; CUDA-graph replays (whether reduce-overhead really took effect).
+ADDED_IN_V6 = ("device_setting", "gpu_uuid", "tf32_conv", "tf32_conv_effective", "matmul_compute_precision",
+               "conv_compute_precision", "conv_flops_per_step", "cudagraph_replays")
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6}
 
-STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported")
+STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable")
 
 # (name, type, description). Types: string, int64, float64, bool, timestamp, list<float64>.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -44,7 +48,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jit_compile", "bool", "Keras jit_compile flag the cell really used (null for native-torch)."),
     ("jit_policy", "string", "--jit: published (each Keras cell's XLA setting as in the published run), on or off."),
     ("repeat", "int64", "Repeat index (each repeat is its own process)."),
-    ("status", "string", "ok, error, timeout, oom, cancelled (stopped by the cluster's scheduler) or unsupported."),
+    ("status", "string", "ok, error, timeout, oom, cancelled (stopped by the cluster's scheduler), unsupported, or "
+                         "device_unavailable (the cell was meant for a GPU its framework could not use: never a "
+                         "CPU row instead)."),
     ("error_type", "string", "Exception class or failure kind when status is not ok."),
     ("error_message", "string", "One-paragraph reason when status is not ok."),
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
@@ -82,6 +88,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("dtype", "string", "Compute dtype: float32 or bfloat16."),
     ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
+    ("cudagraph_replays", "int64", "torch.compile reduce-overhead: CUDA-graph replays counted in the timed window "
+                                   "(torch.cuda.CUDAGraph.replay calls; 0 on a CPU, null when not compiled)."),
     ("cudagraph_skips", "int64", "torch.compile reduce-overhead: CUDA-graph skips (always >0 on CPU; null where "
                                  "torch does not count them, e.g. 2.2)."),
     ("compiled_target", "string", "native-torch compiled cells: what torch.compile compiled (whole train step, "
@@ -96,8 +104,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                          "reports another number."),
     ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
     ("tf32_matmul", "bool", "Framework flag allowing TF32 for matmuls."),
-    ("tf32_effective", "bool", "True only if TF32 was allowed and the GPU supports it."),
+    ("tf32_effective", "bool", "True only if TF32 was allowed for matmuls and the GPU supports it."),
+    ("tf32_conv", "bool", "Framework flag allowing TF32 for convolutions (cuDNN; null where the framework has no "
+                          "separate switch)."),
+    ("tf32_conv_effective", "bool", "True only if TF32 was allowed for convolutions and the GPU supports it."),
     ("matmul_precision", "string", "Framework float32 matmul precision setting."),
+    ("device_setting", "string", "--device: auto (the GPU when the host has one), gpu or cpu."),
     ("device", "string", "cpu or cuda (gpu)."),
     ("device_name", "string", "GPU name, or CPU model on CPU."),
     ("device_model", "string", "Identity: the GPU model (NVML name) the cell ran on, or the CPU model."),
@@ -120,6 +132,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                   "GPU) during the timed window; cells pinned elsewhere by --parallel do not count."),
     ("cpu_set", "string", "CPU cores the cell process could run on, as a CPU list (\"0-3\", \"0,2\"): its own "
                           "slot's under --parallel, else every core the runner had."),
+    ("gpu_uuid", "string", "UUID of the GPU the cell used (NVML/CUDA 'GPU-...'; null on the CPU): the same GPU "
+                           "whatever index a container or CUDA_VISIBLE_DEVICES gives it."),
     ("gpu_index", "int64", "NVML index of the GPU the cell used: its own slot's under --parallel, else the first "
                            "visible one (null on the CPU)."),
     ("parallel_cells", "int64", "Most cells of this run that ran at the same time as this one, itself included "
@@ -132,8 +146,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("flops_convention", "string", "How model_flops_per_step was counted: forward 2N + attention, training 6N (3x "
                                    "forward), LoRA training ~4N (2x forward), generate = prefill + each decode step."),
     ("achieved_tflops", "float64", "model_flops_per_step / seconds per step / 1e12."),
-    ("compute_precision", "string", "Declared compute precision: bf16 (bfloat16 cells), tf32 (tf32_effective) or "
-                                    "fp32."),
+    ("compute_precision", "string", "Precision the model's FLOPs ran at: bf16 (bfloat16 cells), tf32 or fp32; mixed "
+                                    "when its matmuls and convolutions ran at different ones (then peak_tflops counts "
+                                    "each part's FLOPs at its own peak)."),
+    ("matmul_compute_precision", "string", "Precision of the matmul (and attention) FLOPs: bf16, tf32 or fp32."),
+    ("conv_compute_precision", "string", "Precision of the convolution FLOPs (null when the model has none)."),
+    ("conv_flops_per_step", "float64", "The convolution part of model_flops_per_step."),
     ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
                                "GEMM measured once per run (in the first cell, after its timed window)."),
     ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
