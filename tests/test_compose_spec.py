@@ -81,6 +81,9 @@ def test_compose_v2_resolves_the_gpu_file_with_a_gpu_reservation_per_bench_servi
     for name in BENCH_SERVICES:
         [device] = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], name
+        # Exactly one: a container given every GPU hands them all to the framework (the HF Trainer then trains
+        # on each with DataParallel while the row speaks of one).
+        assert device["count"] == 1, (name, device)
 
 
 @pytest.mark.parametrize("pin_set", [None, "paper-2024"])

@@ -38,13 +38,16 @@ class StandInClient:
         return self._by_name[name]
 
 
-def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]], gpus: str = "none"):
-    """`fwbench run --engine docker --gpus GPUS --pin-set paper-2024 --image TEMPLATE` (images: name -> labels)."""
+def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]], device: str = "cpu"):
+    """`fwbench run --engine docker --device DEVICE --pin-set paper-2024 --image TEMPLATE` (images: name -> labels;
+    for --device gpu the host's GPU, an NVML boundary, is mocked)."""
+    from fwbench.engines import device as devices
     from fwbench.engines.docker import DockerEngine
 
     client = StandInClient({name: StandInImage(labels) for name, labels in images.items()})
     monkeypatch.setattr(docker, "from_env", lambda: client)
-    engine = DockerEngine(template, gpus=gpus, pin_set="paper-2024")
+    monkeypatch.setattr(devices, "host_has_gpu", lambda: device == "gpu")
+    engine = DockerEngine(template, device=device, pin_set="paper-2024")
     ran: list[CellSpec] = []
 
     def run_cell(spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
@@ -94,11 +97,11 @@ def test_each_stack_s_rows_name_its_own_image_s_variant(monkeypatch, tmp_path):
         "keras3-jax": "gpu", "native-torch": "cpu", "keras3-torch": "cpu"}
 
 
-@pytest.mark.parametrize("gpus, jax_platforms", [("none", "cpu"), ("all", None)])
-def test_jax_is_told_to_use_the_cpu_when_no_gpu_enters_the_container(monkeypatch, tmp_path, gpus, jax_platforms):
+@pytest.mark.parametrize("device, jax_platforms", [("cpu", "cpu"), ("gpu", None)])
+def test_jax_is_told_to_use_the_cpu_when_no_gpu_enters_the_container(monkeypatch, tmp_path, device, jax_platforms):
     # JAX 0.4.23's CUDA plugin fails a cell without a GPU instead of falling back (seen in the paper-2024 gpu image).
     engine, _ran = docker_engine(monkeypatch, "fwbench/{stack}:{pin_set}-gpu",
-                                 {"fwbench/keras3-jax:paper-2024-gpu": GPU}, gpus=gpus)
+                                 {"fwbench/keras3-jax:paper-2024-gpu": GPU}, device=device)
     [spec] = bert_predict(tmp_path, "keras3-jax")
     environment = engine.container_environment(spec)
     assert environment.get("JAX_PLATFORMS") == jax_platforms
@@ -202,7 +205,7 @@ def engine_with_containers(monkeypatch, start_error=None, create_error=None):
             return 0
 
     monkeypatch.setattr(subprocess, "Popen", Watchdog)
-    return DockerEngine("fwbench/{stack}:{pin_set}-{variant}", gpus="none", pin_set="paper-2024"), client
+    return DockerEngine("fwbench/{stack}:{pin_set}-{variant}", device="cpu", pin_set="paper-2024"), client
 
 
 def test_a_container_that_fails_to_start_is_removed_and_the_cell_is_a_failed_row(monkeypatch, tmp_path):

@@ -29,10 +29,21 @@ def test_a_malformed_cpu_list_is_refused(text):
         slots.parse_cpu_set(text)
 
 
-def test_one_cell_at_a_time_is_not_pinned():
+def test_one_cell_at_a_time_is_not_pinned_to_cores_but_gets_exactly_one_gpu():
     assert plan_slots(1, None, [0, 1, 2, 3], []) == [UNPINNED]
-    assert plan_slots(1, None, [0, 1], [0, 1]) == [UNPINNED]  # every GPU, as without --parallel
+    # Never every GPU: the HF Trainer would wrap the model in DataParallel over all of them while the row says one.
+    assert plan_slots(1, None, [0, 1], [2, 3]) == [Slot(0, None, 2)]
+    assert plan_slots(None, None, [0, 1], [3]) == [Slot(0, None, 3)]  # auto on a one-GPU host
     assert slots.slot_threads([UNPINNED], None) == (os.cpu_count() or 1)  # as fwbench always defaulted to
+
+
+def test_a_runner_of_one_cell_at_a_time_gives_it_the_first_gpu_it_may_use(monkeypatch):
+    """A Slurm task or a verification: its GPUs (CUDA_VISIBLE_DEVICES narrows NVML's, mocked here) give the cell
+    the first one only; a CPU run none."""
+    monkeypatch.setattr(slots, "_nvml_gpus", lambda: [0, 1, 2, 3])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert [slot.gpu for slot in slots.one_cell_at_a_time("gpu")] == [2]
+    assert [slot.gpu for slot in slots.one_cell_at_a_time("cpu")] == [None]
 
 
 def test_cores_are_split_evenly_and_disjointly():

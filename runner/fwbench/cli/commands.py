@@ -18,8 +18,8 @@ from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
-from fwbench.cli.common import (PIN_SET_HELP, STATUS_STYLE, check_out_dir, console, default_data_dir,
-                                 make_engine, pin_set_or_default)
+from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, STATUS_STYLE, check_out_dir, console,
+                                 default_data_dir, make_engine, pin_set_or_default)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
@@ -45,7 +45,8 @@ def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes 
     for column in ("preset", "steps", "warm-up", "timeout s", "what"):
         presets.add_column(column)
     for p in registry.PRESETS.values():
-        presets.add_row(p.id, str(p.steps), str(p.warmup), f"{p.timeout_s:g}", p.description)
+        steps = ", ".join([str(p.steps), *(f"{kind} {count}" for kind, count in p.kind_steps)])
+        presets.add_row(p.id, steps, str(p.warmup), f"{p.timeout_s:g}", p.description)
     for table in (stacks, tasks, presets):
         console.print(table)
 
@@ -77,7 +78,7 @@ def run_cmd(
     preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
     compile: Optional[List[str]] = typer.Option(
         None, "--compile", help="native-torch: none, reduce-overhead, default, max-autotune (repeatable)."),
-    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
+    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's; at paper, 10 for generate)."),
     warmup: Optional[int] = typer.Option(None, help="Untimed warm-up steps (default 2)."),
     repeats: int = typer.Option(1, help="Independent processes per cell."),
     timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
@@ -88,7 +89,7 @@ def run_cmd(
     image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
                                                                    "(release.json of `fwbench publish`)."),
-    gpus: str = typer.Option("auto", help="docker: request GPUs: auto (if the host has one), all, none."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
     threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores; with --parallel, "
@@ -115,15 +116,14 @@ def run_cmd(
     cells_at_once = slot_plan.parse_parallel(parallel)
     base = CellSpec(
         stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
-        steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
+        steps=steps, warmup=preset_obj.warmup if warmup is None else warmup,
         seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, jit=jit, per_step_sync=per_step_sync,
-        timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault)
+        timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault, device_setting=device)
     from fwbench.engines import matrix
 
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    runner = make_engine(engine, image, gpus, docker_memory, pin_set, release, stack)
-    slots = slot_plan.plan_slots(cells_at_once, threads, slot_plan.usable_cpus(),
-                                  engine_gpus(runner, cells_at_once))
+    runner = make_engine(engine, image, device, docker_memory, pin_set, release, stack)
+    slots = slot_plan.plan_slots(cells_at_once, threads, slot_plan.usable_cpus(), engine_gpus(runner))
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, threads)) for spec in specs]
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume, slots)
@@ -131,15 +131,14 @@ def run_cmd(
         raise typer.Exit(1)
 
 
-def engine_gpus(runner, cells_at_once: int | None) -> list[int]:
-    """The GPUs a run's cells may be given (none when the docker engine was told --gpus none)."""
-    uses_gpus = getattr(runner, "use_gpu", None)  # only the docker engine decides it up front
-    if uses_gpus is False:
+def engine_gpus(runner) -> list[int]:
+    """The GPUs a run's cells may be given, one each: none on a CPU run."""
+    if runner.device != "gpu":
         return []
     gpus = slot_plan.usable_gpus()
-    if uses_gpus and not gpus and cells_at_once != 1:
-        raise UsageError("--parallel needs to tell the GPUs apart to give each container its own, but neither "
-                         "NVML (pip install nvidia-ml-py) nor nvidia-smi lists them here")
+    if not gpus:
+        raise UsageError("a GPU run gives each cell one GPU of its own, but neither NVML (pip install nvidia-ml-py) "
+                         "nor nvidia-smi lists this host's GPUs; run `fwbench doctor`")
     return gpus
 
 
@@ -281,6 +280,7 @@ def demo_cmd(
     parallel: str = typer.Option("auto", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, "
                                               "or auto (one cell per core on a CPU-only host; one per GPU on a "
                                               "GPU host). 1 runs one cell at a time on every core."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ) -> None:
     """The CPU demo: every stack (and task) at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench.engines import matrix
@@ -291,13 +291,13 @@ def demo_cmd(
                        if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
     preset = registry.get_preset("tiny")
     cells_at_once = slot_plan.parse_parallel(parallel)
-    runner = make_engine("local", pin_set=pin_set)
+    runner = make_engine("local", device=device, pin_set=pin_set)
     # Tiny cells gain little from a second core but a lot from running beside each other: auto gives
     # each cell one core of its own (rows are marked concurrent, as with `run --parallel`).
-    slots = slot_plan.plan_slots(cells_at_once, None, slot_plan.usable_cpus(), engine_gpus(runner, cells_at_once))
+    slots = slot_plan.plan_slots(cells_at_once, None, slot_plan.usable_cpus(), engine_gpus(runner))
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
                     steps=steps, warmup=preset.warmup, threads=slot_plan.slot_threads(slots, None),
-                    timeout_s=preset.timeout_s)
+                    timeout_s=preset.timeout_s, device_setting=device)
     specs = matrix.plan(stacks, task, "tiny", None, 1, base)
     if compiled and "native-torch" in stacks:
         specs += matrix.plan(["native-torch"], task, "tiny", ["reduce-overhead"], 1, base)
@@ -310,17 +310,25 @@ def demo_cmd(
     console.print(f"report: {report}")
 
 
+def _environment(stack_id: str, pin_set: str | None, device: str):
+    """The local engine's environment of a stack for a pin set and --device (GPU runs get the GPU environment)."""
+    from fwbench.engines import device as devices
+    from fwbench.engines.local import StackEnvironment, local_variant
+
+    registry.get_stack(stack_id)
+    variant, _ = local_variant(devices.resolve(device))
+    return StackEnvironment(stack_id, pin_set_or_default(pin_set), variant=variant)
+
+
 @env_app.command("build")
 def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
-              pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP)) -> None:
-    """Build (or reuse) the local engine's virtual environment of each stack (for one pin set)."""
+              pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
+              device: str = typer.Option("auto", help=DEVICE_HELP)) -> None:
+    """Build (or reuse) the local engine's virtual environment of each stack (for one pin set and device)."""
     from fwbench.cli.build_status import build_status
-    from fwbench.engines.local import StackEnvironment
 
-    pin_set = pin_set_or_default(pin_set)
     for stack_id in stack:
-        registry.get_stack(stack_id)
-        environment = StackEnvironment(stack_id, pin_set)
+        environment = _environment(stack_id, pin_set, device)
         with build_status(console, f"building {stack_id}") as report:
             environment.build(report)
         console.print(f"{stack_id}: {environment.python}", highlight=False, soft_wrap=True)
@@ -328,13 +336,10 @@ def env_build(stack: List[str] = typer.Argument(..., help="Stack ids."),
 
 @env_app.command("path")
 def env_path(stack: str = typer.Argument(..., help="Stack id."),
-             pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP)) -> None:
+             pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
+             device: str = typer.Option("auto", help=DEVICE_HELP)) -> None:
     """Print the interpreter of a stack's local environment (building nothing)."""
-    from fwbench.engines.local import StackEnvironment
-
-    pin_set = pin_set_or_default(pin_set)
-    registry.get_stack(stack)
-    environment = StackEnvironment(stack, pin_set)
+    environment = _environment(stack, pin_set, device)
     print(environment.python if environment.ready else "")
     if not environment.ready:
         raise typer.Exit(1)

@@ -16,8 +16,11 @@ console = Console() if Console().is_terminal else Console(width=200)
 
 PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's); default current "
                 "(the current engine inside an image: the image's).")
+DEVICE_HELP = ("Device of every cell, whatever the engine: auto (the GPU when the host has an NVIDIA GPU, else "
+               "the CPU), gpu (a cell whose framework sees none is a device_unavailable row) or cpu (no GPU is "
+               "visible to the cells).")
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "cancelled": "yellow",
-                "unsupported": "dim"}
+                "unsupported": "dim", "device_unavailable": "red"}
 
 
 def default_data_dir() -> Path:
@@ -36,27 +39,32 @@ def pin_set_or_default(pin_set: str | None) -> str:
     return pin_set or pins.DEFAULT_PIN_SET
 
 
-def make_engine(name: str, image: str | None = None, gpus: str = "auto", memory: str | None = None,
+ENGINES = ("local", "current", "docker")
+
+
+def make_engine(name: str, image: str | None = None, device: str = "auto", memory: str | None = None,
                 pin_set: str | None = None, release: Path | None = None, stacks: list[str] | None = None):
-    """pin_set None: the default one (current engine inside an image: the image's). release: the docker engine
-    runs `stacks` in that release's images, by digest."""
+    """pin_set None: the default one (current engine inside an image: the image's). device: --device, resolved
+    here once for the whole run. release: the docker engine runs `stacks` in that release's images, by digest."""
+    from fwbench.engines import device as devices
     from fwbench.engines.local import current_engine, local_engine
 
     check_pin_set(pin_set)
+    devices.check_setting(device)
+    if name not in ENGINES:
+        raise UsageError(f"unknown engine '{name}' (choose from: {', '.join(ENGINES)})")
     if release is not None and name != "docker":
         raise UsageError("--release needs --engine docker")
     if name == "docker":
         from fwbench.engines.docker import DEFAULT_IMAGE, DockerEngine
 
-        engine = DockerEngine(image or DEFAULT_IMAGE, gpus, memory, pin_set_or_default(pin_set))
+        engine = DockerEngine(image or DEFAULT_IMAGE, device, memory, pin_set_or_default(pin_set))
         if release is not None:
             engine.references = released_images(release, stacks or [], engine.pin_set, engine.variant)
         return engine
     if name == "local":
-        return local_engine(pin_set_or_default(pin_set))
-    if name == "current":
-        return current_engine(pin_set)
-    raise UsageError(f"unknown engine '{name}' (choose from: local, current, docker)")
+        return local_engine(pin_set_or_default(pin_set), device=devices.resolve(device))
+    return current_engine(pin_set, devices.resolve(device))
 
 
 def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -> dict[str, str]:
@@ -70,7 +78,7 @@ def released_images(path: Path, stacks: list[str], pin_set: str, variant: str) -
     for stack in stacks:
         released = release.image(stack, pin_set, variant)
         if released is None:
-            raise UsageError(f"{path} has no {stack} {pin_set}-{variant} image (--pin-set, --gpus)")
+            raise UsageError(f"{path} has no {stack} {pin_set}-{variant} image (--pin-set, --device)")
         references[stack] = released.reference
     return references
 

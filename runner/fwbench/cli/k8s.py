@@ -56,9 +56,9 @@ def render_cmd(
         raise UsageError(str(exc)) from None
     preset_obj = registry.get_preset(preset)
     pin_set = pin_set_or_default(pin_set)
-    base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir="/data", steps=steps or preset_obj.steps,
+    base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir="/data", steps=steps,
                     warmup=preset_obj.warmup, threads=threads, timeout_s=preset_obj.timeout_s, pin_set=pin_set,
-                    image_variant=variant, engine="current")
+                    image_variant=variant, engine="current", device=variant, device_setting=variant)
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
     images = released_images(release, [s.stack for s in specs], pin_set, variant)
     try:
@@ -90,7 +90,7 @@ def run_cell_cmd(
         spec = cellplan.cell_of_index(plan, index)
     except cellplan.PlanError as exc:
         raise UsageError(str(exc)) from None
-    result = cellplan.run_planned_cell(spec, out, current_engine(spec.pin_set), _explain_stop)
+    result = cellplan.run_planned_cell(spec, out, current_engine(spec.pin_set, spec.device or "gpu"), _explain_stop)
     row = result.row or {}
     print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
     if not result.path.is_file():

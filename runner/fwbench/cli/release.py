@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from fwbench.core import registry
+from fwbench.cli.common import DEVICE_HELP
 from fwbench.release.bundle import VerificationRefused, make_bundle
 from fwbench.release.publish import publish
 from fwbench.release.record import ReleaseError
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         allow_inconclusive: bool = typer.Option(False, "--allow-inconclusive", help="Exit 0 despite inconclusive "
                                                 "cells (still reported); slower, faster and failed cells still fail."),
         out: Optional[Path] = typer.Option(None, "--out", help="Working and report directory (default verify-<bundle>)."),
-        gpus: str = typer.Option("auto", help="Request GPUs for the re-runs: auto, all, none."),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="Also check cosign signatures of the images "
                                                   "with this public key (needs cosign on PATH)."),
         cosign_identity: Optional[str] = typer.Option(None, "--cosign-identity", help="Check the release's keyless "
@@ -118,7 +119,7 @@ def register(app: typer.Typer) -> None:
         out = out or Path(f"verify-{bundle.name.split('.')[0]}")
         try:
             code = run_verify(bundle, out, allowed_signers, allow_unsigned, task or None, repeats, fail_above,
-                              tolerance, gpus, cosign_key, cosign_identity, allow_inconclusive)
+                              tolerance, device, cosign_key, cosign_identity, allow_inconclusive)
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:

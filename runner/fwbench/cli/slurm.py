@@ -11,6 +11,8 @@ from typing import List, Optional
 import typer
 
 from fwbench.core import registry
+from fwbench.engines import device as devices
+from fwbench.engines.local import local_variant
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
 
@@ -53,6 +55,8 @@ def submit_cmd(
     image: Optional[str] = typer.Option(None, help="Containers without --release: image reference template "
                                                    "(default fwbench/{stack}:{pin_set}-{variant})."),
     variant: str = typer.Option("gpu", help="Containers: image variant, gpu or cpu."),
+    device: str = typer.Option("auto", help="Device of every cell: auto (gpu when --gres gives the task a GPU, "
+                                            "else cpu), gpu or cpu."),
     probe: bool = typer.Option(True, help="Check first, with a quick srun, that the compute nodes see --out."),
     probe_timeout: float = typer.Option(300, help="Seconds to wait for that check to run."),
     inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
@@ -77,19 +81,29 @@ def submit_cmd(
         raise UsageError(f"--engine must be local or current, not {engine!r} (containers: --container)")
     if release is not None and container == "none":
         raise UsageError("--release needs --container pyxis or apptainer")
+    devices.check_setting(device)
+    try:
+        if gres:
+            slurm.check_gres(gres)
+            slurm.check_one_gpu(gres)
+    except slurm.SlurmError as exc:
+        raise UsageError(str(exc)) from None
+    # The login node's own GPUs say nothing of the compute nodes': auto follows what the task is given.
+    cell_device = ("gpu" if slurm.gres_gpus(gres) else "cpu") if device == "auto" else device
     options = slurm.SlurmOptions(partition, gres, time_limit or "1", cpus_per_task, mem, container, max_running,
                                  stop_grace, account, qos, tuple(sbatch_arg or ()))
     data_root = (data_dir or default_data_dir()).resolve()
     pin_set = pin_set_or_default(pin_set)
     base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir=str(data_root),
-                    steps=steps or preset_obj.steps, warmup=preset_obj.warmup if warmup is None else warmup,
+                    steps=steps, warmup=preset_obj.warmup if warmup is None else warmup,
                     seed=seed, threads=threads or cpus_per_task, tf32=tf32, jit=jit,
-                    timeout_s=timeout or preset_obj.timeout_s, pin_set=pin_set, fault=inject_fault)
+                    timeout_s=timeout or preset_obj.timeout_s, pin_set=pin_set, fault=inject_fault,
+                    device=cell_device, device_setting=device)
     # The identity the array task will give its row (the compute node adds its device).
     if container != "none":
         base = replace(base, engine="current", image_variant=variant)
     else:
-        base = replace(base, engine=engine, image_variant="venv" if engine == "local" else "host")
+        base = replace(base, engine=engine, image_variant=local_variant(cell_device)[1] if engine == "local" else "host")
     specs = matrix.plan(stack, task, preset, compile, repeats, base)
     if time_limit is None:
         options = replace(options, time_limit=slurm.default_time_limit(specs, stop_grace))
@@ -110,7 +124,7 @@ def submit_cmd(
         if container == "none" and engine == "local":
             from fwbench.engines.local import local_engine
 
-            runner = local_engine(pin_set)
+            runner = local_engine(pin_set, device=cell_device)
             for stack_id in sorted({spec.stack for spec in todo}):
                 runner.prepare(stack_id, lambda event: print(event.message, file=sys.stderr))
 
@@ -184,7 +198,9 @@ def run_cell_cmd(
         spec = cellplan.cell_of_index(plan, index)
     except cellplan.PlanError as exc:
         raise UsageError(str(exc)) from None
-    engine = local_engine(spec.pin_set) if spec.engine == "local" else current_engine(spec.pin_set)
+    device = spec.device or devices.resolve("auto")  # a plan written before --device: what this node has
+    engine = (local_engine(spec.pin_set, device=device) if spec.engine == "local"
+              else current_engine(spec.pin_set, device))
     print(f"fwbench slurm: task {index} on {os.uname().nodename}: {spec.cell_id} r{spec.repeat}", file=sys.stderr)
     result = cellplan.run_planned_cell(spec, out, engine, slurm.explain_stop)
     if result.path.is_file():

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from fwbench.engines import matrix
+from fwbench.engines.slots import one_cell_at_a_time
 from fwbench.core import results
 from fwbench.core.atomic import write_atomically
 from fwbench.harness.cell import base_record
@@ -100,7 +101,8 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
         matrix.ensure_data([spec])
-        [result] = matrix.run_matrix([spec], out, Watched(), resume=True, on_start=on_start)
+        [result] = matrix.run_matrix([spec], out, Watched(), resume=True, on_start=on_start,
+                                     slots=one_cell_at_a_time(engine.device))
     except Stopped:
         return _write_stopped(state["spec"], out, state["stop"], log=None)
     finally:
@@ -117,7 +119,7 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
 def complete(spec: CellSpec, engine) -> CellSpec:
     """The identity fields the engine and the host decide (as the matrix runner fills them in)."""
     return replace(spec, engine=engine.name, pin_set=engine.pin_set, image_variant=engine.image_variant(spec.stack),
-                   device_model=engine.device_model(spec.gpu_index))
+                   device_model=engine.device_model(spec.gpu_index), device=engine.device)
 
 
 def _write_stopped(spec: CellSpec, out: Path, stop: StopReason, log: str | None) -> matrix.CellResult:

@@ -87,6 +87,24 @@ def check_gres(gres: str) -> None:
                              "commas, e.g. gpu:1 or gpu:a100:1")
 
 
+def gres_gpus(gres: str | None) -> int:
+    """GPUs one task asks for in a --gres value (gpu, gpu:2, gpu:a100:1; other resources count none)."""
+    count = 0
+    for item in (gres or "").split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu":
+            count += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    return count
+
+
+def check_one_gpu(gres: str | None) -> None:
+    """A cell runs on one device: a task given several GPUs would hand them all to the framework (the HF Trainer
+    then trains on each with DataParallel) while its row speaks of one."""
+    if gres_gpus(gres) > 1:
+        raise SlurmError(f"--gres {gres!r} gives each cell {gres_gpus(gres)} GPUs: a cell runs on exactly one "
+                         "(--gres gpu:1 or gpu:TYPE:1)")
+
+
 def check_sbatch_values(options: SlurmOptions) -> None:
     """Every value that goes into an #SBATCH line, in the forms Slurm accepts: no newline or control character
     can add a line of its own, and no space can split one."""
@@ -293,6 +311,7 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     check_paths(out.resolve(), data_dir.resolve(), options.container)
     if options.gres:
         check_gres(options.gres)
+        check_one_gpu(options.gres)
     check_time(options.time_limit)
     if time_limit_s(options.time_limit) <= options.stop_grace_s:
         raise SlurmError(f"--time {options.time_limit} leaves no time before the stop signal "

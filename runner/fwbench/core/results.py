@@ -96,16 +96,16 @@ def has_ok_row(path: Path) -> bool:
 # already taken by a row of another identity (another device, image variant or host default), so a
 # second run into the same folder never replaces a different measurement.
 
-def host_defaults(preset: str) -> dict[str, Any]:
-    """Defaults that depend on the preset and the host: they give no file-name token."""
+def host_defaults(preset: str, task: str) -> dict[str, Any]:
+    """Defaults that depend on the preset, the task and the host: they give no file-name token."""
     from fwbench.core import registry
 
-    p = registry.get_preset(preset)
-    return {"threads": os.cpu_count() or 1, "warmup": p.warmup, "steps": p.steps}
+    return {"threads": os.cpu_count() or 1, "warmup": registry.get_preset(preset).warmup,
+            "steps": registry.default_steps(task, preset)}
 
 
 def readable_path(spec, out_dir: Path) -> Path:
-    tokens = file_tokens(spec.identity, host_defaults(spec.preset))
+    tokens = file_tokens(spec.identity, host_defaults(spec.preset, spec.task))
     stem = ".".join([spec.task, f"compile-{spec.compile_mode}", *tokens])
     return Path(out_dir) / spec.preset / spec.stack / f"{stem}.r{spec.repeat}.parquet"
 

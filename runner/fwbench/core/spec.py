@@ -10,6 +10,9 @@ from fwbench.core.identity import CellIdentity
 
 
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
+# Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
+# engine) still reads its spec.
+OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting")
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class CellSpec:
     preset: str
     compile_mode: str
     data_dir: str
-    steps: int
+    steps: int | None  # None only in a plan's base spec: each task's default (registry.default_steps)
     warmup: int = 2
     repeat: int = 0
     seed: int = 0
@@ -34,6 +37,11 @@ class CellSpec:
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
+    # The device the runner chose (fwbench.engines.device): "gpu" (the framework must see one, else the row is
+    # device_unavailable) or "cpu" (no GPU is visible to the cell); None: whatever the framework finds (a spec
+    # written before --device existed). device_setting: the --device the user gave (auto, gpu, cpu).
+    device: str | None = None
+    device_setting: str | None = None
     # Where the runner placed the cell (fwbench.engines.slots; not part of the identity): the CPU cores it is
     # pinned to ("0-3"; None: not pinned) and the NVML index of its one GPU (None: the engine's default).
     cpu_set: str | None = None
@@ -61,9 +69,7 @@ class CellSpec:
 
     def to_json(self) -> str:
         fields = asdict(self)
-        # Unplaced cells (no --parallel) leave the placement out, so a cell whose fwbench predates it (an
-        # older image under the docker engine) still reads its spec.
-        for name in PLACEMENT_FIELDS:
+        for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]
         return json.dumps(fields, sort_keys=True)

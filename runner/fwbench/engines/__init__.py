@@ -26,6 +26,7 @@ from pathlib import Path
 from fwbench.core import registry
 from fwbench.core.cpusets import parse_cpu_set
 from fwbench.core.spec import CellSpec
+from fwbench.engines.device import hide_gpus
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
 KILL_GRACE_S = 10.0
@@ -77,6 +78,8 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
     env = {**os.environ, **cell_settings(spec)}
     for name in registry.get_stack(spec.stack).env_unset:
         env.pop(name, None)
+    if spec.device == "cpu":
+        return hide_gpus(env)
     if spec.gpu_index is not None:
         # The slot's one GPU (fwbench.engines.slots). CUDA numbers GPUs fastest-first unless told otherwise;
         # PCI order makes its numbers NVML's, the numbering the slot (and the row) use.

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
+from fwbench.engines.device import expected_model, hide_gpus, host_has_gpu  # noqa: F401 (also read as docker.host_has_gpu)
+from fwbench.engines.device import resolve as resolve_device
 from fwbench.engines.watchdog import WATCHDOG_LABEL, remove_containers
-from fwbench.harness.nvml import nvml_query
 from fwbench.core.pins import DEFAULT_PIN_SET
 from fwbench.core.spec import CellSpec
 
@@ -26,32 +26,24 @@ from fwbench.core.spec import CellSpec
 DEFAULT_IMAGE = "fwbench/{stack}:{pin_set}-{variant}"
 
 
-def host_has_gpu() -> bool:
-    """An NVIDIA GPU is usable by containers only if the host driver answers NVML."""
-    count = nvml_query(lambda pynvml: pynvml.nvmlDeviceGetCount())
-    if count is not None:
-        return count > 0
-    # No pynvml or no answer from NVML: the driver's tools and device node say whether a GPU is there.
-    return shutil.which("nvidia-smi") is not None and Path("/dev/nvidiactl").exists()
-
-
 def docker_device_request(gpu_index: int | None):
-    """The GPU request of a cell's container: its slot's one GPU by NVML index (the container then sees
-    it as its only GPU, index 0), or every GPU when it has no slot of its own (--parallel 1)."""
+    """The GPU request of a cell's container: exactly one GPU, its slot's by NVML index (the container then sees
+    it as its only GPU, index 0); one GPU of Docker's choosing only when the host's GPUs cannot be listed. Never
+    every GPU: a framework given several would use them all (the HF Trainer wraps the model in DataParallel)."""
     import docker
 
     if gpu_index is None:
-        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+        return docker.types.DeviceRequest(count=1, capabilities=[["gpu"]])
     return docker.types.DeviceRequest(device_ids=[str(gpu_index)], capabilities=[["gpu"]])
 
 
 class DockerEngine:
     name = "docker"
 
-    def __init__(self, image_template: str = DEFAULT_IMAGE, gpus: str = "auto", memory: str | None = None,
+    def __init__(self, image_template: str = DEFAULT_IMAGE, device: str = "auto", memory: str | None = None,
                  pin_set: str = DEFAULT_PIN_SET, images: dict[str, str] | None = None):
-        """images: stack -> image reference by digest (a release's), used instead of the template and pulled
-        when not present."""
+        """device: --device (auto, gpu, cpu). images: stack -> image reference by digest (a release's), used
+        instead of the template and pulled when not present."""
         try:
             import docker
         except ImportError:
@@ -61,9 +53,8 @@ class DockerEngine:
             self.client.ping()
         except Exception as exc:  # docker.errors.DockerException and connection errors
             raise EngineError(f"cannot reach a Docker engine: {exc}") from None
-        if gpus not in ("auto", "all", "none"):
-            raise EngineError(f"--gpus must be auto, all or none, not {gpus!r}")
-        self.use_gpu = host_has_gpu() if gpus == "auto" else gpus == "all"
+        self.device = resolve_device(device)
+        self.use_gpu = self.device == "gpu"
         self.variant = "gpu" if self.use_gpu else "cpu"
         self.image_template = image_template
         self.pin_set = pin_set
@@ -72,12 +63,8 @@ class DockerEngine:
         self._images: dict[str, object] = {}
 
     def device_model(self, gpu_index: int | None = None) -> str:
-        """The device a cell will run on: GPU `gpu_index` (its slot's), else what the host offers."""
-        from fwbench.harness.envinfo import device_model, gpu_model
-
-        if self.use_gpu and gpu_index is not None:
-            return gpu_model(gpu_index) or "unknown GPU"
-        return device_model(self.use_gpu)
+        """The device a cell will run on: GPU `gpu_index` (its slot's) on a GPU run, else the CPU."""
+        return expected_model(self.device, gpu_index)
 
     def image_name(self, stack: str) -> str:
         if stack in self.references:
@@ -110,7 +97,7 @@ class DockerEngine:
 
     def image_variant(self, stack: str) -> str:
         """The variant the stack's image was built as (its io.fwbench.variant label), so the row names the image
-        that ran: a GPU image run on the CPU (--image ...-gpu --gpus none) is gpu. Per stack: one run's images
+        that ran: a GPU image run on the CPU (--image ...-gpu --device cpu) is gpu. Per stack: one run's images
         may differ (an --image template without {variant}). An unlabelled image is what was asked for."""
         if stack not in self._images:
             self.prepare(stack)
@@ -131,7 +118,7 @@ class DockerEngine:
         if not self.use_gpu:
             # No GPU enters the container, and JAX 0.4.23's CUDA plugin (the paper-2024 gpu image) then fails
             # the cell ("Unable to initialize backend 'cuda'") where later JAX only warns and uses the CPU.
-            environment["JAX_PLATFORMS"] = "cpu"
+            return hide_gpus(environment)
         return environment
 
     def run_cell(self, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
+from fwbench.engines.device import expected_model
 from fwbench.core.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
 from fwbench.core.spec import CellSpec
 
@@ -142,15 +143,26 @@ class UvProgress:
         return None
 
 
+VARIANTS = ("cpu", "gpu")
+
+
 class StackEnvironment:
-    def __init__(self, stack: str, pin_set: str = DEFAULT_PIN_SET, home: Path | None = None):
-        self.stack, self.pin_set = stack, pin_set
+    """A stack's environment for one pin set and variant: `cpu` (requirements-cpu.lock, what CPU cells need) or
+    `gpu` (requirements-gpu.lock: the CUDA builds its GPU image installs), each in a folder of its own."""
+
+    def __init__(self, stack: str, pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, variant: str = "cpu"):
+        if variant not in VARIANTS:
+            raise EngineError(f"unknown environment variant {variant!r} (choose from: {', '.join(VARIANTS)})")
+        self.stack, self.pin_set, self.variant = stack, pin_set, variant
         folder = pin_set_dir(stack, pin_set)
         self.locked = platform_is_locked()
         # The lock (every package, hash-checked, no resolve) where it fits; elsewhere the requirements,
         # the pin set's shared constraints and the overrides (installed without their dependencies,
-        # as the lock's resolve let them win).
-        self.requirements = folder / ("requirements-cpu.lock" if self.locked else "requirements.txt")
+        # as the lock's resolve let them win). A stack whose CPU and GPU requirements are the same (PyPI's torch
+        # carries CUDA either way) has no requirements-gpu.txt.
+        gpu_requirements = folder / "requirements-gpu.txt"
+        unlocked = gpu_requirements if variant == "gpu" and gpu_requirements.is_file() else folder / "requirements.txt"
+        self.requirements = folder / f"requirements-{variant}.lock" if self.locked else unlocked
         self.constraints = REPO_ROOT / "images" / "pin-sets" / f"{pin_set}.txt"
         self.overrides = folder / "overrides.txt"
         # Keyed by what the install reads: the lock alone holds everything; otherwise all three files.
@@ -160,7 +172,12 @@ class StackEnvironment:
             key.update(path.read_bytes() if path.is_file() else b"")
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
         self.home = home or fwbench_home()
-        self.path = self.home / "venvs" / f"{stack}-{pin_set}-{key.hexdigest()[:12]}"
+        name = f"{stack}-{pin_set}" + ("-gpu" if variant == "gpu" else "")
+        self.path = self.home / "venvs" / f"{name}-{key.hexdigest()[:12]}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.stack} ({self.pin_set}{', GPU' if self.variant == 'gpu' else ''})"
 
     @property
     def python(self) -> Path:
@@ -197,8 +214,7 @@ class StackEnvironment:
             except BlockingIOError:
                 lock.seek(0)
                 holder = lock.read().strip() or "another process"
-                report(BuildProgress(f"waiting for {holder}, which is building the {self.stack} ({self.pin_set}) "
-                                     "environment"))
+                report(BuildProgress(f"waiting for {holder}, which is building the {self.label} environment"))
                 fcntl.flock(lock, fcntl.LOCK_EX)
             lock.seek(0)
             lock.truncate()
@@ -232,11 +248,11 @@ class StackEnvironment:
                             report(event)
                     returncode = process.wait()
                 if returncode != 0:
-                    raise EngineError(f"building the {self.stack} ({self.pin_set}) environment failed "
-                                      f"(exit {returncode}); see {self.log_path}")
+                    raise EngineError(f"building the {self.label} environment failed (exit {returncode}); "
+                                      f"see {self.log_path}")
                 return "".join(output)
 
-            report(BuildProgress(f"building the {self.stack} ({self.pin_set}) environment in {self.path} "
+            report(BuildProgress(f"building the {self.label} environment in {self.path} "
                                  f"(log: {self.log_path})"))
             report(BuildProgress("creating the virtual environment"))
             uv = uv_binary()
@@ -258,26 +274,23 @@ class StackEnvironment:
             (Path(purelib.strip().splitlines()[-1]) / "fwbench-src.pth").write_text(f"{REPO_ROOT / 'runner'}\n")
             run(self.python, "-c", "import fwbench.harness.cell")
         (self.path / READY_MARKER).write_text(self.requirements.read_text())
-        report(BuildProgress(f"the {self.stack} ({self.pin_set}) environment is ready"))
+        report(BuildProgress(f"the {self.label} environment is ready"))
 
 
 class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
     def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str,
-                 pin_set: str):
+                 pin_set: str, device: str = "cpu"):
         self.name = name
-        self.variant = variant  # venv (local), or the image's variant / host (current)
+        self.variant = variant  # venv / venv-gpu (local), or the image's variant / host (current)
         self.pin_set = pin_set
+        self.device = device  # gpu or cpu (fwbench.engines.device)
         self._interpreter_for = interpreter_for
 
     def device_model(self, gpu_index: int | None = None) -> str:
-        """The device a cell will run on: GPU `gpu_index` (its slot's), else what the host offers."""
-        from fwbench.harness.envinfo import device_model, gpu_model
-
-        if gpu_index is not None:
-            return gpu_model(gpu_index) or "unknown GPU"
-        return device_model(gpu_model() is not None)
+        """The device a cell will run on: GPU `gpu_index` (its slot's) on a GPU run, else the CPU."""
+        return expected_model(self.device, gpu_index)
 
     def image_variant(self, stack: str) -> str:
         return self.variant
@@ -304,20 +317,27 @@ class PythonEngine:
             spec_path.unlink(missing_ok=True)
 
 
-def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None) -> PythonEngine:
+def local_variant(device: str) -> tuple[str, str]:
+    """(environment variant, the rows' image_variant) of the local engine for a device: a GPU run gets the stack's
+    GPU environment (its CUDA builds), named venv-gpu on its rows; a CPU run the CPU one, venv as always."""
+    return ("gpu", "venv-gpu") if device == "gpu" else ("cpu", "venv")
+
+
+def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, device: str = "cpu") -> PythonEngine:
     environments: dict[str, StackEnvironment] = {}
+    variant, image_variant = local_variant(device)
 
     def interpreter(stack: str, progress: Optional[ProgressCallback] = None) -> Path:
         if stack not in environments:
-            environment = StackEnvironment(stack, pin_set, home)
+            environment = StackEnvironment(stack, pin_set, home, variant)
             environment.build(progress)
             environments[stack] = environment
         return environments[stack].python
 
-    return PythonEngine("local", interpreter, "venv", pin_set)
+    return PythonEngine("local", interpreter, image_variant, pin_set, device)
 
 
-def current_engine(pin_set: str | None = None) -> PythonEngine:
+def current_engine(pin_set: str | None = None, device: str = "cpu") -> PythonEngine:
     """This interpreter. Inside an fwbench image the pin set is the image's (asking for another one is an
     error: the image cannot change its libraries); outside, the caller says which pin set the host's
     libraries are meant to be (paper-2024 rows then list every difference from the published pins)."""
@@ -329,4 +349,4 @@ def current_engine(pin_set: str | None = None) -> PythonEngine:
         raise EngineError(f"this image holds the {image_pin_set} pin set, not {pin_set}: run the "
                           f"fwbench/<stack>:{pin_set}-<variant> image instead")
     return PythonEngine("current", lambda stack, progress=None: Path(sys.executable),
-                        str(manifest.get("variant") or "host"), pin_set or image_pin_set or DEFAULT_PIN_SET)
+                        str(manifest.get("variant") or "host"), pin_set or image_pin_set or DEFAULT_PIN_SET, device)

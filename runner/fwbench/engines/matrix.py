@@ -30,7 +30,8 @@ class CellResult:
 
 def plan(stacks: Iterable[str], tasks: Iterable[str] | None, preset: str, compile_modes: Iterable[str] | None,
          repeats: int, base: CellSpec) -> list[CellSpec]:
-    """Every (stack, task, compile mode, repeat) cell; validates names first (RegistryError)."""
+    """Every (stack, task, compile mode, repeat) cell; validates names first (RegistryError). A base without
+    steps gives each task its own default (fwbench.core.registry.default_steps)."""
     registry.get_preset(preset)
     # A name given twice is one cell: run twice at once, its two processes would share one record file.
     stack_objs = list({stack.id: stack for stack in (registry.get_stack(s) for s in stacks)}.values())
@@ -45,8 +46,9 @@ def plan(stacks: Iterable[str], tasks: Iterable[str] | None, preset: str, compil
                 for repeat in range(repeats):
                     # --jit only means something to Keras stacks: native rows keep the default.
                     jit = base.jit if stack.family == "keras" else "published"
+                    steps = base.steps or registry.default_steps(task_id, preset)
                     specs.append(replace(base, stack=stack.id, task=task_id, preset=preset,
-                                         compile_mode=mode, repeat=repeat, jit=jit))
+                                         compile_mode=mode, repeat=repeat, jit=jit, steps=steps))
     return specs
 
 
@@ -114,7 +116,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
             # slot places the cell.
             spec = replace(spec, run_id=run.run_id, engine=engine.name, pin_set=engine.pin_set,
                            image_variant=engine.image_variant(spec.stack), device_model=device_models[slot.index],
-                           cpu_set=slot.cpu_set, gpu_index=slot.gpu)
+                           cpu_set=slot.cpu_set, gpu_index=slot.gpu, device=engine.device)
             outcomes[index] = run.cell(spec)
 
     if len(slots) == 1:

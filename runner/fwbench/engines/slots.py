@@ -33,14 +33,14 @@ class SlotError(ValueError):
 class Slot:
     index: int
     cpus: tuple[int, ...] | None  # None: not pinned, the cell inherits the runner's cores (--parallel 1)
-    gpu: int | None  # NVML index of the slot's one GPU; None: the engine's default (all GPUs, or none)
+    gpu: int | None  # NVML index of the slot's one GPU; None: no GPU (a CPU run), or GPUs that cannot be listed
 
     @property
     def cpu_set(self) -> str | None:
         return None if self.cpus is None else format_cpu_set(self.cpus)
 
 
-UNPINNED = Slot(0, None, None)  # --parallel 1: cells run exactly as they always have
+UNPINNED = Slot(0, None, None)  # --parallel 1 on a CPU run: cells run on every core, as they always have
 
 
 def usable_cpus() -> list[int]:
@@ -96,16 +96,19 @@ def parse_parallel(text: str) -> int | None:
 
 
 def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus: list[int]) -> list[Slot]:
-    """The slots for `--parallel` (None = auto) given the usable CPU cores and GPUs.
+    """The slots for `--parallel` (None = auto) given the usable CPU cores and the GPUs of a GPU run (none for a
+    CPU run).
 
-    One slot is UNPINNED (today's behaviour). More: each slot gets len(cpus) // N cores of its own and,
-    when there are GPUs, one GPU of its own."""
+    One slot is not pinned to cores; on a GPU run it still has one GPU, the first usable one: a cell never sees
+    several GPUs by accident (the HF Trainer would train on all of them with DataParallel while the row
+    says one). More slots: each gets len(cpus) // N cores of its own and, when there are GPUs, one GPU of its
+    own."""
     if not cpus:
         raise SlotError("this process may run on no CPU core (empty CPU affinity)")
     if parallel is None:
         parallel = auto_parallel(threads, len(cpus), len(gpus))
     if parallel == 1:
-        return [UNPINNED]
+        return [Slot(0, None, gpus[0])] if gpus else [UNPINNED]
     if gpus and parallel > len(gpus):
         raise SlotError(f"--parallel {parallel} needs a GPU per cell, but this host has {len(gpus)} usable GPU(s) "
                         "(two cells on one GPU would slow each other down)")
@@ -117,6 +120,12 @@ def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus:
         raise SlotError(f"--threads {threads} is more than the {size} core(s) each of the {parallel} parallel "
                         f"cells gets ({len(cpus)} cores / {parallel}): lower --threads or --parallel")
     return [Slot(i, tuple(cpus[i * size:(i + 1) * size]), gpus[i] if gpus else None) for i in range(parallel)]
+
+
+def one_cell_at_a_time(device: str) -> list[Slot]:
+    """The slot of a runner that runs one cell at a time (a cluster task, a verification): on a GPU run, the
+    first GPU this process may use (a scheduler's CUDA_VISIBLE_DEVICES narrows them), and never several."""
+    return plan_slots(1, None, usable_cpus(), usable_gpus() if device == "gpu" else [])
 
 
 def auto_parallel(threads: int | None, cores: int, gpus: int) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 from fwbench import __version__
 from fwbench.core import data, pins, registry
 from fwbench.harness import backends, ceiling, contention, envinfo
+from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.core.schema import SCHEMA_VERSION
@@ -56,6 +57,7 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "pin_set": spec.pin_set,
         "image_variant": spec.image_variant,
         "device_model": spec.device_model,
+        "device_setting": spec.device_setting,
         "warmup_steps": spec.warmup,
         "timed_steps": spec.steps,
         "per_step_sync": spec.per_step_sync,
@@ -79,6 +81,8 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
 def classify_failure(exc: BaseException) -> str:
     if isinstance(exc, Unsupported):
         return "unsupported"
+    if isinstance(exc, DeviceUnavailable):
+        return "device_unavailable"
     if isinstance(exc, MemoryError) or type(exc).__name__ in ("OutOfMemoryError", "ResourceExhaustedError"):
         return "oom"
     text = str(exc).lower()
@@ -115,6 +119,10 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         raise Unsupported(reason)
 
     backend = backends.backend_for(stack.id, spec.threads)
+    if spec.device == "gpu":
+        require_gpu(backend)
+    elif spec.device == "cpu":
+        require_cpu(backend)
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)

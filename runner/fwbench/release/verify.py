@@ -123,10 +123,11 @@ def claim_out_folder(out: Path, bundle_sha256: str) -> None:
 
 
 def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
-               repeats: int | None, fail_above: float | None, tolerance: float, gpus: str,
+               repeats: int | None, fail_above: float | None, tolerance: float, device: str,
                cosign_key: Path | None, cosign_identity: str | None = None, allow_inconclusive: bool = False) -> int:
     """Exit code: 0 only when every verified cell is reproduced (inconclusive ones too with allow_inconclusive)."""
     from fwbench.engines import matrix
+    from fwbench.engines import slots as slot_plan
     from fwbench.release import images, signing
     from fwbench.engines.docker import DockerEngine
     from fwbench_aggregator import compare, loading, verification
@@ -172,11 +173,12 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
         by_pin_set.setdefault(spec.pin_set, []).append(spec)
         references.setdefault(spec.pin_set, {})[spec.stack] = str(reference)
     for pin_set, group in by_pin_set.items():
-        engine = DockerEngine(gpus=gpus, pin_set=pin_set, images=references[pin_set])
+        engine = DockerEngine(device=device, pin_set=pin_set, images=references[pin_set])
         matrix.ensure_data(group)
         for stack in dict.fromkeys(s.stack for s in group):
             engine.prepare(stack)
-        for result in matrix.run_matrix(group, results_dir, engine, resume=True):
+        slots = slot_plan.one_cell_at_a_time(engine.device)
+        for result in matrix.run_matrix(group, results_dir, engine, resume=True, slots=slots):
             row = result.row or {}
             print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
                   f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)

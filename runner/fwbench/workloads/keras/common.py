@@ -31,6 +31,25 @@ else:
 
     BACKEND = None  # Keras 2 has no multi-backend switch
 
+
+def _hide_gpus_from_tensorflow() -> str | None:
+    """Keras 3 on JAX or PyTorch still imports TensorFlow (KerasHub does, and tf.data feeds fit/predict). Left
+    alone, TensorFlow would open a CUDA context of its own on the cell's GPU and hold memory there that JAX's and
+    torch's peak-memory counters never see: it gets no GPU. Must run before TensorFlow first touches a device.
+    Returns what happened (the row's extra.tensorflow_gpus), None where TensorFlow is the backend or absent."""
+    if not KERAS3 or BACKEND == "tensorflow" or importlib.util.find_spec("tensorflow") is None:
+        return None
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError as exc:  # TensorFlow's devices were initialised already
+        return f"not hidden: {exc}"
+    return "hidden"
+
+
+TENSORFLOW_GPUS = _hide_gpus_from_tensorflow()
+
 # The model library, independent of the Keras version: KerasHub on today's Keras 3; its predecessors KerasNLP
 # and KerasCV 0.8 (mostly the same class names) on Keras 2 and on the published run's Keras 3.0.5 (pin set
 # paper-2024), as that run used them.
@@ -57,7 +76,8 @@ def set_dtype_policy(name: str) -> None:
 def report_model(ctx, model, dtype: str) -> None:
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     ctx.report(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
-               jit_compile=ctx.jit_compile, extra={"input_pipeline": input_pipeline()})
+               jit_compile=ctx.jit_compile,
+               extra={"input_pipeline": input_pipeline(), "tensorflow_gpus": TENSORFLOW_GPUS})
 
 
 def input_pipeline() -> str:
