@@ -155,7 +155,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
                                "GEMM measured once per run (in the first cell, after its timed window)."),
     ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
-                              "null when the GPU is not in the table or has no unit for the precision."),
+                              "'none: a MIG slice ...' when the cell ran on a MIG slice (no peak: the datasheet's "
+                              "is the whole GPU's); null when the GPU is not in the table or has no unit for the "
+                              "precision."),
     ("pct_of_peak", "float64", "100 x achieved_tflops / peak_tflops."),
     ("precision_suspect", "bool", "True if pct_of_peak > 100: the row cannot have run at its declared precision "
                                   "(e.g. 'fp32' that was really TF32)."),
