@@ -178,10 +178,16 @@ def _fake_pynvml(energy_mj: list[int] | None, throttle: int = 0x4 | 0x1):
         return next(readings)
 
     return types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: f"gpu {uuid}",
         nvmlDeviceGetTotalEnergyConsumption=energy, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
         nvmlDeviceGetClockInfo=lambda h, kind: 1410, nvmlDeviceGetTemperature=lambda h, kind: 61,
         nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: throttle)
+
+
+def _cell_gpu():
+    from fwbench.harness.gpu_identity import CellGpu
+
+    return CellGpu(0, "GPU-00000000-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3")
 
 
 def _window(monkeypatch, fake, times=(10.0, 12.0)):
@@ -190,7 +196,7 @@ def _window(monkeypatch, fake, times=(10.0, 12.0)):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     clock = iter(times)
     monkeypatch.setattr(energy.time, "perf_counter", lambda: next(clock))
-    probe = energy.EnergyProbe(0)
+    probe = energy.EnergyProbe(True, _cell_gpu())
     probe.start()
     probe.stop()
     return probe
@@ -215,7 +221,7 @@ def test_energy_without_a_counter_says_unsupported_never_zero(monkeypatch):
 def test_cpu_cell_has_no_energy_columns():
     from fwbench.harness.energy import EnergyProbe
 
-    probe = EnergyProbe(None)
+    probe = EnergyProbe(False, None)
     probe.start()
     probe.stop()
     assert probe.result(10, None) == {}
@@ -224,7 +230,7 @@ def test_cpu_cell_has_no_energy_columns():
 def test_energy_columns_are_in_the_schema():
     from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
 
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION >= 5
     assert set(ADDED_IN[5]) <= set(COLUMN_NAMES)
 
 
@@ -265,7 +271,7 @@ def test_gpu_cell_without_nvml_says_so(monkeypatch):
     from fwbench.harness import energy
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no pynvml in the environment
-    probe = energy.EnergyProbe(0)
+    probe = energy.EnergyProbe(True, _cell_gpu())
     probe.start()
     probe.stop()
     cols = probe.result(10, None)
