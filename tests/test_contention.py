@@ -11,6 +11,7 @@ import types
 import pytest
 
 from fwbench.harness import contention
+from fwbench.harness.gpu_identity import CellGpu
 
 def test_other_cpu_load_makes_a_window_busy(cpu_hogs):
     probe = contention.ContentionProbe(threads=1)
@@ -63,19 +64,22 @@ class _Process:
 def _fake_nvml(processes):
     """A stand-in for pynvml: the GPU is a boundary this machine cannot run (no GPU here)."""
     return types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
         nvmlDeviceGetComputeRunningProcesses=lambda handle: processes,
         nvmlDeviceGetGraphicsRunningProcesses=lambda handle: [])
 
 
+GPU_0 = CellGpu(0, "GPU-00000000-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3")
+
+
 def test_gpu_neighbours_from_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(os.getpid(), 5 * 2**30), _Process(1, 2**30)]))
-    assert contention.gpu_others(0) == (1, 2**30)
+    assert contention.gpu_others(GPU_0) == (1, 2**30)
     # In a container NVML shows host pids: the largest user is taken to be the cell itself.
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(11, 5 * 2**30), _Process(12, 2**30)]))
-    assert contention.gpu_others(0) == (1, 2**30)
+    assert contention.gpu_others(GPU_0) == (1, 2**30)
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(11, 5 * 2**30)]))
-    assert contention.gpu_others(0) == (0, 0)
+    assert contention.gpu_others(GPU_0) == (0, 0)
 
 
 def test_host_load_names_the_top_consumers(cpu_hogs):
@@ -119,9 +123,9 @@ def test_only_cells_sharing_the_cells_cores_or_gpu_compete():
         assert contention.competing_cells(pids, None, None) == pids  # an unpinned cell can meet every cell
         # On a GPU: the cell on another core still competes when it may use the same GPU. Its GPU is read
         # from its CUDA_VISIBLE_DEVICES (no GPU needed for that).
-        assert contention.process_gpus(other_core.pid) == {1} and contention.process_gpus(unpinned.pid) is None
-        assert contention.competing_cells(pids, {own}, 1) == pids
-        assert contention.competing_cells(pids, {own}, 0) == [same_core.pid, unpinned.pid]
+        assert contention.process_gpus(other_core.pid) == ["1"] and contention.process_gpus(unpinned.pid) is None
+        assert contention.competing_cells(pids, {own}, CellGpu(1, None, None)) == pids
+        assert contention.competing_cells(pids, {own}, CellGpu(0, None, None)) == [same_core.pid, unpinned.pid]
     finally:
         for cell in cells:
             cell.kill()

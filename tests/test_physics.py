@@ -60,12 +60,43 @@ def test_every_task_and_preset_has_a_positive_count():
     ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB"), ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
     ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"), ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
     ("NVIDIA H100 80GB HBM3", "H100 SXM5"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
-    ("NVIDIA H200", "H200 SXM"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"),
-    ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("NVIDIA GeForce RTX 4090", "RTX 4090")])
+    ("NVIDIA H200", "H200 SXM"), ("NVIDIA H200 NVL", "H200 NVL"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40", "L40"), ("NVIDIA GH200 480GB", "GH200 96GB HBM3"), ("NVIDIA GH200 144G HBM3e", "GH200 144GB HBM3e"),
+    ("NVIDIA A10G", "A10G"), ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("NVIDIA GeForce RTX 4090", "RTX 4090")])
 def test_peak_table_matches_nvml_names(nvml_name, peak_name):
     peak = physics.gpu_peak(nvml_name)
     assert peak is not None and peak.name == peak_name and peak.source and peak.bandwidth_gbs > 0
     assert peak.tflops["fp32"] > 0
+
+
+def test_names_match_on_tokens_not_substrings():
+    # "L4" is a substring of "L40", "H200" of "GH200": each used to get the other's peak.
+    assert physics.gpu_peak("NVIDIA L40").tflops["bf16"] == 181 and physics.gpu_peak("NVIDIA L4").tflops["bf16"] == 121
+    gh200 = physics.gpu_peak("NVIDIA GH200 480GB")
+    assert gh200.bandwidth_gbs == 4000 and gh200.tflops == physics.gpu_peak("NVIDIA H100 80GB HBM3").tflops
+    assert "GH200" in gh200.source and "H100" in gh200.source
+
+
+@pytest.mark.parametrize("nvml_name, peak_name, bf16, tf32", [
+    ("NVIDIA B200", "B200 (HGX)", 2250, 1100), ("NVIDIA GB200", "GB200 (one Blackwell GPU)", 2500, 1250)])
+def test_blackwell_has_dense_tensor_peaks_and_no_guessed_fp32(nvml_name, peak_name, bf16, tf32):
+    peak = physics.gpu_peak(nvml_name)
+    assert peak.name == peak_name and peak.tflops == {"bf16": bf16, "tf32": tf32}
+    assert "dense = half the sparse" in peak.source and "fp32 left out" in peak.source
+
+
+def test_a_mig_slice_gets_no_peak():
+    assert physics.gpu_peak("NVIDIA A100-SXM4-40GB MIG 1g.5gb") is None
+    from fwbench.harness import ceiling
+
+    row = {"model": "bert", "task_kind": "predict", "preset": "tiny", "batch_size": 8, "ms_per_step": 5.0,
+           "dtype": "float32", "tf32_effective": True, "device_name": "NVIDIA A100-SXM4-40GB"}
+    whole = ceiling.physics_row(row, on_gpu=True)
+    assert whole["peak_tflops"] == 156
+    for cols in (ceiling.physics_row(row, on_gpu=True, mig_slice=True),
+                 ceiling.physics_row({**row, "device_name": "NVIDIA A100-SXM4-40GB MIG 3g.20gb"}, on_gpu=True)):
+        assert cols["peak_tflops"] is None and cols["pct_of_peak"] is None and cols["precision_suspect"] is None
+        assert cols["peak_source"] == physics.MIG_PEAK_SOURCE and cols["achieved_tflops"] == whole["achieved_tflops"]
 
 
 def test_unknown_gpu_has_no_peak():
@@ -147,10 +178,16 @@ def _fake_pynvml(energy_mj: list[int] | None, throttle: int = 0x4 | 0x1):
         return next(readings)
 
     return types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByUUID=lambda uuid: f"gpu {uuid}",
         nvmlDeviceGetTotalEnergyConsumption=energy, NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0,
         nvmlDeviceGetClockInfo=lambda h, kind: 1410, nvmlDeviceGetTemperature=lambda h, kind: 61,
         nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: throttle)
+
+
+def _cell_gpu():
+    from fwbench.harness.gpu_identity import CellGpu
+
+    return CellGpu(0, "GPU-00000000-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3")
 
 
 def _window(monkeypatch, fake, times=(10.0, 12.0)):
@@ -159,7 +196,7 @@ def _window(monkeypatch, fake, times=(10.0, 12.0)):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     clock = iter(times)
     monkeypatch.setattr(energy.time, "perf_counter", lambda: next(clock))
-    probe = energy.EnergyProbe(0)
+    probe = energy.EnergyProbe(True, _cell_gpu())
     probe.start()
     probe.stop()
     return probe
@@ -184,7 +221,7 @@ def test_energy_without_a_counter_says_unsupported_never_zero(monkeypatch):
 def test_cpu_cell_has_no_energy_columns():
     from fwbench.harness.energy import EnergyProbe
 
-    probe = EnergyProbe(None)
+    probe = EnergyProbe(False, None)
     probe.start()
     probe.stop()
     assert probe.result(10, None) == {}
@@ -193,7 +230,7 @@ def test_cpu_cell_has_no_energy_columns():
 def test_energy_columns_are_in_the_schema():
     from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
 
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION >= 5
     assert set(ADDED_IN[5]) <= set(COLUMN_NAMES)
 
 
@@ -234,7 +271,7 @@ def test_gpu_cell_without_nvml_says_so(monkeypatch):
     from fwbench.harness import energy
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no pynvml in the environment
-    probe = energy.EnergyProbe(0)
+    probe = energy.EnergyProbe(True, _cell_gpu())
     probe.start()
     probe.stop()
     cols = probe.result(10, None)

@@ -9,6 +9,7 @@ XLA's cost analysis count matmuls the same way, which the integration test check
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,35 +218,62 @@ class Peak:
 
 _A100 = "NVIDIA A100 Tensor Core GPU datasheet (dense)"
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (dense = half the sparse figure)"
-# Ordered: the first entry whose every pattern is in the (upper-cased) NVML name wins.
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparse figure)"
+_GH200 = ("NVIDIA GH200 Grace Hopper Superchip datasheet: its GPU is an H100 (H100 SXM5 figures; dense = half the "
+          "sparse figure) with 96 GB HBM3 at 4 TB/s or 144 GB HBM3e at 4.9 TB/s")
+_BLACKWELL = ("NVIDIA GB200 NVL72 / HGX B200 specifications, individual Blackwell GPU (dense = half the sparse "
+              "figure; fp32 left out: datasheet revisions give different figures)")
+# Ordered, most specific first: the first entry whose every token is one of the NVML name's (upper-cased, split at
+# anything not a letter or digit) wins. Tokens, not substrings: "L4" is not in "NVIDIA L40", nor "H200" in
+# "NVIDIA GH200 480GB".
 GPU_PEAKS: tuple[tuple[tuple[str, ...], Peak], ...] = (
     (("A100", "PCIE", "80GB"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1935, _A100)),
-    (("A100", "80GB", "PCIE"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1935, _A100)),
     (("A100", "PCIE"), Peak("A100 PCIe 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
     (("A100", "80GB"), Peak("A100 SXM4 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 2039, _A100)),
     (("A100",), Peak("A100 SXM4 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
     (("H100", "PCIE"), Peak("H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756}, 2000, _H100)),
     (("H100", "NVL"), Peak("H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835}, 3900, _H100)),
     (("H100",), Peak("H100 SXM5", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 3350, _H100)),
-    (("H200",), Peak("H200 SXM", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4800,
-                     "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparse figure)")),
+    (("H200", "NVL"), Peak("H200 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5}, 4800, _H200)),
+    (("H200",), Peak("H200 SXM", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4800, _H200)),
+    (("GH200", "HBM3E"), Peak("GH200 144GB HBM3e", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4900, _GH200)),
+    (("GH200",), Peak("GH200 96GB HBM3", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4000, _GH200)),
+    (("GB200",), Peak("GB200 (one Blackwell GPU)", {"tf32": 1250, "bf16": 2500}, 8000, _BLACKWELL)),
+    (("B200",), Peak("B200 (HGX)", {"tf32": 1100, "bf16": 2250}, 7700, _BLACKWELL)),
     (("L40S",), Peak("L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362}, 864,
                      "NVIDIA L40S datasheet (dense = half the sparse figure)")),
+    (("L40",), Peak("L40", {"fp32": 90.5, "tf32": 90.5, "bf16": 181}, 864,
+                    "NVIDIA L40 GPU datasheet (dense = half the sparse figure)")),
     (("L4",), Peak("L4", {"fp32": 30.3, "tf32": 60, "bf16": 121}, 300,
                    "NVIDIA L4 Tensor Core GPU datasheet (dense = half the sparse figure)")),
     (("A10G",), Peak("A10G", {"fp32": 31.2, "tf32": 62.5, "bf16": 125}, 600,
                      "NVIDIA A10 datasheet (A10G is AWS's A10 variant; dense figures)")),
     (("V100", "PCIE"), Peak("V100 PCIe", {"fp32": 14}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
     (("V100",), Peak("V100 SXM2", {"fp32": 15.7}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
-    (("RTX 4090",), Peak("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2}, 1008,
-                         "NVIDIA Ada Lovelace architecture whitepaper (dense, FP32 accumulate)")),
+    (("RTX", "4090"), Peak("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2}, 1008,
+                           "NVIDIA Ada Lovelace architecture whitepaper (dense, FP32 accumulate)")),
 )
+MIG_PEAK_SOURCE = "none: a MIG slice (the datasheet figures are the whole GPU's)"
+
+
+def name_tokens(device_name: str | None) -> set[str]:
+    """"NVIDIA A100-SXM4-80GB" -> {"NVIDIA", "A100", "SXM4", "80GB"}."""
+    return set(re.split(r"[^A-Z0-9]+", (device_name or "").upper())) - {""}
+
+
+def is_mig_name(device_name: str | None) -> bool:
+    """A MIG slice's name ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"): never given the whole GPU's peak."""
+    return "MIG" in name_tokens(device_name)
 
 
 def gpu_peak(device_name: str | None) -> Peak | None:
-    upper = (device_name or "").upper()
+    """The datasheet peaks of the GPU NVML (or the framework) names `device_name`; None for a GPU not in the table
+    and for a MIG slice."""
+    tokens = name_tokens(device_name)
+    if "MIG" in tokens:
+        return None
     for patterns, peak in GPU_PEAKS:
-        if all(p in upper for p in patterns):
+        if tokens.issuperset(patterns):
             return peak
     return None
 

@@ -132,10 +132,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                   "GPU) during the timed window; cells pinned elsewhere by --parallel do not count."),
     ("cpu_set", "string", "CPU cores the cell process could run on, as a CPU list (\"0-3\", \"0,2\"): its own "
                           "slot's under --parallel, else every core the runner had."),
-    ("gpu_uuid", "string", "UUID of the GPU the cell used (NVML/CUDA 'GPU-...'; null on the CPU): the same GPU "
-                           "whatever index a container or CUDA_VISIBLE_DEVICES gives it."),
-    ("gpu_index", "int64", "NVML index of the GPU the cell used: its own slot's under --parallel, else the first "
-                           "visible one (null on the CPU)."),
+    ("gpu_uuid", "string", "UUID of the GPU the cell used (NVML/CUDA 'GPU-...'; a MIG slice's own 'MIG-...'; null "
+                           "on the CPU or where NVML could not say): the same GPU whatever index a container or "
+                           "CUDA_VISIBLE_DEVICES gives it."),
+    ("gpu_index", "int64", "NVML index of the GPU the cell used, in the runner's numbering: its own slot's under "
+                           "--parallel (a container numbers it 0 inside), else the one CUDA_VISIBLE_DEVICES names or "
+                           "the first (null on the CPU)."),
     ("parallel_cells", "int64", "Most cells of this run that ran at the same time as this one, itself included "
                                 "(1 = it ran alone; more only with --parallel, each on its own cores and GPU)."),
     ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
@@ -155,7 +157,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("peak_tflops", "float64", "Ceiling for compute_precision: the GPU's dense datasheet figure, or on a CPU an fp32 "
                                "GEMM measured once per run (in the first cell, after its timed window)."),
     ("peak_source", "string", "Where peak_tflops comes from: 'table: <GPU> (<datasheet>)' or 'measured fp32 GEMM ...'; "
-                              "null when the GPU is not in the table or has no unit for the precision."),
+                              "'none: a MIG slice ...' when the cell ran on a MIG slice (no peak: the datasheet's "
+                              "is the whole GPU's); null when the GPU is not in the table or has no unit for the "
+                              "precision."),
     ("pct_of_peak", "float64", "100 x achieved_tflops / peak_tflops."),
     ("precision_suspect", "bool", "True if pct_of_peak > 100: the row cannot have run at its declared precision "
                                   "(e.g. 'fp32' that was really TF32)."),
@@ -164,8 +168,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pct_of_bandwidth", "float64", "generate: 100 x bytes_per_step / seconds per step / the GPU's memory bandwidth "
                                     "(MBU); null on a CPU."),
     ("energy_status", "string", "ok (NVML energy counter read around the timed window), unsupported (the GPU has no "
-                                "energy counter: energy columns stay null, never 0), nvml_unavailable (NVML could "
-                                "not start in the cell's environment) or null on a CPU."),
+                                "energy counter), window_too_short (the timed window was under 1 s: the counter "
+                                "updates every ~20-100 ms, too coarse for a shorter one), mig (the cell ran on a MIG "
+                                "slice: the counter is the whole GPU's), nvml_unavailable (NVML could not start in "
+                                "the cell's environment, or did not find the cell's GPU); energy columns stay null, "
+                                "never 0, unless ok; null on a CPU."),
     ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta)."),
     ("joules_per_step", "float64", "energy_j / timed_steps."),
     ("joules_per_token", "float64", "generate: energy_j / (timed_steps x batch_size x tokens_generated)."),

@@ -56,12 +56,16 @@ def cpu_ceiling(run_id: str | None, cache_dir: Path | None) -> tuple[float, str]
     return tflops, source
 
 
-def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None) -> dict[str, Any]:
-    """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step)."""
+def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None, *,
+                mig_slice: bool = False) -> dict[str, Any]:
+    """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step).
+    mig_slice: the cell ran on a MIG slice, which has a share of the GPU's units and bandwidth: no peak."""
     cost = physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
     precision = physics.declared_precision(row.get("dtype"), row.get("tf32_effective"))
     peak_tflops = peak_source = bandwidth = None
-    if on_gpu:
+    if on_gpu and (mig_slice or physics.is_mig_name(row.get("device_name"))):
+        peak_source = physics.MIG_PEAK_SOURCE
+    elif on_gpu:
         peak = physics.gpu_peak(row.get("device_name"))
         if peak is not None:
             bandwidth = peak.bandwidth_gbs

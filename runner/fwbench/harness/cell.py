@@ -20,7 +20,7 @@ from typing import Any
 
 from fwbench import __version__
 from fwbench.core import data, pins, registry
-from fwbench.harness import backends, ceiling, contention, envinfo
+from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
@@ -136,10 +136,14 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
 
-    probe = contention.ContentionProbe(spec.threads, backend.on_gpu)
-    gpu_index = ((contention.visible_gpu_index() if spec.gpu_index is None else spec.gpu_index)
-                 if backend.on_gpu else None)
-    energy = EnergyProbe(gpu_index)
+    # The GPU the steps run on, by UUID (NVML's view of it); None: NVML could not say (its energy says so).
+    cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid())
+                if backend.on_gpu else None)
+    known_gpu = (cell_gpu or gpu_identity.unresolved_gpu()) if backend.on_gpu else None
+    probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpu)
+    # Its slot's GPU in the runner's numbering (a container numbers it 0); without a slot, the one it found.
+    gpu_index = (known_gpu.index if spec.gpu_index is None else spec.gpu_index) if known_gpu else None
+    energy = EnergyProbe(backend.on_gpu, cell_gpu)
     clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(probe, energy))
     if isinstance(cell, DrivenCell):
         cell.drive(clock)
@@ -177,11 +181,11 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     if result.get("device") == "cpu":
         result["device_name"] = environment["cpu_model"]
     # The identity names the device the cell really ran on, in the runner's words (envinfo.device_model).
-    result["device_model"] = envinfo.device_model(result.get("device") != "cpu")
+    result["device_model"] = envinfo.device_model(result.get("device") != "cpu", cell_gpu)
     result.update(probe.result())
-    # Its slot's GPU; without a slot of its own, the first GPU it saw; none when it ran on the CPU.
     result["gpu_index"] = gpu_index
-    extra: dict[str, Any] = {}
+    result["gpu_uuid"] = cell_gpu.device_uuid if cell_gpu else None
+    extra: dict[str, Any] = {"gpu_found_by": known_gpu.found_by} if known_gpu else {}
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
     manifest = envinfo.image_manifest()
@@ -204,7 +208,8 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     result.update(energy.result(spec.steps, tokens))
     phases.done("describe")
     # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
-    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir))
+    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir,
+                                      mig_slice=bool(known_gpu and known_gpu.mig)))
     phases.done("ceiling")
     # Where the cell process's time went besides the measurement (first_contact.py reads it).
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
 from fwbench.harness.nvml import nvml_query
 
 CELL_MODULE = "fwbench.harness.cell"
@@ -92,9 +93,9 @@ def process_cpus(pid: int) -> set[int] | None:
         return None
 
 
-def process_gpus(pid: int) -> set[int] | None:
-    """NVML indices of the GPUs process `pid` may use (its CUDA_VISIBLE_DEVICES); None: every GPU, or
-    unknown (unset, not numeric, or its environment is not readable)."""
+def process_gpus(pid: int) -> list[str] | None:
+    """The GPUs process `pid` may use, as its CUDA_VISIBLE_DEVICES names them (NVML indices, GPU-/MIG- UUIDs);
+    None: every GPU, or unknown (unset, or its environment is not readable)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             variables = f.read().split(b"\0")
@@ -102,35 +103,36 @@ def process_gpus(pid: int) -> set[int] | None:
         return None
     for variable in variables:
         if variable.startswith(b"CUDA_VISIBLE_DEVICES="):
-            parts = variable.split(b"=", 1)[1].decode(errors="replace").split(",")
-            if all(part.strip().isdigit() for part in parts):
-                return {int(part) for part in parts}
-            return None
+            value = variable.split(b"=", 1)[1].decode(errors="replace")
+            return [part.strip() for part in value.split(",") if part.strip()]
     return None
 
 
-def competing_cells(pids: list[int], cpus: set[int] | None, gpu_index: int | None) -> list[int]:
+def competing_cells(pids: list[int], cpus: set[int] | None, gpu: CellGpu | None) -> list[int]:
     """The cells among `pids` that compete with this one: they may run on one of its cores (`cpus`;
-    None: every core) or, when it uses GPU `gpu_index`, may use that GPU. Anything unknown competes."""
+    None: every core) or, when it uses GPU `gpu`, may use that GPU. Anything unknown competes."""
     competing = []
     for pid in pids:
         theirs = process_cpus(pid)
         shares_cores = cpus is None or theirs is None or bool(theirs & cpus)
-        gpus = process_gpus(pid) if gpu_index is not None else set()
-        shares_gpu = gpu_index is not None and (gpus is None or gpu_index in gpus)
+        shares_gpu = False
+        if gpu is not None:
+            entries = process_gpus(pid)
+            shares_gpu = entries is None or any(entry_may_name(entry, gpu) for entry in entries)
         if shares_cores or shares_gpu:
             competing.append(pid)
     return competing
 
 
-def gpu_others(gpu_index: int = 0) -> tuple[int, int] | None:
-    """(other processes, their memory in bytes) on the GPU the cell uses, from NVML; None without NVML.
+def gpu_others(gpu: CellGpu) -> tuple[int, int] | None:
+    """(other processes, their memory in bytes) on the GPU the cell uses (its MIG slice's, where NVML names the
+    slice), from NVML; None without NVML.
 
     NVML reports host pids: inside a container the cell's own pid is not among them, so one process
     (the largest memory user, the cell's own context) is assumed to be the cell."""
 
     def memory_by_pid(pynvml) -> dict[int, int]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        handle = nvml_handle(pynvml, gpu, slice_only=True)
         found = {}
         for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
             for process in query(handle):
@@ -147,12 +149,6 @@ def gpu_others(gpu_index: int = 0) -> tuple[int, int] | None:
     return len(processes), sum(processes.values())
 
 
-def visible_gpu_index() -> int:
-    """NVML index of the first GPU this process may use (CUDA_VISIBLE_DEVICES names NVML indices)."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
-
-
 @dataclass
 class _Snapshot:
     wall: float
@@ -163,14 +159,15 @@ class _Snapshot:
 class ContentionProbe:
     """start() just before the timed window, stop() just after it, then result() for the row."""
 
-    def __init__(self, threads: int, on_gpu: bool = False):
+    def __init__(self, threads: int, on_gpu: bool = False, gpu: CellGpu | None = None):
+        """gpu: the cell's GPU when it runs on one (default: found here, fwbench.harness.gpu_identity)."""
         self.threads = max(int(threads), 1)
         self.on_gpu = on_gpu
         # The cores whose load counts (the cell's own; all of them when it is not pinned, which reads
         # the all-CPU line, exactly as before --parallel existed).
         cpus = own_cpus()
         self.cpus = None if cpus is None or cpus == set(range(os.cpu_count() or 0)) else cpus
-        self.gpu_index = visible_gpu_index() if on_gpu else None
+        self.gpu = (gpu or resolve_cell_gpu() or unresolved_gpu()) if on_gpu else None
         self._start: _Snapshot | None = None
         self._stop: _Snapshot | None = None
         self._cells: set[int] = set()
@@ -180,7 +177,7 @@ class ContentionProbe:
         return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s(self.cpus))
 
     def _note_cells(self) -> None:
-        self._cells.update(competing_cells(other_cells(), own_cpus(), self.gpu_index))
+        self._cells.update(competing_cells(other_cells(), own_cpus(), self.gpu))
 
     def start(self) -> None:
         self._note_cells()
@@ -208,8 +205,8 @@ class ContentionProbe:
                 end = self._snapshot()
             others = (end.system_busy - start.system_busy) - (end.own_cpu - start.own_cpu)
             row["other_cpu_cores"] = max(others, 0.0) / (end.wall - start.wall)
-        if self.on_gpu:
-            gpu = gpu_others(visible_gpu_index())
+        if self.gpu is not None:
+            gpu = gpu_others(self.gpu)
             if gpu is not None:
                 row["gpu_other_processes"], row["gpu_other_mem_bytes"] = gpu
         reasons = busy_reasons(row)

@@ -1,7 +1,15 @@
 """GPU energy and clocks over the timed window (NVML): the energy columns of a row.
 
-A GPU without the total-energy counter (pre-Volta, some virtual GPUs) gets energy_status 'unsupported' and
-null energy columns, never 0; a CPU cell gets no energy columns at all.
+One NVML session is open from the window's start to its end (NVML's start-up is not a reading), and every read
+asks the cell's own GPU by UUID (fwbench.harness.gpu_identity). A GPU cell's row always says what became of its
+energy reading (energy_status), never 0 in place of a reading:
+  ok                 the total-energy counter read at both ends of the window;
+  unsupported        the GPU has no energy counter (pre-Volta, some virtual GPUs);
+  window_too_short   the window was shorter than MIN_ENERGY_WINDOW_S: NVML updates the counter only every
+                     ~20-100 ms, so a shorter delta is mostly update granularity;
+  mig                the cell ran on a MIG slice: the counter is the whole GPU's, every slice's work together;
+  nvml_unavailable   NVML could not start in the cell's environment, or did not find the cell's GPU.
+A CPU cell gets no energy columns at all.
 """
 
 from __future__ import annotations
@@ -9,7 +17,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fwbench.harness.nvml import nvml_query
+from fwbench.harness.gpu_identity import CellGpu, nvml_handle
+from fwbench.harness.nvml import NvmlSession
+
+ENERGY_STATUSES = ("ok", "unsupported", "window_too_short", "mig", "nvml_unavailable")
+# Shortest timed window whose energy is recorded (the counter's update period is ~20-100 ms: >= 10 updates).
+MIN_ENERGY_WINDOW_S = 1.0
 
 # NVML clocks-event (throttle) reason bits -> names; GPU idle (0x1) is not a throttle and is left out.
 THROTTLE_REASONS = {
@@ -19,17 +32,15 @@ THROTTLE_REASONS = {
 }
 
 
-def _energy_mj(gpu_index: int):
-    """(counter in mJ, perf_counter at the read): the window's seconds span the reads, not NVML's start-up."""
+def _energy_mj(handle: Any):
+    """(counter in mJ, perf_counter at the read): the window's seconds span the reads."""
     def query(pynvml) -> tuple[int, float]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)), time.perf_counter()
     return query
 
 
-def _clocks(gpu_index: int):
+def _clocks(handle: Any):
     def query(pynvml) -> dict[str, Any]:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
         facts: dict[str, Any] = {}
         for column, read in (
                 ("sm_clock_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
@@ -48,37 +59,57 @@ def throttle_names(mask: int) -> str:
 
 
 class EnergyProbe:
-    """start()/stop() around the timed window (StepClock calls them); result() gives the row's columns."""
+    """start()/stop() around the timed window (StepClock calls them); result() gives the row's columns.
 
-    def __init__(self, gpu_index: int | None):
-        self.gpu_index = gpu_index
+    on_gpu: whether the cell runs on a GPU; gpu: that GPU as NVML knows it (None: NVML could not say)."""
+
+    def __init__(self, on_gpu: bool, gpu: CellGpu | None, min_window_s: float = MIN_ENERGY_WINDOW_S):
+        self.on_gpu = on_gpu
+        self.gpu = gpu
+        self.min_window_s = min_window_s
+        self._session = NvmlSession()
+        self._handle: Any = None
         self._start: tuple[int, float] | None = None
         self._end: tuple[int, float] | None = None
         self._clocks: dict[str, Any] | None = None
 
     def start(self) -> None:
-        if self.gpu_index is None:
+        if not self.on_gpu or self.gpu is None or not self._session.open():
             return
-        self._start = nvml_query(_energy_mj(self.gpu_index))
+        gpu = self.gpu
+        self._handle = self._session.query(lambda pynvml: nvml_handle(pynvml, gpu))
+        if self._handle is not None and not gpu.mig:
+            self._start = self._session.query(_energy_mj(self._handle))
 
     def stop(self) -> None:
-        if self.gpu_index is None:
-            return
-        self._end = nvml_query(_energy_mj(self.gpu_index))
-        self._clocks = nvml_query(_clocks(self.gpu_index))
+        try:
+            if self._handle is None:
+                return
+            if not self.gpu.mig:
+                self._end = self._session.query(_energy_mj(self._handle))
+            self._clocks = self._session.query(_clocks(self._handle))  # a slice's clocks are its GPU's
+        finally:
+            self._session.close()
 
     def result(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
-        if self.gpu_index is None:
+        if not self.on_gpu:
             return {}
+        if self._handle is None:  # no NVML session, or NVML does not know the cell's GPU
+            return {"energy_status": "nvml_unavailable"}
         row: dict[str, Any] = {**(self._clocks or {})}
+        if self.gpu.mig:
+            row["energy_status"] = "mig"
+            return row
         if self._start is None or self._end is None:
-            # No NVML session at all (no pynvml or driver in the environment) is not a missing counter.
-            row["energy_status"] = "unsupported" if self._clocks is not None else "nvml_unavailable"
+            row["energy_status"] = "unsupported"
+            return row
+        window_s = self._end[1] - self._start[1]
+        if window_s < self.min_window_s:
+            row["energy_status"] = "window_too_short"
             return row
         joules = (self._end[0] - self._start[0]) / 1000.0
-        window_s = self._end[1] - self._start[1]
         row.update(energy_status="ok", energy_j=joules, joules_per_step=joules / timed_steps,
-                   mean_power_w=joules / window_s if window_s > 0 else None)
+                   mean_power_w=joules / window_s)
         if tokens_per_step:
             row["joules_per_token"] = joules / (timed_steps * tokens_per_step)
         return row

@@ -9,6 +9,8 @@ import socket
 from importlib import metadata
 from typing import Any
 
+from fwbench.harness.gpu_identity import CellGpu, resolve_cell_gpu, unresolved_gpu
+
 # Distributions whose versions matter for a row; missing ones are simply left out.
 TRACKED_DISTRIBUTIONS = (
     "fwbench", "numpy", "torch", "torchvision", "transformers", "diffusers", "peft", "accelerate",
@@ -86,13 +88,16 @@ def gpu_model(index: int = 0) -> str | None:
     return None
 
 
-def device_model(on_gpu: bool) -> str:
+def device_model(on_gpu: bool, gpu: CellGpu | None = None) -> str:
     """The device part of a cell's identity: the GPU's model when it runs on one, else the CPU model.
-    Runner and cell both call this, so the expected and the recorded device read the same."""
+    Runner and cell both call this, so the expected and the recorded device read the same. gpu: the cell's GPU
+    (default: found here, fwbench.harness.gpu_identity; by UUID, so a container's or CUDA_VISIBLE_DEVICES'
+    numbering names the right one)."""
     if on_gpu:
-        from fwbench.harness.contention import visible_gpu_index
-
-        return gpu_model(visible_gpu_index()) or "unknown GPU"
+        gpu = gpu or resolve_cell_gpu()
+        if gpu is not None and gpu.name:
+            return gpu.name
+        return gpu_model(unresolved_gpu().index or 0) or "unknown GPU"  # no NVML: nvidia-smi's word
     return cpu_model()
 
 
