@@ -308,3 +308,30 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     assert verdicts["energy columns"] in ("SKIP", "PASS")
     print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
+
+
+def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_take_effect(capsys):
+    """The check on a GPU (mocked: the kit's own cell is a stand-in row), over its own cell and the kit's rows."""
+    import kit_checks
+
+    def row(cell_id, mode, took, status="ok"):
+        return {"cell_id": cell_id, "status": status, "compile_mode": mode, "compile_took_effect": took,
+                "compiled_graphs": 4, "cudagraph_skips": 0, "cudagraph_replays": 0 if not took else 100,
+                "timed_steps": 100}
+
+    checks = object.__new__(kit_checks.Checks)
+    checks.lines, checks.failed, checks.gpu = [], False, True
+    checks.cell = lambda name, mode="none", extra=None, preset=None: row("own.bert-predict", mode, True)
+    kit = [row("native-torch.sd-predict", "reduce-overhead", False),
+           row("native-torch.bert-fit", "reduce-overhead", True),
+           row("native-torch.sam-fit", "none", None), row("native-torch.gemma-fit", "reduce-overhead", None, "error")]
+    checks.cuda_graphs(kit)
+    assert checks.failed and checks.lines[-1].startswith("FAIL")
+    named = checks.lines[-1].split("not in effect")[1]
+    assert "native-torch.sd-predict" in named and "bert-fit" not in named
+    checks.lines, checks.failed = [], False
+    checks.cuda_graphs([kit[1], kit[2]])
+    assert not checks.failed and checks.lines[-1].startswith("PASS") and "1 compiled kit rows" in checks.lines[-1]
+    checks.gpu = False
+    checks.cuda_graphs(kit)
+    assert checks.lines[-1].startswith("SKIP")

@@ -87,5 +87,7 @@ def test_compiled_variant_really_compiles(tmp_path, shared_data):
     for row in got:
         assert row["status"] == "ok", (row["task"], row["error_message"])
         assert row["compile_mode"] == "reduce-overhead"
-        assert row["compiled_graphs"] > 0 and row["compile_took_effect"] is True
+        assert row["compiled_graphs"] > 0
         assert row["cudagraph_skips"] > 0  # CUDA graphs cannot apply on the CPU: recorded, not hidden
+        # reduce-overhead means CUDA graphs: none replayed on the CPU, so the compile did not take effect.
+        assert row["cudagraph_replays"] == 0 and row["compile_took_effect"] is False

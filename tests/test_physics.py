@@ -111,11 +111,12 @@ def test_declared_precision():
 
 def test_suspect_only_above_the_declared_peak():
     cost = physics.StepCost(19.5e12, "x")  # 19.5 TFLOP per step
-    at_peak = physics.physics_columns(cost, 1000.0, "fp32", 19.5, "s", None)
+    fp32 = physics.Precisions("fp32", None)
+    at_peak = physics.physics_columns(cost, 1000.0, fp32, 19.5, "s", None)
     assert at_peak["achieved_tflops"] == pytest.approx(19.5) and at_peak["precision_suspect"] is False
-    above = physics.physics_columns(cost, 900.0, "fp32", 19.5, "s", None)
+    above = physics.physics_columns(cost, 900.0, fp32, 19.5, "s", None)
     assert above["precision_suspect"] is True and above["pct_of_peak"] == pytest.approx(100 / 0.9)
-    no_peak = physics.physics_columns(cost, 900.0, "fp32", None, None, None)
+    no_peak = physics.physics_columns(cost, 900.0, fp32, None, None, None)
     assert no_peak["pct_of_peak"] is None and no_peak["precision_suspect"] is None
 
 
@@ -128,6 +129,12 @@ def test_published_a100_rows_are_flagged_exactly_above_the_fp32_peak():
         achieved = row.ms_per_step and row.columns["achieved_tflops"]
         if row.task.startswith(("gemma", "mistral")):
             assert row.columns["compute_precision"] == "bf16" and not row.suspect, row
+        elif row.columns["compute_precision"] == "mixed":
+            # PyTorch's cuDNN convolutions ran TF32 by default: fp32 matmuls, tf32 convolutions, each at its peak.
+            assert row.stack in ("native-torch", "keras3-torch") and row.task.startswith(("sam", "stable_diffusion"))
+            assert (row.columns["matmul_compute_precision"], row.columns["conv_compute_precision"]) == ("fp32", "tf32")
+            assert 19.5 < row.columns["peak_tflops"] < 156
+            assert row.suspect == (achieved > row.columns["peak_tflops"]), row
         else:
             assert row.columns["compute_precision"] == "fp32"
             assert row.suspect == (achieved > 19.5), row
@@ -230,8 +237,9 @@ def test_cpu_cell_has_no_energy_columns():
 def test_energy_columns_are_in_the_schema():
     from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
 
-    assert SCHEMA_VERSION >= 5
+    assert SCHEMA_VERSION >= 6  # v5 added the energy columns, v6 the per-part precisions
     assert set(ADDED_IN[5]) <= set(COLUMN_NAMES)
+    assert {"matmul_compute_precision", "conv_compute_precision", "conv_flops_per_step"} <= set(ADDED_IN[6])
 
 
 def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path):
@@ -298,3 +306,58 @@ def test_suspect_word_reads_numpy_booleans():
 
     assert _suspect_word(np.bool_(True)) == "SUSPECT" and _suspect_word(np.bool_(False)) == "no"
     assert _suspect_word(None) == "—" and _suspect_word(float("nan")) == "—"
+
+
+def test_convolution_share_of_the_flops():
+    """SD and SAM count their convolutions apart (SD's UNet and VAE, SAM's patch embedding, neck and decoder
+    up-convolutions); the transformers have none."""
+    for task, preset in (("bert-fit", "paper"), ("bert-predict", "tiny"), ("gemma-fit", "tiny"),
+                         ("mistral-generate-bs1", "tiny")):
+        t = registry.TASKS[task]
+        assert physics.step_cost(t.model, t.kind, preset, t.batch[preset]).conv_flops == 0
+    vae = physics.step_cost("stable_diffusion", "fit", "paper", 8)
+    unet = physics.step_cost("stable_diffusion", "predict", "paper", 13)
+    sam = physics.step_cost("sam", "predict", "paper", 4)
+    assert 0.9 < vae.conv_flops / vae.flops < 1.0  # all but the mid-block attention
+    assert 0.3 < unet.conv_flops / unet.flops < 0.8  # resnets and 1x1 projections vs attention and GEGLU
+    assert 0 < sam.conv_flops / sam.flops < 0.05  # a ViT: the patch embedding, neck and up-convs only
+    arch = registry.workload("sam-predict", "paper").arch
+    patch = 2.0 * arch.grid ** 2 * arch.patch_size ** 2 * 3 * arch.embed_dim
+    neck = 2.0 * arch.grid ** 2 * (arch.embed_dim * arch.prompt_dim + 9 * arch.prompt_dim ** 2)
+    assert physics.sam_encoder_forward_parts(arch).conv == pytest.approx(patch + neck)
+
+
+def test_a_mixed_row_counts_each_part_at_its_own_peak():
+    cost = physics.StepCost(10e12, "x", conv_flops=6e12)  # 4 TFLOP of matmuls, 6 of convolutions
+    precisions = physics.step_precisions(cost, "float32", tf32_effective=False, tf32_conv_effective=True)
+    assert (precisions.matmul, precisions.conv, precisions.combined) == ("fp32", "tf32", "mixed")
+    peak = physics.effective_peak(cost, precisions, {"fp32": 20.0, "tf32": 150.0})
+    assert peak == pytest.approx(10e12 / (4e12 / 20.0 + 6e12 / 150.0))
+    # One second per step: 10 TFLOP/s, against 4/20 + 6/150 = 0.24 s at the two peaks.
+    row = physics.physics_columns(cost, 1000.0, precisions, peak, "s", None)
+    assert row["pct_of_peak"] == pytest.approx(24.0)
+    assert (row["compute_precision"], row["matmul_compute_precision"], row["conv_compute_precision"],
+            row["conv_flops_per_step"]) == ("mixed", "fp32", "tf32", 6e12)
+    same = physics.step_precisions(cost, "float32", tf32_effective=True, tf32_conv_effective=True)
+    assert same.combined == "tf32" and physics.effective_peak(cost, same, {"fp32": 20.0, "tf32": 150.0}) == 150.0
+    no_convs = physics.step_precisions(physics.StepCost(1e12, "x"), "bfloat16", False, True)
+    assert (no_convs.matmul, no_convs.conv, no_convs.combined) == ("bf16", None, "bf16")
+    assert physics.effective_peak(cost, precisions, {"fp32": 20.0}) is None  # a part without a peak: none
+
+
+def test_gpu_row_with_tf32_convolutions_only_is_mixed():
+    """What a torch SD row on an A100 records by default (matmuls fp32, cuDNN convolutions TF32)."""
+    from fwbench.harness import ceiling
+
+    row = {"model": "stable_diffusion", "task_kind": "predict", "preset": "paper", "batch_size": 13,
+           "ms_per_step": 500.0, "dtype": "float32", "tf32_effective": False, "tf32_conv_effective": True,
+           "device_name": "NVIDIA A100-SXM4-40GB"}
+    cols = ceiling.physics_row(row, on_gpu=True)
+    cost = physics.step_cost("stable_diffusion", "predict", "paper", 13)
+    assert cols["compute_precision"] == "mixed" and cols["conv_compute_precision"] == "tf32"
+    assert cols["conv_flops_per_step"] == cost.conv_flops > 0
+    assert cols["peak_tflops"] == pytest.approx(cost.flops / (cost.matmul_flops / 19.5 + cost.conv_flops / 156))
+    assert "mixed" in cols["peak_source"]
+    bert = ceiling.physics_row({**row, "model": "bert", "batch_size": 256}, on_gpu=True)
+    assert bert["compute_precision"] == "fp32" and bert["conv_compute_precision"] is None
+    assert bert["conv_flops_per_step"] == 0 and bert["peak_tflops"] == 19.5

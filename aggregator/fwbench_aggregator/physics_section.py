@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fwbench.core import physics
+from fwbench.core import physics, registry
 from fwbench_aggregator import document as d
 from fwbench_aggregator.published import REFERENCE_FILE, REFERENCE_SOURCE, REFERENCE_VERSION, task_id
 
@@ -43,13 +43,28 @@ def published_physics(page_version: str = REFERENCE_VERSION) -> list[PublishedPh
         if row["page_version"] != page_version:
             continue
         batch, ms = int(row["batch_size"]), float(row["ms_per_step"])
-        precision = "bf16" if row["model"] in LLM_MODELS else "fp32"
         cost = physics.step_cost(row["model"], row["task"], "paper", batch)
-        columns = physics.physics_columns(cost, ms, precision, peak.tflops[precision],
+        precisions = published_precisions(row["model"], row["stack"], cost)
+        columns = physics.physics_columns(cost, ms, precisions, physics.effective_peak(cost, precisions, peak.tflops),
                                           f"table: {peak.name} ({peak.source})", peak.bandwidth_gbs)
         out.append(PublishedPhysics(task_id(row["model"], row["task"], batch), row["stack"], row["compile"], batch,
                                     ms, columns))
     return out
+
+
+def published_precisions(model: str, stack: str, cost: physics.StepCost) -> physics.Precisions:
+    """What the published A100 rows declare, with what PyTorch is known to do by default: the LLM tasks are
+    bf16, the others fp32, except that PyTorch's cuDNN convolutions run TF32 by default on Ampere
+    (torch.backends.cudnn.allow_tf32 is True from torch 1.7 on, 2.2 included), so the convolutions of the
+    torch stacks' SD and SAM rows count at the TF32 peak (a mixed row). TensorFlow and JAX also default to TF32
+    (matmuls and convolutions alike): their rows keep the declared fp32, so the section can show that they
+    ran faster than fp32 allows."""
+    if model in LLM_MODELS:
+        return physics.Precisions("bf16", "bf16" if cost.conv_flops > 0 else None)
+    conv = None
+    if cost.conv_flops > 0:
+        conv = "tf32" if registry.STACKS[stack].harness_backend == "torch" else "fp32"
+    return physics.Precisions("fp32", conv)
 
 
 def _num(value, fmt: str) -> str:
@@ -102,7 +117,9 @@ def blocks(frame) -> list:
         out.append(d.Paragraph("No row carries physics columns (schema v5 or newer)."))
     out += [d.Heading("Published A100 table", 3),
             d.Paragraph(f"{REFERENCE_SOURCE}; ceiling: {physics.gpu_peak(PUBLISHED_GPU).name} "
-                        f"({physics.gpu_peak(PUBLISHED_GPU).source}). LLM tasks declare bf16, all others fp32.",
+                        f"({physics.gpu_peak(PUBLISHED_GPU).source}). LLM tasks declare bf16, all others fp32; "
+                        "the torch stacks' convolutions (SD, SAM) ran TF32, cuDNN's default on the A100, so "
+                        "those rows are mixed: each part's FLOPs count at its own peak.",
                         "note"),
             d.Table(PUBLISHED_HEADERS,
                     [[p.task, p.stack, p.compile, str(p.batch_size), _num(p.ms_per_step, ".2f"),

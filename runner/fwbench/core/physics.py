@@ -27,6 +27,13 @@ class StepCost:
     flops: float  # model FLOPs per timed step
     convention: str  # how flops were counted (a row column)
     bytes_moved: float | None = None  # generate: weights + KV cache read per step
+    # The convolution part of `flops`: cuDNN (torch) runs convolutions under a TF32 switch of their own.
+    conv_flops: float = 0.0
+
+    @property
+    def matmul_flops(self) -> float:
+        """Everything that is not a convolution: matmuls and attention products."""
+        return self.flops - self.conv_flops
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,47 +97,78 @@ def _resnet(cin: int, cout: int, pixels: int) -> float:
     return _conv(cin, cout, pixels) + _conv(cout, cout, pixels) + (_conv(cin, cout, pixels, 1) if cin != cout else 0)
 
 
-def _unet_transformer(c: int, tokens: int, context_dim: int, context_len: int) -> float:
-    # proj_in; self-attention q, k, v, out; cross-attention q, out; GEGLU (c -> 2x4c, 4c -> c); proj_out
-    linear = 2.0 * tokens * (c * c + 4 * c * c + 2 * c * c + 12 * c * c + c * c)
+@dataclass(frozen=True)
+class Flops:
+    """A forward's FLOPs and the convolution part of them."""
+    total: float
+    conv: float
+
+    def __add__(self, other: "Flops") -> "Flops":
+        return Flops(self.total + other.total, self.conv + other.conv)
+
+    def __mul__(self, factor: float) -> "Flops":
+        return Flops(self.total * factor, self.conv * factor)
+
+    __rmul__ = __mul__
+
+
+def _conv_part(flops: float) -> Flops:
+    return Flops(flops, flops)
+
+
+def _matmul_part(flops: float) -> Flops:
+    return Flops(flops, 0.0)
+
+
+def _unet_transformer(c: int, tokens: int, context_dim: int, context_len: int) -> Flops:
+    # proj_in and proj_out are 1x1 convolutions in SD v1 (Diffusers' use_linear_projection=False, KerasCV's
+    # PaddedConv2D); self-attention q, k, v, out; cross-attention q, out; GEGLU (c -> 2x4c, 4c -> c).
+    projections = 2.0 * tokens * (c * c + c * c)
+    linear = 2.0 * tokens * (4 * c * c + 2 * c * c + 12 * c * c)
     cross_kv = 2.0 * context_len * 2 * context_dim * c
     attention = 2.0 * 2 * c * tokens * (tokens + context_len)
-    return linear + cross_kv + attention
+    return _conv_part(projections) + _matmul_part(linear + cross_kv + attention)
 
 
-def unet_forward(arch: StableDiffusionArch) -> float:
+def unet_forward_parts(arch: StableDiffusionArch) -> Flops:
     """One UNet2DConditionModel call on one latent (SD v1 layout: cross-attention in all but the deepest block)."""
     ch, lpb, n = arch.unet_channels, arch.layers_per_block, len(arch.unet_channels)
     side = arch.latent_size
     pixels = side * side
-    flops = _conv(arch.latent_channels, ch[0], pixels)
+    flops = _conv_part(_conv(arch.latent_channels, ch[0], pixels))
     skips = [ch[0]]
     cin = ch[0]
     for i, c in enumerate(ch):
         for _ in range(lpb):
-            flops += _resnet(cin, c, pixels)
+            flops += _conv_part(_resnet(cin, c, pixels))
             if i < n - 1:
                 flops += _unet_transformer(c, pixels, arch.context_dim, arch.context_len)
             cin = c
             skips.append(c)
         if i < n - 1:
             pixels //= 4
-            flops += _conv(c, c, pixels)
+            flops += _conv_part(_conv(c, c, pixels))
             skips.append(c)
-    flops += 2 * _resnet(cin, cin, pixels) + _unet_transformer(cin, pixels, arch.context_dim, arch.context_len)
+    flops += (_conv_part(2 * _resnet(cin, cin, pixels))
+              + _unet_transformer(cin, pixels, arch.context_dim, arch.context_len))
     for i, c in enumerate(reversed(ch)):
         for _ in range(lpb + 1):
-            flops += _resnet(cin + skips.pop(), c, pixels)
+            flops += _conv_part(_resnet(cin + skips.pop(), c, pixels))
             if i > 0:
                 flops += _unet_transformer(c, pixels, arch.context_dim, arch.context_len)
             cin = c
         if i < n - 1:
             pixels *= 4
-            flops += _conv(c, c, pixels)
-    return flops + _conv(ch[0], arch.latent_channels, pixels)
+            flops += _conv_part(_conv(c, c, pixels))
+    return flops + _conv_part(_conv(ch[0], arch.latent_channels, pixels))
 
 
-def vae_encoder_forward(arch: StableDiffusionArch) -> float:
+def unet_forward(arch: StableDiffusionArch) -> float:
+    return unet_forward_parts(arch).total
+
+
+def vae_encoder_forward_parts(arch: StableDiffusionArch) -> Flops:
+    """The VAE encoder: convolutions but for the mid-block attention (Linear projections in Diffusers)."""
     ch = arch.vae_channels
     pixels = arch.image_size * arch.image_size
     flops = _conv(3, ch[0], pixels)
@@ -143,27 +181,40 @@ def vae_encoder_forward(arch: StableDiffusionArch) -> float:
             pixels //= 4
             flops += _conv(c, c, pixels)
     attention = 2.0 * pixels * 4 * cin * cin + 2.0 * 2 * cin * pixels * pixels
-    flops += 2 * _resnet(cin, cin, pixels) + attention
+    flops += 2 * _resnet(cin, cin, pixels)
     moments = 2 * arch.latent_channels
-    return flops + _conv(cin, moments, pixels) + _conv(moments, moments, pixels, 1)
+    flops += _conv(cin, moments, pixels) + _conv(moments, moments, pixels, 1)
+    return _conv_part(flops) + _matmul_part(attention)
+
+
+def vae_encoder_forward(arch: StableDiffusionArch) -> float:
+    return vae_encoder_forward_parts(arch).total
+
+
+def sam_encoder_forward_parts(arch: SamArch) -> Flops:
+    """The ViT image encoder: a convolutional patch embedding (kernel = stride = patch) and neck (1x1, 3x3)
+    around matmul blocks."""
+    d, grid = arch.embed_dim, arch.grid
+    tokens = grid * grid
+    patch_embedding = 2.0 * tokens * arch.patch_size * arch.patch_size * 3 * d
+    padded = -(-grid // arch.window_size) * arch.window_size
+    blocks = 0.0
+    for block in range(arch.depth):
+        blocks += 2.0 * tokens * (4 * d * d + 8 * d * d)  # qkv + proj, MLP (ratio 4)
+        if block in arch.global_attn_indexes:
+            blocks += 2.0 * 2 * d * tokens * tokens
+        else:  # windows over the grid padded to a multiple of the window
+            blocks += 2.0 * 2 * d * padded * padded * arch.window_size * arch.window_size
+    neck = arch.prompt_dim
+    return (_conv_part(patch_embedding) + _matmul_part(blocks)
+            + _conv_part(_conv(d, neck, tokens, 1) + _conv(neck, neck, tokens)))
 
 
 def sam_encoder_forward(arch: SamArch) -> float:
-    d, grid = arch.embed_dim, arch.grid
-    tokens = grid * grid
-    flops = 2.0 * tokens * arch.patch_size * arch.patch_size * 3 * d
-    padded = -(-grid // arch.window_size) * arch.window_size
-    for block in range(arch.depth):
-        flops += 2.0 * tokens * (4 * d * d + 8 * d * d)  # qkv + proj, MLP (ratio 4)
-        if block in arch.global_attn_indexes:
-            flops += 2.0 * 2 * d * tokens * tokens
-        else:  # windows over the grid padded to a multiple of the window
-            flops += 2.0 * 2 * d * padded * padded * arch.window_size * arch.window_size
-    neck = arch.prompt_dim
-    return flops + _conv(d, neck, tokens, 1) + _conv(neck, neck, tokens)
+    return sam_encoder_forward_parts(arch).total
 
 
-def sam_decoder_forward(arch: SamArch) -> float:
+def sam_decoder_forward_parts(arch: SamArch) -> Flops:
     """Mask decoder on one image (two-way transformer at half width, upscaling convs): the image-token terms;
     the handful of prompt tokens is negligible."""
     c, tokens = arch.prompt_dim, arch.grid * arch.grid
@@ -171,7 +222,11 @@ def sam_decoder_forward(arch: SamArch) -> float:
     per_layer = 2.0 * tokens * c * half * 2 + 2.0 * tokens * c * half * 2  # token->image k,v; image->token q,out
     final = 2.0 * tokens * c * half * 2
     up = 2.0 * (4 * tokens) * c * (c // 4) * 4 + 2.0 * (16 * tokens) * (c // 4) * (c // 8) * 4  # 2x2 transposed convs
-    return arch.decoder_depth * per_layer + final + up
+    return _matmul_part(arch.decoder_depth * per_layer + final) + _conv_part(up)
+
+
+def sam_decoder_forward(arch: SamArch) -> float:
+    return sam_decoder_forward_parts(arch).total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,15 +249,21 @@ def step_cost(model: str, kind: str, preset: str, batch: int) -> StepCost:
         return StepCost(flops, f"generate: prefill {shapes.prompt_len} + {shapes.new_tokens - 1} decode steps "
                                f"(2N + attention over the growing KV cache)", moved)
     if model == "sam":
-        encoder = batch * sam_encoder_forward(arch)
+        encoder = batch * sam_encoder_forward_parts(arch)
         if kind == "fit":
-            return StepCost(TRAIN_FACTOR * encoder, "train 6N: 3x forward of the ViT image encoder")
-        return StepCost(encoder + batch * sam_decoder_forward(arch), "forward: ViT encoder + mask decoder (approx.)")
+            return _with_convs(TRAIN_FACTOR * encoder, "train 6N: 3x forward of the ViT image encoder")
+        return _with_convs(encoder + batch * sam_decoder_forward_parts(arch),
+                           "forward: ViT encoder + mask decoder (approx.)")
     if model == "stable_diffusion":
         if kind == "fit":
-            return StepCost(TRAIN_FACTOR * batch * vae_encoder_forward(arch), "train 6N: 3x forward of the VAE encoder")
-        return StepCost(2 * batch * unet_forward(arch), "forward: one UNet step on [uncond, cond] (2x batch)")
+            return _with_convs(TRAIN_FACTOR * batch * vae_encoder_forward_parts(arch),
+                               "train 6N: 3x forward of the VAE encoder")
+        return _with_convs(2 * batch * unet_forward_parts(arch), "forward: one UNet step on [uncond, cond] (2x batch)")
     raise ValueError(f"no FLOP model for {model}")
+
+
+def _with_convs(flops: Flops, convention: str) -> StepCost:
+    return StepCost(flops.total, convention, conv_flops=flops.conv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,21 +340,57 @@ def gpu_peak(device_name: str | None) -> Peak | None:
 
 
 def declared_precision(dtype: str | None, tf32_effective: bool | None) -> str:
-    """bf16 for bfloat16 cells; tf32 when the row says TF32 was in effect; fp32 otherwise."""
+    """bf16 for bfloat16 cells; tf32 when the row says TF32 was in effect (for the op family asked about);
+    fp32 otherwise."""
     if dtype and "bfloat16" in dtype:
         return "bf16"
     return "tf32" if tf32_effective else "fp32"
 
 
-def physics_columns(cost: StepCost, ms_per_step: float | None, precision: str, peak_tflops: float | None,
+@dataclass(frozen=True)
+class Precisions:
+    """What a step's FLOPs ran at: its matmuls (and attention products), and its convolutions (None: the
+    step has no convolution FLOPs)."""
+    matmul: str
+    conv: str | None
+
+    @property
+    def combined(self) -> str:
+        """The row's compute_precision: the common precision, or "mixed"."""
+        return self.matmul if self.conv in (None, self.matmul) else "mixed"
+
+
+def step_precisions(cost: StepCost, dtype: str | None, tf32_effective: bool | None,
+                    tf32_conv_effective: bool | None) -> Precisions:
+    """A row's precisions from its dtype and its effective TF32 state for matmuls and for convolutions."""
+    conv = declared_precision(dtype, tf32_conv_effective) if cost.conv_flops > 0 else None
+    return Precisions(declared_precision(dtype, tf32_effective), conv)
+
+
+def effective_peak(cost: StepCost, precisions: Precisions, tflops: dict[str, float]) -> float | None:
+    """The ceiling of a step whose parts run at their own precisions: each part's FLOPs at its own peak, so
+    total FLOPs / (matmul FLOPs / matmul peak + conv FLOPs / conv peak); None when a part's peak is unknown."""
+    matmul_peak = tflops.get(precisions.matmul)
+    if precisions.conv is None or precisions.conv == precisions.matmul:
+        return matmul_peak
+    conv_peak = tflops.get(precisions.conv)
+    if not matmul_peak or not conv_peak:
+        return None
+    return cost.flops / (cost.matmul_flops / matmul_peak + cost.conv_flops / conv_peak)
+
+
+def physics_columns(cost: StepCost, ms_per_step: float | None, precisions: Precisions, peak_tflops: float | None,
                     peak_source: str | None, bandwidth_gbs: float | None) -> dict[str, Any]:
-    """The physics columns of one row (achieved figures null without a time; % of peak null without a peak)."""
+    """The physics columns of one row (achieved figures null without a time; % of peak null without a peak).
+    peak_tflops is the ceiling of the row's precisions (effective_peak for a mixed row)."""
     seconds = ms_per_step / 1000.0 if ms_per_step else None
     achieved = cost.flops / seconds / 1e12 if seconds else None
     pct = 100.0 * achieved / peak_tflops if achieved is not None and peak_tflops else None
     row: dict[str, Any] = {
         "model_flops_per_step": cost.flops, "flops_convention": cost.convention, "achieved_tflops": achieved,
-        "compute_precision": precision, "peak_tflops": peak_tflops, "peak_source": peak_source,
+        "compute_precision": precisions.combined, "matmul_compute_precision": precisions.matmul,
+        "conv_compute_precision": precisions.conv, "conv_flops_per_step": cost.conv_flops,
+        "peak_tflops": peak_tflops, "peak_source": peak_source,
         "pct_of_peak": pct, "precision_suspect": (pct > 100.0) if pct is not None else None,
         "bytes_per_step": cost.bytes_moved, "pct_of_bandwidth": None,
     }

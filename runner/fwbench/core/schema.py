@@ -105,8 +105,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
     ("tf32_matmul", "bool", "Framework flag allowing TF32 for matmuls."),
     ("tf32_effective", "bool", "True only if TF32 was allowed for matmuls and the GPU supports it."),
-    ("tf32_conv", "bool", "Framework flag allowing TF32 for convolutions (cuDNN; null where the framework has no "
-                          "separate switch)."),
+    ("tf32_conv", "bool", "Framework flag allowing TF32 for convolutions (torch: cuDNN's; TensorFlow and JAX have "
+                          "one switch for matmuls and convolutions, recorded in both columns)."),
     ("tf32_conv_effective", "bool", "True only if TF32 was allowed for convolutions and the GPU supports it."),
     ("matmul_precision", "string", "Framework float32 matmul precision setting."),
     ("device_setting", "string", "--device: auto (the GPU when the host has one), gpu or cpu."),

@@ -7,6 +7,7 @@ machines this project is developed on; they are written against the documented A
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 from pathlib import Path
@@ -29,6 +30,7 @@ class TorchBackend:
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.on_gpu = self.device.startswith("cuda")
+        self._replay_counter: CudaGraphReplayCounter | None = None
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
@@ -40,20 +42,64 @@ class TorchBackend:
     def configure(self, threads: int, tf32: str) -> None:
         torch = self.torch
         torch.set_num_threads(threads)
-        if tf32 in ("on", "off") and _has_fp32_precision_api(torch):
-            # torch >= 2.9: the new API only. Mixing it with the legacy flags makes later reads raise, and
-            # libraries (transformers' Trainer) use the new one.
-            torch.backends.fp32_precision = "tf32" if tf32 == "on" else "ieee"
-        elif tf32 == "on":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-            torch.set_float32_matmul_precision("high")
-        elif tf32 == "off":
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-            torch.set_float32_matmul_precision("highest")
+        if tf32 in ("on", "off"):
+            self.set_tf32(tf32 == "on")
         if self.on_gpu:
             torch.cuda.reset_peak_memory_stats()
+
+    def set_tf32(self, enabled: bool) -> None:
+        """TF32 for float32 CUDA matmuls and cuDNN convolutions (and RNNs), through every API this torch has.
+
+        torch >= 2.9 keeps two TF32 states that must agree: the legacy one (`cuda.matmul.allow_tf32`, the
+        float32 matmul precision, `cudnn.allow_tf32`) and the new per-op `fp32_precision` leaves; reading a
+        legacy flag while the other says otherwise raises ("mix of the legacy and new APIs"). Inductor reads
+        the legacy flags on CUDA (pytorch/pytorch#166387), transformers' Trainer and our own state read the
+        new ones. So: the legacy setters first (on torch >= 2.9 they set the leaves too), then every leaf
+        explicitly, never the global `torch.backends.fp32_precision`: a leaf that says "tf32" or "ieee" no
+        longer inherits from the global, so a library that later sets the global (the Trainer's
+        enable_tf32) cannot make a legacy read disagree with it."""
+        torch = self.torch
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+        if _has_fp32_precision_api(torch):
+            leaf = "tf32" if enabled else "ieee"
+            torch.backends.cuda.matmul.fp32_precision = leaf
+            torch.backends.cudnn.conv.fp32_precision = leaf
+            torch.backends.cudnn.rnn.fp32_precision = leaf
+
+    def tf32_available(self) -> bool:
+        """Can this device run TF32 at all (a CUDA GPU of compute capability 8.0 or newer)? The same test
+        transformers makes before it accepts TrainingArguments(tf32=True)."""
+        return bool(self.on_gpu and _ampere_or_newer(self.torch))
+
+    def trainer_tf32(self, tf32_setting: str, compiled: bool) -> tuple[bool | None, str]:
+        """The `tf32` argument for transformers' TrainingArguments, and why, with the TF32 state set to match.
+
+        Left as None with torch_compile=True on an Ampere GPU, the Trainer switches TF32 on itself through
+        the new API only (torch >= 2.9), which makes the legacy reads that Inductor makes raise; tf32=True
+        raises on a CPU or a pre-Ampere GPU. So the Trainer always gets an explicit value where one is
+        valid, and this backend sets the same state first through every API (set_tf32):
+          on      True where TF32 is available, else None (nothing to switch on);
+          off     False (the Trainer then switches TF32 off, or does nothing where it cannot run);
+          default what the Trainer would do itself: True when compiled on a TF32-capable GPU (as the
+                  published compiled Trainer cells ran), else None (the framework's defaults stay)."""
+        available = self.tf32_available()
+        if tf32_setting == "off":
+            value, why = False, "--tf32 off"
+        elif tf32_setting == "on":
+            value, why = ((True, "--tf32 on") if available else
+                          (None, "--tf32 on, but this device has no TF32 (CPU or pre-Ampere GPU)"))
+        elif tf32_setting == "default":
+            if compiled and available:
+                value, why = True, "default: TrainingArguments(torch_compile=True) switches TF32 on by itself"
+            else:
+                value, why = None, "default: the Trainer leaves TF32 alone (not compiled, or no TF32 on this device)"
+        else:
+            raise ValueError(f"unknown TF32 setting {tf32_setting!r} (default, on, off)")
+        if value is not None:
+            self.set_tf32(value)
+        return value, why
 
     def sync(self, output: Any = None) -> None:
         # A CPU step has finished when its call returns; CUDA work is queued until synchronised.
@@ -75,23 +121,36 @@ class TorchBackend:
         return info
 
     def precision_state(self) -> dict[str, Any]:
-        """TF32 state through the API the installed torch uses (read after the cell, whatever the workload
-        or its libraries set). A read that fails leaves its field empty: it never fails the cell."""
+        """TF32 state of matmuls and convolutions apart, through the API the installed torch uses (read after
+        the cell, whatever the workload or its libraries set). On torch >= 2.9 the per-op leaves decide what
+        runs (`cuda.matmul`, `cudnn.conv`; a leaf resolves its parents): TF32 exactly when a leaf says "tf32".
+        Older torch has the legacy flags only. A read that fails leaves its field empty: it never fails the cell."""
         torch = self.torch
         new_api = _has_fp32_precision_api(torch)
-        matmul_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cuda.matmul, torch.backends.cuda.matmul, new_api))
-        # torch.backends.cudnn.conv only exists with the new API (torch >= 2.9): older torch has the cudnn flag.
-        conv_tf32 = _guarded(lambda: _tf32_allowed(torch.backends.cudnn.conv if new_api else None,
-                                                   torch.backends.cudnn, new_api))
+        if new_api:
+            matmul_tf32 = _guarded(lambda: torch.backends.cuda.matmul.fp32_precision == "tf32")
+            conv_tf32 = _guarded(lambda: torch.backends.cudnn.conv.fp32_precision == "tf32")
+        else:
+            matmul_tf32 = _guarded(lambda: bool(torch.backends.cuda.matmul.allow_tf32))
+            conv_tf32 = _guarded(lambda: bool(torch.backends.cudnn.allow_tf32))
         precision = _guarded(torch.get_float32_matmul_precision)
-        if precision is None and new_api:
+        if precision is None and new_api:  # the legacy read raised: another library mixed the APIs
             precision = _guarded(lambda: f"fp32_precision={torch.backends.cuda.matmul.fp32_precision}")
         # TF32 only exists on Ampere+ GPUs; on the CPU the flags are recorded but have no effect.
+        tf32_hardware = self.tf32_available()
         return {"tf32_matmul": matmul_tf32, "tf32_conv": conv_tf32, "matmul_precision": precision,
-                "tf32_effective": bool(self.on_gpu and matmul_tf32 and _ampere_or_newer(torch))}
+                "tf32_effective": bool(tf32_hardware and matmul_tf32),
+                "tf32_conv_effective": bool(tf32_hardware and conv_tf32)}
 
     def threads(self) -> int:
         return int(self.torch.get_num_threads())
+
+    def count_cudagraph_replays(self) -> "CudaGraphReplayCounter":
+        """The window probe that counts CUDA-graph replays in the timed window (installed once per process);
+        compile_stats() reports its count."""
+        if self._replay_counter is None:
+            self._replay_counter = CudaGraphReplayCounter(self.torch.cuda.CUDAGraph)
+        return self._replay_counter
 
     def compile_stats(self) -> dict[str, Any]:
         from torch._dynamo.utils import counters
@@ -103,7 +162,60 @@ class TorchBackend:
             "graph_breaks": int(graph_breaks),
             "graph_break_reasons": sorted(str(r)[:200] for r in counters["graph_break"])[:20],
             "cudagraph_skips": skips,
+            # None: nothing counted them (an uncompiled cell never installs the counter).
+            "cudagraph_replays": None if self._replay_counter is None else self._replay_counter.replays,
         }
+
+
+class CudaGraphReplayCounter:
+    """Counts `torch.cuda.CUDAGraph.replay` calls between start() and stop(): a window probe (StepClock calls
+    them around the timed window), so recording and warm-up replays are not counted.
+
+    torch.compile's reduce-overhead mode runs the compiled code as CUDA graphs through cudagraph trees, which
+    replay each recorded graph with `self.graph.replay()` on a torch.cuda.CUDAGraph, on torch 2.2 and 2.14
+    alike: unlike Inductor's skip counter (missing on 2.2) the count exists on both. Wrapping the Python
+    method of the class reaches every instance, whenever it was made."""
+
+    def __init__(self, graph_class: type):
+        self.replays = 0
+        self._counting = False
+        original = graph_class.replay
+        counter = self
+
+        @functools.wraps(original)
+        def replay(graph, *args, **kwargs):
+            if counter._counting:
+                counter.replays += 1
+            return original(graph, *args, **kwargs)
+
+        graph_class.replay = replay
+
+    def start(self) -> None:
+        self._counting = True
+
+    def stop(self) -> None:
+        self._counting = False
+
+
+# torch.compile modes whose compiled code runs as CUDA graphs (the mode's whole point).
+CUDA_GRAPH_COMPILE_MODES = ("reduce-overhead",)
+
+
+def compile_took_effect(compile_mode: str, stats: dict[str, Any], timed_steps: int) -> bool | None:
+    """Did the timed steps run compiled code? None when nothing was to be compiled.
+
+    Graphs compiled during the run mean the step called compiled code (each workload compiles the modules its
+    step calls). reduce-overhead also has to run that code as CUDA graphs: no graph was skipped (a skip count
+    of None is a torch that does not count skips, such as 2.2) and at least one replay per timed step was
+    counted in the timed window. On a CPU, CUDA graphs cannot run: such a row says False."""
+    if compile_mode == "none":
+        return None
+    compiled = (stats.get("compiled_graphs") or 0) > 0
+    if compile_mode not in CUDA_GRAPH_COMPILE_MODES:
+        return compiled
+    replays = stats.get("cudagraph_replays")
+    return bool(compiled and stats.get("cudagraph_skips") in (0, None)
+                and replays is not None and replays >= timed_steps)
 
 
 def _has_fp32_precision_api(torch) -> bool:
@@ -120,16 +232,6 @@ def _counts_cudagraph_skips() -> bool:
     except ImportError:
         return False
     return hasattr(cudagraph_utils, "log_cudagraph_skip_and_bump_counter")
-
-
-def _tf32_allowed(new_api_node, legacy_node, new_api: bool) -> bool:
-    """Is TF32 allowed for this op family? The new API's value when it has one ("none" = not set: the
-    legacy flag, which is then safe to read), else the legacy `allow_tf32` flag."""
-    if new_api:
-        value = getattr(new_api_node, "fp32_precision", "none")
-        if value in ("tf32", "ieee"):
-            return value == "tf32"
-    return bool(legacy_node.allow_tf32)
 
 
 def _guarded(read):
@@ -237,8 +339,9 @@ class JaxBackend:
         precision = self.jax.config.jax_default_matmul_precision
         allows_tf32 = precision in (None, "default", "tensorfloat32", "bfloat16")
         ampere = self.on_gpu and float(getattr(self.devices[0], "compute_capability", "0") or 0) >= 8.0
-        return {"tf32_matmul": allows_tf32, "matmul_precision": str(precision or "default"),
-                "tf32_effective": bool(ampere and allows_tf32)}
+        # jax_default_matmul_precision governs dots and convolutions alike (one switch, both columns).
+        return {"tf32_matmul": allows_tf32, "tf32_conv": allows_tf32, "matmul_precision": str(precision or "default"),
+                "tf32_effective": bool(ampere and allows_tf32), "tf32_conv_effective": bool(ampere and allows_tf32)}
 
     def threads(self) -> int:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
@@ -297,8 +400,9 @@ class TensorFlowBackend:
         if self.on_gpu:
             capability = tf.config.experimental.get_device_details(self.gpus[0]).get("compute_capability")
             ampere = bool(capability and capability[0] >= 8)
-        return {"tf32_matmul": enabled, "matmul_precision": "tf32" if enabled else "float32",
-                "tf32_effective": bool(ampere and enabled)}
+        # enable_tensor_float_32_execution governs matmuls and convolutions alike (one switch, both columns).
+        return {"tf32_matmul": enabled, "tf32_conv": enabled, "matmul_precision": "tf32" if enabled else "float32",
+                "tf32_effective": bool(ampere and enabled), "tf32_conv_effective": bool(ampere and enabled)}
 
     def threads(self) -> int:
         return int(self.tf.config.threading.get_intra_op_parallelism_threads())

@@ -58,10 +58,12 @@ def cpu_ceiling(run_id: str | None, cache_dir: Path | None) -> tuple[float, str]
 
 def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None, *,
                 mig_slice: bool = False) -> dict[str, Any]:
-    """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step).
+    """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step; the dtype and
+    the effective TF32 state of matmuls and convolutions say what precision each part ran at).
     mig_slice: the cell ran on a MIG slice, which has a share of the GPU's units and bandwidth: no peak."""
     cost = physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
-    precision = physics.declared_precision(row.get("dtype"), row.get("tf32_effective"))
+    precisions = physics.step_precisions(cost, row.get("dtype"), row.get("tf32_effective"),
+                                         row.get("tf32_conv_effective"))
     peak_tflops = peak_source = bandwidth = None
     if on_gpu and (mig_slice or physics.is_mig_name(row.get("device_name"))):
         peak_source = physics.MIG_PEAK_SOURCE
@@ -69,10 +71,13 @@ def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None
         peak = physics.gpu_peak(row.get("device_name"))
         if peak is not None:
             bandwidth = peak.bandwidth_gbs
-            peak_tflops = peak.tflops.get(precision)
+            peak_tflops = physics.effective_peak(cost, precisions, peak.tflops)
             if peak_tflops is not None:
                 peak_source = f"table: {peak.name} ({peak.source})"
+                if precisions.combined == "mixed":
+                    peak_source += (f"; mixed: matmul FLOPs at the {precisions.matmul} peak, convolution FLOPs at "
+                                    f"the {precisions.conv} peak")
     else:
-        # A CPU runs bf16 and fp32 on the same units here; the fp32 GEMM is the ceiling for both.
+        # A CPU runs bf16 and fp32 on the same units here (and no TF32): the fp32 GEMM is the ceiling for all.
         peak_tflops, peak_source = cpu_ceiling(row.get("run_id"), cache_dir)
-    return physics.physics_columns(cost, row.get("ms_per_step"), precision, peak_tflops, peak_source, bandwidth)
+    return physics.physics_columns(cost, row.get("ms_per_step"), precisions, peak_tflops, peak_source, bandwidth)

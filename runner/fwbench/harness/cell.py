@@ -144,7 +144,10 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     # Its slot's GPU in the runner's numbering (a container numbers it 0); without a slot, the one it found.
     gpu_index = (known_gpu.index if spec.gpu_index is None else spec.gpu_index) if known_gpu else None
     energy = EnergyProbe(backend.on_gpu, cell_gpu)
-    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(probe, energy))
+    window_probes = [probe, energy]
+    if stack.family == "torch" and spec.compile_mode != "none":
+        window_probes.append(backend.count_cudagraph_replays())  # did the compiled code replay as CUDA graphs?
+    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes))
     if isinstance(cell, DrivenCell):
         cell.drive(clock)
     else:
@@ -196,9 +199,7 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         extra["graph_break_reasons"] = stats.pop("graph_break_reasons")
         result.update(stats)
         if spec.compile_mode != "none":
-            # The compiled modules are the ones the step calls (see each workload), so graphs
-            # compiled during the run mean the timed code was compiled code.
-            result["compile_took_effect"] = stats["compiled_graphs"] > 0
+            result["compile_took_effect"] = backends.compile_took_effect(spec.compile_mode, stats, spec.steps)
     if stack.family == "keras":
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}

@@ -38,10 +38,12 @@ def build_unet(arch) -> UNet2DConditionModel:
     )
 
 
-def sd_v1_scheduler(steps: int) -> DDIMScheduler:
+def sd_v1_scheduler(steps: int, device: str) -> DDIMScheduler:
+    """SD v1's DDIM schedule with its timesteps on the UNet's device: a CPU timestep fed to a compiled UNet
+    on a GPU makes torch 2.2 skip CUDA graphs (uncounted) and torch 2.14 split the graph around the CPU work."""
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                               clip_sample=False, set_alpha_to_one=False, steps_offset=1)
-    scheduler.set_timesteps(steps)
+    scheduler.set_timesteps(steps, device=device)
     return scheduler
 
 
@@ -87,5 +89,5 @@ def build(ctx):
     context = torch.cat([tensor(ctx.arrays["unconditional_context"], device),
                          tensor(ctx.arrays["context"], device)])
     report_compiled(ctx, "UNet")
-    return DenoisingStep(maybe_compile(unet, mode), sd_v1_scheduler(arch.denoising_steps), arch.guidance_scale,
+    return DenoisingStep(maybe_compile(unet, mode), sd_v1_scheduler(arch.denoising_steps, device), arch.guidance_scale,
                          tensor(nchw(ctx.arrays["latents"]), device), context)

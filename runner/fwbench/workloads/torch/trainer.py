@@ -49,6 +49,11 @@ class TrainerCell(DrivenCell):
 
     def __init__(self, ctx, model, batch: dict[str, torch.Tensor]):
         mode = ctx.spec.compile_mode
+        # An explicit tf32 (None only where True would raise), with the same state already set through every
+        # torch API: left alone, a compiled Trainer switches TF32 on through the new API only (see
+        # TorchBackend.trainer_tf32), and --tf32 off would not reach it.
+        tf32, tf32_why = ctx.backend.trainer_tf32(ctx.spec.tf32, compiled=mode != "none")
+        ctx.report(extra={"trainer_tf32": tf32, "trainer_tf32_why": tf32_why})
         self.output_dir = tempfile.TemporaryDirectory(prefix="fwbench-trainer-")
         args = TrainingArguments(
             output_dir=self.output_dir.name,
@@ -67,10 +72,11 @@ class TrainerCell(DrivenCell):
             torch_compile=mode != "none",
             torch_compile_mode=None if mode == "none" else mode,
             seed=ctx.spec.seed,
+            tf32=tf32,
         )
         self.trainer = Trainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
         # TrainingArguments(torch_compile=True) compiles the model the Trainer wraps (forward and backward;
-        # the optimizer step stays eager), and may switch TF32 on: the row's tf32 columns are read after it.
+        # the optimizer step stays eager); the row's tf32 columns are read after it.
         if mode != "none":
             ctx.report(compiled_target="model (Trainer torch_compile)")
 
