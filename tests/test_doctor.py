@@ -322,3 +322,35 @@ def test_the_real_probe_reports_a_framework_that_does_not_import():
         pytest.skip("every framework is installed here")
     view = doctor.framework_view(Path(sys.executable), backend, {})
     assert "ModuleNotFoundError" in view["error"]
+
+
+def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkeypatch, capsys):
+    """benchmarks/gpu/run_kit.py: doctor's lines land in doctor.txt, a FAIL is logged, not raised, and export
+    (at most 8 files) carries doctor.txt. The doctor subprocess is stood in for (subprocess.run)."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    import kit_plan
+    import run_kit
+
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen["command"] = command
+        return SimpleNamespace(returncode=1, stdout="FAIL  driver vs CUDA wheels: driver 575 is too old\n", stderr="")
+
+    monkeypatch.setattr(run_kit.subprocess, "run", fake_run)
+    args = argparse.Namespace(preset="paper", variants=kit_plan.parse_variants(None), tasks=["gemma-fit"],
+                              site=tmp_path / "site", out=tmp_path / "out", export=tmp_path / "export")
+    assert run_kit.run_doctor(args) == 1
+    assert seen["command"][3:] == ["doctor", "--engine", "current", "--preset", "paper", "--stack", "native-torch",
+                                   "--stack", "keras3-jax", "--stack", "keras3-torch", "--task", "gemma-fit"]
+    assert "driver 575" in (args.out / "doctor.txt").read_text() and "going on" in capsys.readouterr().out
+    for name in ("report/report.md", "report/report.html", "host.json", "nvidia-smi.txt", "kit-state.json",
+                 "checks.txt", "kit.log"):
+        (args.out / name).parent.mkdir(parents=True, exist_ok=True)
+        (args.out / name).write_text("x")
+    (args.out / "rows").mkdir()
+    run_kit.export(args)
+    exported = sorted(path.name for path in args.export.iterdir())
+    assert "doctor.txt" in exported and len(exported) <= 8

@@ -168,8 +168,11 @@ def framework_present(python: Path, backend: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec(backend) is not None
-    done = subprocess.run([str(python), "-c", f"import importlib.util,sys; sys.exit(importlib.util.find_spec("
-                           f"{backend!r}) is None)"], capture_output=True, timeout=60)
+    try:
+        done = subprocess.run([str(python), "-c", f"import importlib.util,sys; sys.exit(importlib.util.find_spec("
+                               f"{backend!r}) is None)"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
     return done.returncode == 0
 
 
@@ -302,7 +305,8 @@ def check_framework(stack: str, python: Path | None, host: GpuHost, selection: S
     if "error" in view:
         return Check(name, "FAIL", f"{python}: {view['error']}", f"install {stack}'s GPU wheels in {python}")
     if view.get("gpus", 0) > 0:
-        return Check(name, "ok", f"{backend} {view.get('version')} sees {view['gpus']} GPU(s) (CUDA {view.get('cuda')})")
+        return Check(name, "ok", f"{backend} {view.get('version')} sees {view['gpus']} GPU(s) "
+                     f"(CUDA {view.get('cuda')})")
     cause = framework_cause(backend, view, host, selection.engine)
     fix = ("run GPU cells with --engine docker (the GPU images) or --engine current in an environment with the GPU "
            "wheels" if selection.engine == "local" and backend != "torch" else
@@ -409,7 +413,8 @@ def toolkit_checks(client, info: dict, names: dict[str, str], present: dict) -> 
         output = client.containers.run(image.id, ["-L"], entrypoint=["nvidia-smi"], remove=True, network_disabled=True,
                                        device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
         listed = _decode(output).strip().splitlines()
-        return [toolkit, Check("GPU in a container", "ok", f"{names[stack]}: {listed[0] if listed else 'nvidia-smi ran'}"
+        first = listed[0] if listed else "nvidia-smi ran"
+        return [toolkit, Check("GPU in a container", "ok", f"{names[stack]}: {first}"
                                + (f" (+{len(listed) - 1})" if len(listed) > 1 else ""))]
     except Exception as exc:  # docker.errors.APIError ("could not select device driver"), ContainerError
         text = str(getattr(exc, "explanation", None) or exc).strip()
