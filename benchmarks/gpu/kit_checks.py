@@ -187,6 +187,7 @@ def kit_rows(out: Path) -> list[dict]:
 
 def run_checks(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
+    run_kit.run_doctor(args)
     run_kit.install(args.wheels, args.site)
     checks = Checks(args)
     print(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}: native-torch "

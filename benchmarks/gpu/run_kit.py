@@ -11,7 +11,8 @@ PYTHONPATH; the wheels are installed with --no-index --no-deps into .gpu-kit/sit
     python3 benchmarks/gpu/run_kit.py publish                               # -> benchmarks/results/<date>-<gpu>/
 
 Everything goes under one folder (--out, default .gpu-kit/out): rows/ (one Parquet row per cell-repeat),
-report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt. --export DIR copies the few files worth
+report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt, doctor.txt (`fwbench doctor`, run first by `run`
+and `checks`). --export DIR copies the few files worth
 bringing back (rows packed into rows.tar.gz) into DIR.
 """
 
@@ -42,6 +43,7 @@ UNIT_OVERHEAD_S = 20.0
 # A repeat of a cell that already ran ok is expected to take about as long again: it starts only if this many
 # times its wall time (at least MIN_REPEAT_S) is left.
 REPEAT_FACTOR, MIN_REPEAT_S = 1.5, 30.0
+DOCTOR_TIMEOUT_S = 600
 
 
 # -- running units -----------------------------------------------------------------------------------
@@ -82,6 +84,27 @@ def needed_s(state: KitState, unit: Unit, first_run_s: float) -> float:
     return first_run_s if known is None else max(MIN_REPEAT_S, REPEAT_FACTOR * known)
 
 
+def run_doctor(args) -> int:
+    """`fwbench doctor --engine current` on the kit's stacks, preset and tasks, first thing in `run` and `checks`:
+    its lines go to doctor.txt, its verdict to the log. A FAIL is logged and the kit goes on (its own test runs on
+    a CPU)."""
+    command = [sys.executable, "-m", "fwbench.cli", "doctor", "--engine", "current", "--preset", args.preset]
+    for stack in dict.fromkeys(stack for stack, _mode in args.variants):
+        command += ["--stack", stack]
+    for task in args.tasks:
+        command += ["--task", task]
+    try:
+        done = subprocess.run(command, env=kit_environment(args.site), capture_output=True, text=True, cwd=REPO,
+                              timeout=DOCTOR_TIMEOUT_S)
+        text, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired:
+        text, code = f"fwbench doctor did not finish in {DOCTOR_TIMEOUT_S} s\n", 1
+    write_atomically(args.out / "doctor.txt", text)
+    failed = [line for line in text.splitlines() if line.startswith("FAIL")]
+    log(f"doctor: exit {code}" + (": " + "; ".join(failed) + " (going on; see doctor.txt)" if code else ""))
+    return code
+
+
 def run_chunk(args) -> int:
     """Run units in order while they fit the budget. Each cell's --timeout is what is left of the budget (at
     most --cell-timeout), so no cell outlives the chunk; a cell cut short that way (its timeout below the
@@ -89,6 +112,7 @@ def run_chunk(args) -> int:
     timeout: only a cell that timed out with all of it is recorded as a timeout."""
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
+    run_doctor(args)
     install(args.wheels, args.site)
     broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything", "torch",
                                        "jax", "transformers", "peft", "fwbench.cli.commands", "fwbench_aggregator.cli"])
@@ -164,8 +188,8 @@ def aggregate(args) -> None:
 
 
 def export(args) -> None:
-    """The files worth bringing back, at most 8: the rows packed into one archive, the report, the host,
-    the kit's state and log, the checks."""
+    """The files worth bringing back, at most 8: the rows packed into one archive, the report (markdown), the
+    host, the kit's state and log, the checks and the doctor's lines."""
     args.export.mkdir(parents=True, exist_ok=True)
     rows = args.out / "rows"
     if rows.is_dir():
@@ -173,8 +197,8 @@ def export(args) -> None:
         with tarfile.open(archive, "w:gz") as tar:
             tar.add(rows, arcname="rows")
         archive.replace(args.export / "rows.tar.gz")
-    for name in ("report/report.md", "report/report.html", "host.json", "nvidia-smi.txt", "kit-state.json",
-                 "checks.txt", "kit.log"):
+    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "kit-state.json", "checks.txt", "doctor.txt",
+                 "kit.log"):
         source = args.out / name
         if source.is_file():
             write_atomically(args.export / source.name, source.read_bytes())
@@ -217,7 +241,7 @@ def publish(args) -> int:
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(args.out / "rows", dest / "rows")
-    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "checks.txt", "kit-state.json"):
+    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "checks.txt", "doctor.txt", "kit-state.json"):
         if (args.out / name).is_file():
             shutil.copy2(args.out / name, dest / Path(name).name)
     log(f"published {sum(1 for _ in (dest / 'rows').rglob('*.parquet'))} rows and the report to {dest}")

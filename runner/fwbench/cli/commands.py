@@ -353,6 +353,8 @@ _register_aggregator(app)
 _register_release(app)
 app.add_typer(_k8s_app, name="k8s")
 app.add_typer(_slurm_app, name="slurm")
+from fwbench.cli.doctor import register as _register_doctor  # noqa: E402
+_register_doctor(app)
 
 
 def main() -> None:
