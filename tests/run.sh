@@ -25,5 +25,5 @@ fi
 
 # Created once: a later run reuses it (re-running venv could re-point it at another python3 on PATH).
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[report,test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[report,test,docs]'
 exec .venv/bin/python -m pytest -ra "$@"

@@ -1,5 +1,5 @@
-"""`fwbench publish`, `fwbench bundle` and `fwbench verify`: the third-party verification path (README
-"Verify published results").
+"""`fwbench publish`, `fwbench bundle` and `fwbench verify`: the third-party verification path
+(docs/verification.md).
 
 publish: push built images, record them by digest (release.json + release.env + SBOMs), sign release.json.
 bundle:  results + their release (+ signature) + the report, in one file to hand over.

@@ -1,4 +1,4 @@
-"""Signing release.json, and checking its signature (trust model: README "Verify published results").
+"""Signing release.json, and checking its signature (trust model: docs/verification.md).
 
 Offline and everywhere: an SSH signature (`ssh-keygen -Y sign`, OpenSSH >= 8.1) in release.json.sig, checked
 against an allowed-signers file the verifier obtained from the publisher out of band: a key that travels
