@@ -283,8 +283,7 @@ def framework_cause(backend: str, view: dict, host: GpuHost, engine: str) -> str
                 host.driver, drivers.CUDA_MIN_DRIVER[13]):
             return f"torch's CUDA {cuda} wheels need driver {drivers.CUDA_MIN_DRIVER[13]}, this host has {host.driver}"
     if backend == "jax" and not cuda:
-        where = " (the local engine installs the CPU lock)" if engine == "local" else ""
-        return f"CPU-only jax: no jax-cuda12/13 plugin{where}"
+        return "CPU-only jax: no jax-cuda12/13 plugin"
     if backend == "tensorflow" and not cuda:
         return "TensorFlow without CUDA libraries (a CPU build, or tensorflow without [and-cuda])"
     return view.get("stderr") or "; ".join(view.get("warnings") or []) or "the framework gave no reason"
@@ -308,8 +307,8 @@ def check_framework(stack: str, python: Path | None, host: GpuHost, selection: S
         return Check(name, "ok", f"{backend} {view.get('version')} sees {view['gpus']} GPU(s) "
                      f"(CUDA {view.get('cuda')})")
     cause = framework_cause(backend, view, host, selection.engine)
-    fix = ("run GPU cells with --engine docker (the GPU images) or --engine current in an environment with the GPU "
-           "wheels" if selection.engine == "local" and backend != "torch" else
+    fix = (f"rebuild the GPU environment: remove {python.parents[1]} and run `fwbench env build {stack} --device gpu`"
+           if selection.engine == "local" else
            f"install {drivers.gpu_wheels(stack, selection.pin_set).label()} (see docs/doctor.md)")
     return Check(name, "FAIL", f"{backend} {view.get('version')} sees no GPU on a host with {len(host.gpus)}: {cause}",
                  fix)
@@ -330,7 +329,8 @@ def python_checks(selection: Selection, host: GpuHost) -> list[Check]:
             checks.append(Check("uv", "FAIL", str(exc), "pip install -e . (fwbench depends on a pinned uv)"))
         missing = []
         for stack in selection.stacks:
-            environment = StackEnvironment(stack, selection.pin_set)
+            # A GPU host's cells run in the stack's GPU environment (fwbench.engines.device: --device auto).
+            environment = StackEnvironment(stack, selection.pin_set, variant="gpu" if host.gpus else "cpu")
             interpreters[stack] = environment.python if environment.ready else None
             if not environment.ready:
                 missing.append(stack)

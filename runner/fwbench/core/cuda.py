@@ -7,6 +7,8 @@ needs the R580 driver family.
 
 from __future__ import annotations
 
+import re
+
 MINIMUM_DRIVER_BY_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 
 
@@ -25,8 +27,11 @@ def minimum_driver(cuda_version: str | None) -> str | None:
     return MINIMUM_DRIVER_BY_CUDA_MAJOR.get(major) if major is not None else None
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'580.65.06' -> (580, 65, 6); ignores anything that is not a number."""
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
 def driver_at_least(driver: str, minimum: str) -> bool:
-    """Compare dotted driver versions numerically ("575.57.08" < "580")."""
-    def parts(version: str) -> tuple[int, ...]:
-        return tuple(int(part) for part in version.split(".") if part.isdigit())
-    return parts(driver) >= parts(minimum)
+    """Compare driver versions numerically ("575.57.08" < "580")."""
+    return version_tuple(driver) >= version_tuple(minimum)

@@ -17,10 +17,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from fwbench.core import pins, registry
+from fwbench.core.cuda import MINIMUM_DRIVER_BY_CUDA_MAJOR, driver_at_least, version_tuple  # noqa: F401 (drivers.*)
 
 IMAGES = Path(__file__).resolve().parents[3] / "images"
-# CUDA major -> the oldest Linux driver that runs its wheels (minor-version compatibility).
-CUDA_MIN_DRIVER = {12: "525.60.13", 13: "580"}
+# CUDA major -> the oldest Linux driver that runs its wheels (minor-version compatibility): one rule, in core.cuda.
+CUDA_MIN_DRIVER = MINIMUM_DRIVER_BY_CUDA_MAJOR
 # How a framework's CUDA build is asked for on PyPI (the table's wording).
 _WHEEL_NAME = {"torch": "torch", "jax": "jax[cuda{major}]", "tensorflow": "tensorflow[and-cuda]"}
 _CU_SUFFIX = re.compile(r"-cu(\d+)$")
@@ -100,13 +101,6 @@ def min_driver(stack: str, pin_set: str) -> str:
     return gpu_wheels(stack, pin_set).min_driver
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'580.65.06' -> (580, 65, 6); ignores anything that is not a number."""
-    return tuple(int(part) for part in re.findall(r"\d+", version))
-
-
-def driver_at_least(installed: str, needed: str) -> bool:
-    return version_tuple(installed) >= version_tuple(needed)
 
 
 def markdown_table(pin_sets: tuple[str, ...] = pins.PIN_SETS) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mkdocs.structure.files import File, Files
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 DOCS_LINK = re.compile(r"\]\(docs/")
 
 
