@@ -40,7 +40,7 @@ for target in "${targets[@]}"; do
     ${FWBENCH_BASE_IMAGE:+--build-arg FWBENCH_BASE_IMAGE="$FWBENCH_BASE_IMAGE"} -t "$image" . >/dev/null
   echo "built in $(( $(date +%s) - start )) s, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')"
   status=0
-  "$python" -m fwbench.cli run --engine docker --gpus none --image "fwbench/{stack}:{pin_set}-gpu" --pin-set "$pin_set" \
+  "$python" -m fwbench.cli run --engine docker --device cpu --image "fwbench/{stack}:{pin_set}-gpu" --pin-set "$pin_set" \
     --stack "$stack" --task bert-predict --preset tiny --data "$work/data" --out "$work/results/$stack-$pin_set" || status=$?
   if [ "$status" = 0 ]; then
     "$python" - "$work/results/$stack-$pin_set" "$pin_set" <<'PY' || status=$?

@@ -3,7 +3,7 @@ offline in a simulated host image: a venv with only what the GPU host's image ha
 KerasHub, diffusers or segment-anything), the wheelhouse made for its Python, installed with --no-index
 --no-deps, and a tiny run of native-torch, keras3-jax and keras3-torch cells on the CPU.
 
-The simulated image (about 6.6 GB: torch with CUDA libraries, JAX, transformers, ...) is built once from
+The simulated image (several GB: torch 2.11 with CUDA libraries, JAX, transformers, ...) is built once from
 benchmarks/gpu/simulated-image.txt and cached under $FWBENCH_HOME/venvs keyed by that file's hash.
 """
 
@@ -30,7 +30,20 @@ import make_wheelhouse  # noqa: E402
 import run_kit  # noqa: E402
 from kit_plan import KitState, Unit  # noqa: E402
 
-IMAGE_PYTHON = "3.11"  # what this machine has; the host has 3.12 (make_wheelhouse --python-version)
+
+
+def image_python() -> tuple[str, str]:
+    """(version, interpreter) of the simulated image: the host's Python 3.12 where this machine has one (pyenv's
+    on the development machines), else 3.11; the wheelhouse is made for that version (make_wheelhouse.py)."""
+    import glob
+
+    for version in ("3.12", "3.11"):
+        candidates = [shutil.which(f"python{version}"), *sorted(glob.glob(
+            os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))]
+        for candidate in filter(None, candidates):
+            if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:  # not a bare shim
+                return version, candidate
+    pytest.skip("needs python3.12 or python3.11 for the simulated image")
 
 
 # -- the plan and its state ------------------------------------------------------------------------
@@ -85,6 +98,7 @@ def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(t
     for name in ("install", "aggregate"):
         monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
     monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
+    monkeypatch.setattr(run_kit, "broken_stacks", lambda *a, **k: {})
     monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
     calls = []
     durations = iter([100.0, 300.0, 90.0])
@@ -112,6 +126,40 @@ def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(t
     assert run_kit.main(argv) == 0
     assert calls[2] == ("native-torch/none/bert-predict/r0", 350)
     assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-predict", 0)) == "ok"
+
+
+def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_run(tmp_path, monkeypatch):
+    """The imports (a subprocess in the host image) are the boundary: keras3-jax's are said to fail."""
+    for name in ("install", "aggregate", "run_doctor"):
+        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
+    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
+    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    monkeypatch.setattr(run_kit, "broken_stacks", lambda site, stacks: {
+        "keras3-jax": "does not import here: jax: ImportError: libcudart.so.13: cannot open shared object file"})
+    ran = []
+    monkeypatch.setattr(run_kit, "run_unit", lambda unit, args, timeout_s, extra=None, rows=None: ran.append(
+        unit.key) or {"status": "ok", "ms_per_step": 1.0})
+    logged = []
+    monkeypatch.setattr(run_kit, "log", logged.append)
+    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-predict", "--repeats", "1",
+            "--variants", "native-torch:none,keras3-jax,keras3-torch"]
+    assert run_kit.main(argv) == 0
+    assert ran == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0"]
+    assert any(line.startswith("left out: keras3-jax [xla], every task: does not import here: jax: ImportError")
+               for line in logged), logged
+
+
+def test_generate_cells_get_a_step_count_that_fits_the_kits_cell_timeout():
+    """Published keras3-torch generate steps took 7.6-11.1 s: 100 of them never fit a 480 s cell. The per-task
+    default (part of the identity, on the row as timed_steps) does, with the warm-up and first step."""
+    from fwbench.core import registry
+
+    worst_step_s = 11.1
+    for task in ("gemma-generate-bs32", "mistral-generate-bs1"):
+        steps = registry.default_steps(task, "paper")
+        assert (1 + registry.get_preset("paper").warmup + steps) * worst_step_s < 480 / 2, steps
+    assert registry.default_steps("bert-fit", "paper") == 100 and registry.default_steps("gemma-generate-bs1",
+                                                                                         "tiny") == 5
 
 
 def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tmp_path, monkeypatch, capsys):
@@ -217,29 +265,28 @@ def test_unknown_names_are_one_line_errors(capsys):
 
 # -- the whole kit, offline, in a simulated host image -----------------------------------------------
 
-def simulated_image() -> Path:
-    """A venv with what the host's image has (benchmarks/gpu/simulated-image.txt), built once and cached."""
-    python = shutil.which(f"python{IMAGE_PYTHON}")
-    if python is None:
-        pytest.skip(f"needs python{IMAGE_PYTHON} for the simulated image")
+def simulated_image() -> tuple[Path, str]:
+    """A venv with what the host's image has (benchmarks/gpu/simulated-image.txt), built once and cached; and its
+    Python version."""
+    version, python = image_python()
     requirements = KIT / "simulated-image.txt"
     key = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
     home = Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
     # Beside the stack environments, so that CI's clean-up of those before its image builds returns this disk too.
-    venv = home / "venvs" / f"gpu-kit-sim-image-py{IMAGE_PYTHON}-{key}"
+    venv = home / "venvs" / f"gpu-kit-sim-image-py{version}-{key}"
     if not (venv / ".fwbench-ready").is_file():
         from fwbench.engines.local import uv_binary, uv_environment
 
         shutil.rmtree(venv, ignore_errors=True)
-        # Through the stack environments' uv cache, hard-linked: the torch, JAX and CUDA wheels the host image
-        # has are the ones native-torch and keras3-jax lock, already downloaded and stored once.
+        # Through the stack environments' uv cache, hard-linked: what it shares with them (JAX, transformers and
+        # their dependencies) is downloaded and stored once; its torch is the host's release, not the locks'.
         uv_env = {**os.environ, **uv_environment(home)}
         uv = str(uv_binary())
         subprocess.run([uv, "venv", "-q", "--seed", "--python", python, str(venv)], check=True, env=uv_env)
         subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",
                         str(requirements)], check=True, timeout=3600, env=uv_env)
         (venv / ".fwbench-ready").touch()
-    return venv / "bin" / "python"
+    return venv / "bin" / "python", version
 
 
 def kit(python: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
@@ -254,14 +301,14 @@ def kit(python: Path, *args: str, timeout: float = 1200) -> subprocess.Completed
 @pytest.mark.integration
 def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp_path):
     started = time.monotonic()
-    python = simulated_image()
+    python, image_version = simulated_image()
     lacking = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('tensorflow', "
                               "'keras', 'keras_hub', 'keras_cv', 'diffusers', 'segment_anything', 'grain') "
                               "if u.find_spec(m)])"], capture_output=True, text=True, check=True)
     assert lacking.stdout.strip() == "[]", "the simulated image must lack what the wheelhouse brings"
 
     wheels = tmp_path / "wheels"
-    made = subprocess.run([sys.executable, str(KIT / "make_wheelhouse.py"), "--python-version", IMAGE_PYTHON,
+    made = subprocess.run([sys.executable, str(KIT / "make_wheelhouse.py"), "--python-version", image_version,
                            "--dest", str(wheels)], capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr
     assert "wheelhouse: 11 wheels" in made.stdout
@@ -302,10 +349,10 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     checks = kit(python, "checks", *common, "--cell-timeout", "150")
     assert checks.returncode == 0, checks.stderr + checks.stdout
     verdicts = {line.split(":")[0][5:]: line[:4].strip() for line in (out / "checks.txt").read_text().splitlines()}
-    assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS",
+    assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS", "compiled Trainer fit runs": "SKIP",
                         "reduce-overhead replays CUDA graphs": "SKIP", "competing GPU process marks rows busy": "SKIP",
-                        "peak memory filled": "PASS", "energy columns": verdicts.get("energy columns")}
-    assert verdicts["energy columns"] in ("SKIP", "PASS")
+                        "each row ran on one GPU, named by UUID": "SKIP", "peak memory filled": "PASS",
+                        "energy columns": "SKIP"}, (out / "checks.txt").read_text()
     print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
 
@@ -321,7 +368,7 @@ def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_
 
     checks = object.__new__(kit_checks.Checks)
     checks.lines, checks.failed, checks.gpu = [], False, True
-    checks.cell = lambda name, mode="none", extra=None, preset=None: row("own.bert-predict", mode, True)
+    checks.cell = lambda name, mode="none", extra=None, preset=None, task=None: row("own.bert-predict", mode, True)
     kit = [row("native-torch.sd-predict", "reduce-overhead", False),
            row("native-torch.bert-fit", "reduce-overhead", True),
            row("native-torch.sam-fit", "none", None), row("native-torch.gemma-fit", "reduce-overhead", None, "error")]
@@ -335,3 +382,53 @@ def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_
     checks.gpu = False
     checks.cuda_graphs(kit)
     assert checks.lines[-1].startswith("SKIP")
+
+
+def test_the_gpu_only_checks_judge_what_the_rows_say(monkeypatch):
+    """TF32 per setting, one GPU by UUID (NVML mocked) and energy, on a GPU (mocked) over stand-in rows."""
+    import kit_checks
+    from fwbench.harness import nvml
+
+    checks = object.__new__(kit_checks.Checks)
+    checks.lines, checks.failed, checks.gpu = [], False, True
+    state = {"default": (False, True), "on": (True, True), "off": (False, True)}  # off did not reach convolutions
+
+    def cell(name, mode="none", extra=None, preset=None, task=None):
+        setting = extra[-1]
+        matmul, conv = state[setting]
+        return {"status": "ok", "cell_id": name, "tf32_setting": setting, "tf32_matmul": matmul, "tf32_conv": conv,
+                "tf32_effective": matmul, "tf32_conv_effective": conv}
+
+    checks.cell = cell
+    checks.tf32()
+    assert checks.failed and "--tf32 off: allowed (False, True)" in checks.lines[-1]
+    state["off"] = (False, False)
+    checks.lines, checks.failed = [], False
+    checks.tf32()
+    assert not checks.failed and checks.lines[-1].startswith("PASS")
+
+    class FakeNvml:
+        @staticmethod
+        def nvmlDeviceGetHandleByIndex(index):
+            return index
+
+        @staticmethod
+        def nvmlDeviceGetUUID(handle):
+            return f"GPU-{handle}"
+
+    monkeypatch.setattr(nvml, "nvml_query", lambda query: query(FakeNvml))
+    good = {"status": "ok", "cell_id": "a", "device": "cuda", "device_count": 1, "gpu_index": 1, "gpu_uuid": "GPU-1",
+            "energy_status": "ok", "energy_j": 1.0, "joules_per_step": 0.1, "mean_power_w": 300.0}
+    short = {**good, "cell_id": "b", "energy_status": "window_too_short", "energy_j": None, "joules_per_step": None,
+             "mean_power_w": None}
+    checks.one_gpu_by_uuid([good, short])
+    assert checks.lines[-1].startswith("PASS")
+    checks.one_gpu_by_uuid([good, {**good, "cell_id": "cpu", "device": "cpu"},
+                            {**good, "cell_id": "two", "device_count": 2}, {**good, "cell_id": "x", "gpu_uuid": "GPU-0"}])
+    assert checks.lines[-1].startswith("FAIL") and all(w in checks.lines[-1] for w in ("cpu ran on cpu", "two saw 2",
+                                                                                       "x: gpu_uuid GPU-0"))
+    checks.lines, checks.failed = [], False
+    checks.energy([good, short])
+    assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]
+    checks.energy([good, {**short, "energy_status": "nvml_unavailable"}])
+    assert checks.lines[-1].startswith("FAIL")

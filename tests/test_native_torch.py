@@ -91,3 +91,34 @@ def test_compiled_variant_really_compiles(tmp_path, shared_data):
         assert row["cudagraph_skips"] > 0  # CUDA graphs cannot apply on the CPU: recorded, not hidden
         # reduce-overhead means CUDA graphs: none replayed on the CPU, so the compile did not take effect.
         assert row["cudagraph_replays"] == 0 and row["compile_took_effect"] is False
+
+
+def test_the_7b_models_are_created_on_the_device_in_bfloat16():
+    """The causal LMs are built where they run, in bfloat16, not in fp32 on the host and then cast (34 GB of host
+    memory and minutes of CPU initialisation per 7B cell). Checked in native-torch's environment: every parameter
+    the model's __init__ creates is already bfloat16 on the build device (here the CPU, the device it is given)."""
+    import subprocess
+
+    probe = """
+import torch
+from transformers import GemmaConfig, GemmaForCausalLM
+from fwbench.workloads.torch.causal_lm import created_on
+seen = []
+class Recording(GemmaForCausalLM):
+    def __init__(self, config):
+        super().__init__(config)
+        seen.extend({(p.dtype, p.device.type) for p in self.parameters()})
+        seen.append(("default", torch.get_default_dtype()))
+config = GemmaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                     head_dim=16, intermediate_size=64)
+with created_on("cpu", torch.bfloat16):
+    Recording(config)
+print(sorted(map(str, set(seen))), torch.get_default_dtype())
+"""
+    assert run_fwbench("env", "build", "native-torch").returncode == 0
+    python = run_fwbench("env", "path", "native-torch").stdout.strip()
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(registry.__file__).rsplit("/fwbench/", 1)[0], "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("]")[0] + "]" == str(sorted(["(torch.bfloat16, 'cpu')", "('default', torch.bfloat16)"]))
+    assert done.stdout.strip().endswith("torch.float32")  # the default is restored afterwards

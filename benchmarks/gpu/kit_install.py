@@ -93,14 +93,39 @@ def kit_environment(site: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-def check_imports(site: Path, modules: list[str]) -> list[str]:
-    """The modules that do not import in a fresh interpreter with the kit's path (one line each)."""
+# What each of the kit's stacks imports to run its cells (fwbench's own modules are checked apart: without them
+# nothing runs).
+STACK_MODULES = {
+    "native-torch": ("torch", "transformers", "peft", "diffusers", "segment_anything"),
+    "keras3-jax": ("jax", "keras", "keras_hub", "grain"),
+    "keras3-torch": ("torch", "keras", "keras_hub", "grain"),
+}
+FWBENCH_MODULES = ("fwbench.cli.commands", "fwbench_aggregator.cli")
+
+
+def check_imports(site: Path, modules: list[str] | tuple[str, ...], environment: dict[str, str] | None = None
+                  ) -> list[str]:
+    """The modules that do not import in a fresh interpreter with the kit's path (one line each); `environment`
+    adds a stack's switches (KERAS_BACKEND)."""
     code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n"
             "    except Exception as exc:\n        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n")
     done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
-                          env={**kit_environment(site), "KERAS_BACKEND": "torch"})
+                          env={**kit_environment(site), "KERAS_BACKEND": "torch", **(environment or {})})
     return [line for line in done.stdout.splitlines() if line.strip()] + (
         [f"check failed: {done.stderr.strip()[-300:]}"] if done.returncode else [])
+
+
+def broken_stacks(site: Path, stacks: list[str]) -> dict[str, str]:
+    """Stack -> why it cannot run here (its imports fail), for the stacks of the plan; each is checked with its own
+    switches (Keras reads KERAS_BACKEND at import)."""
+    from fwbench.core import registry
+
+    broken = {}
+    for stack in dict.fromkeys(stacks):
+        failures = check_imports(site, STACK_MODULES.get(stack, ()), registry.get_stack(stack).environment())
+        if failures:
+            broken[stack] = "does not import here: " + "; ".join(failures)
+    return broken
 
 
 # -- host facts --------------------------------------------------------------------------------------

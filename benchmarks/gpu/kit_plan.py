@@ -64,17 +64,23 @@ def parse_tasks(text: str | None) -> list[str]:
     return [task.strip() for task in text.split(",") if task.strip()] if text else list(DEFAULT_TASKS)
 
 
-def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int) -> tuple[list[Unit], list[str]]:
-    """Every unit in run order, and a line per cell left out (with the reason)."""
+def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
+               broken_stacks: dict[str, str] | None = None) -> tuple[list[Unit], list[str]]:
+    """Every unit in run order, and a line per cell left out (with the reason). broken_stacks: stack -> why it
+    cannot run on this host (its imports fail): its cells are left out, the others run."""
+    broken_stacks = broken_stacks or {}
     units, left_out = [], []
+    for stack, mode in variants:
+        if stack in broken_stacks:
+            left_out.append(f"{stack} [{mode}], every task: {broken_stacks[stack]}")
     for task in tasks:
         for stack, mode in variants:
-            if (stack, task) in NOT_ON_THIS_HOST:
+            if (stack, task) in NOT_ON_THIS_HOST and stack not in broken_stacks:
                 left_out.append(f"{stack} [{mode}] {task}: {NOT_ON_THIS_HOST[(stack, task)]}")
     for repeat in range(repeats):
         for task in tasks:
             for stack, mode in variants:
-                if (stack, task) not in NOT_ON_THIS_HOST:
+                if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
                     units.append(Unit(stack, mode, task, repeat))
     return units, left_out
 

@@ -34,7 +34,8 @@ sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(HERE)]
 from fwbench.core.atomic import write_atomically  # noqa: E402
 
 import kit_plan  # noqa: E402
-from kit_install import check_imports, install, kit_environment, log, record_host  # noqa: E402
+from kit_install import (FWBENCH_MODULES, broken_stacks, check_imports, install, kit_environment,  # noqa: E402
+                         log, record_host)
 from kit_plan import KitError, KitState, Unit  # noqa: E402
 
 KIT = REPO / ".gpu-kit"
@@ -114,14 +115,15 @@ def run_chunk(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_doctor(args)
     install(args.wheels, args.site)
-    broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything", "torch",
-                                       "jax", "transformers", "peft", "fwbench.cli.commands", "fwbench_aggregator.cli"])
+    broken = check_imports(args.site, FWBENCH_MODULES)
     if broken:
-        raise KitError("these do not import with the kit installed: " + "; ".join(broken))
+        raise KitError("fwbench itself does not import with the kit installed: " + "; ".join(broken))
     if not (args.out / "host.json").is_file():
         record_host(args.out, args.site)
         log(f"host recorded in {args.out / 'host.json'}")
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats)
+    # A stack whose imports fail is left out with its reason; the others run.
+    unrunnable = broken_stacks(args.site, [stack for stack, _mode in args.variants])
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable)
     for line in left_out:
         log(f"left out: {line}")
     state = KitState(args.out / "kit-state.json")

@@ -380,7 +380,7 @@ def docker_checks(selection: Selection, host: GpuHost) -> list[Check]:
             checks.append(Check(f"image {names[stack]}", "FAIL", "not found", "docker build -f images/Dockerfile "
                                 f"--build-arg STACK={stack} --build-arg PIN_SET={selection.pin_set} --build-arg "
                                 f"VARIANT={variant} -t {names[stack]} . (or docker compose build)"))
-    need = sum(footprint.IMAGE_GB[variant][stack] for stack in absent)
+    need = sum(footprint.image_gb(stack, variant) for stack in absent)
     root = info.get("DockerRootDir") or "/var/lib/docker"
     if not Path(root).exists():
         checks.append(Check("disk for images", "skip" if not absent else "warn",

@@ -27,17 +27,8 @@ OTHER_CELLS_GB = {
 }
 TINY_CELL_GB = 0.5
 
-# Disk, GB. Images: the CPU sizes README measured (rounded up); GPU images add the CUDA libraries (the torch
-# images are the same in both variants: PyPI's torch carries CUDA). Environments: the stack's installed
-# wheels; the local engine's five share files (hard links), 8.8 GB in all.
-IMAGE_GB = {
-    "cpu": {"native-torch": 7.0, "keras3-tensorflow": 3.0, "keras3-jax": 3.5, "keras3-torch": 8.5,
-            "keras2-tensorflow": 2.5},
-    "gpu": {"native-torch": 7.0, "keras3-tensorflow": 5.5, "keras3-jax": 7.5, "keras3-torch": 8.5,
-            "keras2-tensorflow": 5.5},
-}
-ENVIRONMENT_GB = {"native-torch": 6.3, "keras3-tensorflow": 2.7, "keras3-jax": 3.3, "keras3-torch": 7.6,
-                  "keras2-tensorflow": 2.1}
+# Disk: each stack's environment and images are facts of its definition (fwbench.core.registry.Stack.environment_gb,
+# image_gb). The local engine's five environments share files (hard links): 8.8 GB in all.
 ALL_ENVIRONMENTS_GB = 9.0
 
 
@@ -69,4 +60,9 @@ def cell_gpu_gb(task_id: str, preset: str) -> float:
 
 def environments_gb(stacks: list[str]) -> float:
     """Disk (GB) for the local engine to build these stacks' environments (shared files are stored once)."""
-    return min(sum(ENVIRONMENT_GB[stack] for stack in stacks), ALL_ENVIRONMENTS_GB)
+    return min(sum(registry.get_stack(stack).environment_gb for stack in stacks), ALL_ENVIRONMENTS_GB)
+
+
+def image_gb(stack: str, variant: str) -> float:
+    """Disk (GB) of the stack's image of this variant (cpu or gpu)."""
+    return dict(registry.get_stack(stack).image_gb)[variant]

@@ -55,6 +55,10 @@ class Stack:
     # and how the paper-2024 pin set differs from it on purpose (see fwbench.core.pins).
     published_pins: tuple[tuple[str, str], ...] = ()
     pin_deviations: tuple[pins.Deviation, ...] = (pins.PYTHON_DEVIATION,)
+    # Rough disk, GB (fwbench.core.footprint, for `fwbench doctor`): the local environment's installed wheels, and
+    # the image per variant (the CPU sizes measured, rounded up; GPU images add the CUDA libraries).
+    environment_gb: float = 0.0
+    image_gb: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.family not in ("torch", "keras"):
@@ -93,7 +97,8 @@ class Stack:
 
 
 def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
-            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = ()) -> Stack:
+            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (), *,
+            environment_gb: float, image_gb: tuple[float, float]) -> Stack:
     """A Keras 3 stack: KERAS_BACKEND selects the backend (Keras reads it once, at import time)."""
     names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
     policy = "jit_compile=True" if xla else "eager (as published)"
@@ -103,7 +108,8 @@ def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
                  env=(("KERAS_BACKEND", backend), *_KERAS_GPU_ALLOCATION),
                  published_pins=(("python", pins.PUBLISHED_PYTHON), ("keras", "3.0.5"), *published_backend,
                                  *pins.KERAS_COMMON_PINS),
-                 pin_deviations=(pins.PYTHON_DEVIATION, *deviations))
+                 pin_deviations=(pins.PYTHON_DEVIATION, *deviations), environment_gb=environment_gb,
+                 image_gb=(("cpu", image_gb[0]), ("gpu", image_gb[1])))
 
 
 _JAX_DEVIATION = ("jax 0.4.20's CUDA build was only on Google's own index; 0.4.23 is the first release PyPI serves "
@@ -123,14 +129,17 @@ STACKS: dict[str, Stack] = {
               pin_deviations=(pins.PYTHON_DEVIATION, pins.Deviation(
                   "segment-anything", "git 6fdee8f2727f4506cfbbe553e23b895e27956588", "1.0",
                   "a hash-locked install needs a release: PyPI's segment-anything 1.0, whose model code "
-                  "(segment_anything/modeling) differs from that commit only in docstrings"))),
+                  "(segment_anything/modeling) differs from that commit only in docstrings")),
+              environment_gb=6.3, image_gb=(("cpu", 7.0), ("gpu", 7.0))),
         _keras3("tensorflow", "tensorflow", report_rank=0, xla=True,
-                published_backend=(("tensorflow", "2.15.0.post1"),)),
+                published_backend=(("tensorflow", "2.15.0.post1"),), environment_gb=2.7, image_gb=(3.0, 5.5)),
         _keras3("jax", "jax", report_rank=1, xla=True, published_backend=(("jax", "0.4.20"), ("jaxlib", "0.4.20")),
                 deviations=(pins.Deviation("jax", "0.4.20", "0.4.23", _JAX_DEVIATION),
-                            pins.Deviation("jaxlib", "0.4.20", "0.4.23", "goes with jax (above)"))),
+                            pins.Deviation("jaxlib", "0.4.20", "0.4.23", "goes with jax (above)")),
+                environment_gb=3.3, image_gb=(3.5, 7.5)),
         # As published: eager on the PyTorch backend.
-        _keras3("torch", "torch", report_rank=2, xla=False, published_backend=(("torch", "2.2.1"),)),
+        _keras3("torch", "torch", report_rank=2, xla=False, published_backend=(("torch", "2.2.1"),),
+                environment_gb=7.6, image_gb=(8.5, 8.5)),
         Stack("keras2-tensorflow", "keras", "tensorflow", ("xla",), "Keras 2 (tf.keras / tf-keras), XLA",
               harness_backend="tensorflow", report_rank=3, keras_version=2, xla=True,
               # tf.keras is Keras 2 (tf-keras) even on TF >= 2.16; a no-op on 2.15, whose bundled Keras is 2.15.
@@ -149,7 +158,8 @@ STACKS: dict[str, Stack] = {
                               "freezes every weight without adding LoRA layers (the published table reports NA)"),
               ),
               published_pins=(("python", pins.PUBLISHED_PYTHON), ("tensorflow", "2.15.0.post1"),
-                              *pins.KERAS_COMMON_PINS)),
+                              *pins.KERAS_COMMON_PINS),
+              environment_gb=2.1, image_gb=(("cpu", 2.5), ("gpu", 5.5))),
     )
 }
 

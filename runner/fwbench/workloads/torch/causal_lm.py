@@ -5,6 +5,7 @@ generate = one whole greedy `generate()` call producing exactly `new_tokens` tok
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -53,10 +54,27 @@ class GenerateCell(StepCell):
         return output
 
 
+@contextlib.contextmanager
+def created_on(device: str, dtype: torch.dtype):
+    """Parameters are created where they run, in the dtype they run in: a 7B model built in fp32 on the host and
+    then cast would need about 34 GB of host memory and minutes of CPU initialisation per cell (the Keras stacks
+    build theirs in bfloat16 too). Random initialisation is the same either way; only where it happens differs."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def build_causal_lm(ctx, model_class, config):
     device, spec = ctx.backend.device, ctx.spec
-    # A private copy per model: Trainer flips use_cache on the config it sees.
-    model = model_class(copy.deepcopy(config)).to(device=device, dtype=torch.bfloat16)
+    # A private copy per model: Trainer flips use_cache on the config it sees. The .to() keeps anything created
+    # with an explicit dtype (buffers) as the published recipe had it: the whole model in bfloat16.
+    with created_on(device, torch.bfloat16):
+        model = model_class(copy.deepcopy(config))
+    model = model.to(device=device, dtype=torch.bfloat16)
     check_attention_widths(model, ctx.arch)
     token_ids = tensor(ctx.arrays["token_ids"], "cpu", torch.long)
     padding_mask = tensor(ctx.arrays["padding_mask"], "cpu", torch.long)
