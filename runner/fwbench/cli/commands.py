@@ -20,6 +20,7 @@ from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
 from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, STATUS_STYLE, check_out_dir, console,
                                  default_data_dir, make_engine, pin_set_or_default)
+from fwbench.cli.options import MatrixOptions, Override, matrix_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
@@ -72,59 +73,25 @@ def data_cmd(
 
 
 @app.command("run")
+@matrix_options()
 def run_cmd(
-    stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable); see `fwbench list`."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
-    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
-    compile: Optional[List[str]] = typer.Option(
-        None, "--compile", help="native-torch: none, reduce-overhead, default, max-autotune (repeatable)."),
-    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's; at paper, 10 for generate)."),
-    warmup: Optional[int] = typer.Option(None, help="Untimed warm-up steps (default 2)."),
-    repeats: int = typer.Option(1, help="Independent processes per cell."),
-    timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
+    options: MatrixOptions,
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
     resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
-    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
     image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
                                                                    "(release.json of `fwbench publish`)."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
-    data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data directory."),
-    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: all cores; with --parallel, "
-                                                     "the cores of a cell's slot)."),
-    parallel: str = typer.Option("1", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, or "
-                                           "auto (one per GPU; on a CPU-only host one per --threads cores)."),
-    tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
-    jit: str = typer.Option("published", help="Keras XLA: published (each task as in the published run), on, off."),
-    per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
-    seed: int = typer.Option(0, help="Seed of the shared data."),
-    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
-    preset_obj = registry.get_preset(preset)
-    if tf32 not in ("default", "on", "off"):
-        raise UsageError(f"unknown TF32 policy '{tf32}' (choose from: default, on, off)")
-    if jit not in registry.JIT_POLICIES:
-        raise UsageError(f"unknown --jit policy '{jit}' (choose from: {', '.join(registry.JIT_POLICIES)})")
-    for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
-    if (warmup is not None and warmup < 0) or (timeout is not None and timeout <= 0):
-        raise UsageError("--warmup must be >= 0 and --timeout > 0")
-    cells_at_once = slot_plan.parse_parallel(parallel)
-    base = CellSpec(
-        stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
-        steps=steps, warmup=preset_obj.warmup if warmup is None else warmup,
-        seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, jit=jit, per_step_sync=per_step_sync,
-        timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault, device_setting=device)
-    from fwbench.engines import matrix
-
-    specs = matrix.plan(stack, task, preset, compile, repeats, base)
-    runner = make_engine(engine, image, device, docker_memory, pin_set, release, stack)
-    slots = slot_plan.plan_slots(cells_at_once, threads, slot_plan.usable_cpus(), engine_gpus(runner))
-    specs = [replace(spec, threads=slot_plan.slot_threads(slots, threads)) for spec in specs]
+    cells_at_once = slot_plan.parse_parallel(options.parallel)
+    base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
+                             threads=options.threads or os.cpu_count() or 1)
+    specs = options.plan(base)
+    runner = make_engine(engine, image, options.device, docker_memory, options.pin_set, release, options.stack)
+    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner))
+    specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume, slots)
     if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
@@ -269,38 +236,32 @@ def _summary_table(outcomes) -> Table:
 
 
 @app.command("demo")
+# The demo is `run` at the tiny preset plus the report: cells side by side, one core each.
+@matrix_options(omit=("preset", "compile"), preset=Override(default="tiny"),
+                stack=Override(required=False, default_text="every stack with an environment"),
+                steps=Override(default=5), parallel=Override(default="auto"), data=Override(default_text="OUT/data"))
 def demo_cmd(
+    options: MatrixOptions,
     out: Path = typer.Option(Path("demo-results"), "--out", help="Where results and the report go."),
-    stack: Optional[List[str]] = typer.Option(None, "--stack", help="Stacks (default: every stack with an environment)."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
     compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
-    steps: int = typer.Option(5, help="Timed steps per cell."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
-    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
-    parallel: str = typer.Option("auto", help="Cells at once, each on CPU cores (and a GPU) of its own: a number, "
-                                              "or auto (one cell per core on a CPU-only host; one per GPU on a "
-                                              "GPU host). 1 runs one cell at a time on every core."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
 ) -> None:
     """The CPU demo: every stack (and task) at the tiny preset, then the report (OUT/report/report.md)."""
-    from fwbench.engines import matrix
     from fwbench.engines.local import REPO_ROOT
 
-    pin_set = pin_set_or_default(pin_set)
-    stacks = stack or [s for s in registry.STACKS
-                       if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
-    preset = registry.get_preset("tiny")
-    cells_at_once = slot_plan.parse_parallel(parallel)
-    runner = make_engine("local", device=device, pin_set=pin_set)
+    pin_set = pin_set_or_default(options.pin_set)
+    stacks = options.stack or [s for s in registry.STACKS
+                               if (REPO_ROOT / "images" / s / pin_set / "requirements.txt").is_file()]
+    cells_at_once = slot_plan.parse_parallel(options.parallel)
+    runner = make_engine("local", device=options.device, pin_set=pin_set)
     # Tiny cells gain little from a second core but a lot from running beside each other: auto gives
     # each cell one core of its own (rows are marked concurrent, as with `run --parallel`).
-    slots = slot_plan.plan_slots(cells_at_once, None, slot_plan.usable_cpus(), engine_gpus(runner))
-    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str((out / "data").resolve()),
-                    steps=steps, warmup=preset.warmup, threads=slot_plan.slot_threads(slots, None),
-                    timeout_s=preset.timeout_s, device_setting=device)
-    specs = matrix.plan(stacks, task, "tiny", None, 1, base)
+    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner))
+    base = options.base_spec(data_dir=str((options.data or out / "data").resolve()),
+                             threads=slot_plan.slot_threads(slots, options.threads))
+    specs = replace(options, stack=stacks).plan(base)
     if compiled and "native-torch" in stacks:
-        specs += matrix.plan(["native-torch"], task, "tiny", ["reduce-overhead"], 1, base)
+        specs += replace(options, stack=["native-torch"], compile=["reduce-overhead"]).plan(base)
     results_dir = out / "results"
     check_out_dir(results_dir)
     execute(specs, runner, results_dir, resume, slots)

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
-from fwbench.core import registry
+from fwbench.cli.options import MatrixOptions, Override, matrix_options
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes Indexed Jobs (one pod per cell).")
 
 
 @k8s_app.command("render")
+# A pod's data is its own emptyDir and its device its image's variant; a pod cannot see the node's core count ahead.
+@matrix_options(omit=("data", "device", "parallel"), preset=Override(default="paper"),
+                threads=Override(default=8, help="CPU threads per cell (a pod cannot see the node's cores ahead)."))
 def render_cmd(
-    stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable)."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
-    preset: str = typer.Option("paper", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
-    compile: Optional[List[str]] = typer.Option(None, "--compile", help="native-torch compile modes (repeatable)."),
-    repeats: int = typer.Option(1, help="Independent pods per cell."),
-    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
-    threads: int = typer.Option(8, help="CPU threads per cell (a pod cannot see the node's core count ahead)."),
+    options: MatrixOptions,
     cpu: Optional[str] = typer.Option(None, "--cpu", help="CPU each pod requests and is limited to (a Kubernetes "
                                       "quantity; default: --threads)."),
     memory: str = typer.Option("32Gi", "--memory", help="Memory each pod requests and is limited to."),
     scratch: str = typer.Option("16Gi", "--scratch", help="Size limit of each pod's data and /tmp emptyDirs."),
-    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help="current or paper-2024."),
     release: Path = typer.Option(..., "--release", help="release.json of `fwbench publish`: images by digest."),
     variant: str = typer.Option("gpu", help="Image variant: gpu (one nvidia.com/gpu per pod) or cpu."),
     parallelism: int = typer.Option(1, help="Pods of one stack at once (one GPU each)."),
@@ -37,29 +33,25 @@ def render_cmd(
 ) -> None:
     """Write per stack a ConfigMap (the plan) and an Indexed Job, plus a deny-all NetworkPolicy."""
     from fwbench.cluster import k8s
-    from fwbench.engines import matrix
     from fwbench.cli.common import pin_set_or_default, released_images
     from fwbench.core.usage import UsageError
     from fwbench.core.identity import SAFE_NAME
-    from fwbench.core.spec import CellSpec
 
     if variant not in ("cpu", "gpu"):
         raise UsageError(f"--variant must be cpu or gpu, not {variant!r}")
-    if min(repeats, threads, parallelism, steps or 1) < 1:
-        raise UsageError("--repeats, --threads, --parallelism and --steps must be at least 1")
+    if parallelism < 1:
+        raise UsageError(f"--parallelism must be at least 1, got {parallelism}")
     if not SAFE_NAME.match(name) or name.lower() != name or "." in name or "_" in name or len(name) > 63:
         raise UsageError(f"--name {name!r} is not a DNS-1123 label (lower case letters, digits, '-'; at most 63)")
-    resources = k8s.PodResources(cpu=cpu or str(threads), memory=memory, scratch=scratch)
+    resources = k8s.PodResources(cpu=cpu or str(options.threads), memory=memory, scratch=scratch)
     try:
         resources.check()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    preset_obj = registry.get_preset(preset)
-    pin_set = pin_set_or_default(pin_set)
-    base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir="/data", steps=steps,
-                    warmup=preset_obj.warmup, threads=threads, timeout_s=preset_obj.timeout_s, pin_set=pin_set,
-                    image_variant=variant, engine="current", device=variant, device_setting=variant)
-    specs = matrix.plan(stack, task, preset, compile, repeats, base)
+    pin_set = pin_set_or_default(options.pin_set)
+    base = options.base_spec(data_dir="/data", threads=options.threads, pin_set=pin_set, image_variant=variant,
+                             engine="current", device=variant, device_setting=variant)
+    specs = options.plan(base)
     images = released_images(release, [s.stack for s in specs], pin_set, variant)
     try:
         files = k8s.render(specs, images, output, name, parallelism, results_claim, variant == "gpu", namespace,

@@ -17,7 +17,7 @@ from typing import List, Optional
 import typer
 
 from fwbench.core import registry
-from fwbench.cli.common import DEVICE_HELP
+from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.release.bundle import VerificationRefused, make_bundle
 from fwbench.release.publish import publish
 from fwbench.release.record import ReleaseError
@@ -81,14 +81,16 @@ def register(app: typer.Typer) -> None:
         print(f"bundle: {output}")
 
     @app.command("verify")
+    @matrix_options(only=("task", "repeats", "device"), task=Override(default_text="every published task"),
+                    repeats=Override(default=5, help="Re-runs per cell; a verdict needs 3 a side (published and "
+                                                     "re-run)."))
     def verify_cmd(
+        options: MatrixOptions,
         bundle: Path = typer.Argument(..., help="A bundle made by `fwbench bundle`."),
         allowed_signers: Optional[Path] = typer.Option(None, "--allowed-signers", help="The publisher's SSH "
                                                        "allowed-signers file (obtained from them, not the bundle)."),
         allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Go on without a valid signature (said in "
                                                                             "the report)."),
-        task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
-        repeats: int = typer.Option(5, help="Re-runs per cell; a verdict needs 3 a side (published and re-run)."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
                                                    "published by more than PCT percent (its whole 90% interval)."),
         tolerance: float = typer.Option(10.0, help="Percent within which a cell counts as reproduced (its whole 90% "
@@ -96,7 +98,6 @@ def register(app: typer.Typer) -> None:
         allow_inconclusive: bool = typer.Option(False, "--allow-inconclusive", help="Exit 0 despite inconclusive "
                                                 "cells (still reported); slower, faster and failed cells still fail."),
         out: Optional[Path] = typer.Option(None, "--out", help="Working and report directory (default verify-<bundle>)."),
-        device: str = typer.Option("auto", help=DEVICE_HELP),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="Also check cosign signatures of the images "
                                                   "with this public key (needs cosign on PATH)."),
         cosign_identity: Optional[str] = typer.Option(None, "--cosign-identity", help="Check the release's keyless "
@@ -107,19 +108,17 @@ def register(app: typer.Typer) -> None:
         from fwbench.release.verify import run_verify
         from fwbench_aggregator.compare import MIN_REPEATS as MIN_VERDICT_REPEATS
 
-        if repeats < MIN_VERDICT_REPEATS:
+        if options.repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
-        if repeats > 100:
+        if options.repeats > 100:
             raise _fail("--repeats must be at most 100", 2)
         if not 0 < tolerance < 100:
             raise _fail("--tolerance must be between 0 and 100 (percent)", 2)
-        for task_id in task or []:
-            registry.get_task(task_id)
         out = out or Path(f"verify-{bundle.name.split('.')[0]}")
         try:
-            code = run_verify(bundle, out, allowed_signers, allow_unsigned, task or None, repeats, fail_above,
-                              tolerance, device, cosign_key, cosign_identity, allow_inconclusive)
+            code = run_verify(bundle, out, allowed_signers, allow_unsigned, options.task or None, options.repeats,
+                              fail_above, tolerance, options.device, cosign_key, cosign_identity, allow_inconclusive)
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:

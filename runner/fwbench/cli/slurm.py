@@ -10,32 +10,21 @@ from typing import List, Optional
 
 import typer
 
-from fwbench.core import registry
 from fwbench.engines import device as devices
 from fwbench.engines.local import local_variant
+from fwbench.cli.options import MatrixOptions, Override, matrix_options
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
 
 
 @slurm_app.command("submit")
+@matrix_options(omit=("parallel",), threads=Override(default_text="--cpus-per-task"),
+                device=Override(help="Device of every cell: auto (gpu when --gres gives the task a GPU, else cpu), "
+                                     "gpu or cpu."))
 def submit_cmd(
-    stack: List[str] = typer.Option(..., "--stack", help="Stack id (repeatable; one with --container)."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Task id (repeatable); default: all 12."),
-    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
-    compile: Optional[List[str]] = typer.Option(None, "--compile", help="native-torch compile modes (repeatable)."),
-    steps: Optional[int] = typer.Option(None, help="Timed steps (default: the preset's)."),
-    warmup: Optional[int] = typer.Option(None, help="Untimed warm-up steps (default: the preset's)."),
-    repeats: int = typer.Option(1, help="Independent array tasks per cell."),
-    timeout: Optional[float] = typer.Option(None, help="Per-cell timeout in seconds (default: the preset's)."),
-    out: Path = typer.Option(..., "--out", help="Results folder, on a filesystem the compute nodes share."),
+    options: MatrixOptions,
+    out: Path = typer.Option(..., "--out", help="Results folder, on a filesystem the compute nodes share (--data too)."),
     engine: str = typer.Option("local", help="--container none: local (per-stack venv) or current (this interpreter)."),
-    pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help="current or paper-2024."),
-    data_dir: Optional[Path] = typer.Option(None, "--data", help="Shared data folder (default: $FWBENCH_DATA or "
-                                                                 "~/.cache/fwbench/data); must be shared too."),
-    threads: Optional[int] = typer.Option(None, help="CPU threads per cell (default: --cpus-per-task)."),
-    tf32: str = typer.Option("default", help="TF32 policy: default, on, off."),
-    jit: str = typer.Option("published", help="Keras XLA: published, on, off."),
-    seed: int = typer.Option(0, help="Seed of the shared data."),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition (default: the cluster's)."),
     gres: Optional[str] = typer.Option(None, "--gres", help="Generic resources per task, e.g. gpu:1."),
     time_limit: Optional[str] = typer.Option(None, "--time", help="Per array task, Slurm's format (default: the "
@@ -55,11 +44,8 @@ def submit_cmd(
     image: Optional[str] = typer.Option(None, help="Containers without --release: image reference template "
                                                    "(default fwbench/{stack}:{pin_set}-{variant})."),
     variant: str = typer.Option("gpu", help="Containers: image variant, gpu or cpu."),
-    device: str = typer.Option("auto", help="Device of every cell: auto (gpu when --gres gives the task a GPU, "
-                                            "else cpu), gpu or cpu."),
     probe: bool = typer.Option(True, help="Check first, with a quick srun, that the compute nodes see --out."),
     probe_timeout: float = typer.Option(300, help="Seconds to wait for that check to run."),
-    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
 ) -> None:
     """Submit one job array for the cells that have no ok row in --out yet (a resubmission completes a matrix)."""
     from dataclasses import replace
@@ -70,9 +56,7 @@ def submit_cmd(
     from fwbench.core.spec import CellSpec
     from fwbench.core.usage import UsageError
 
-    preset_obj = registry.get_preset(preset)
-    for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads),
-                        ("--cpus-per-task", cpus_per_task), ("--max-running", max_running)):
+    for name, value in (("--cpus-per-task", cpus_per_task), ("--max-running", max_running)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")
     if container != "none" and variant not in ("cpu", "gpu"):
@@ -81,7 +65,6 @@ def submit_cmd(
         raise UsageError(f"--engine must be local or current, not {engine!r} (containers: --container)")
     if release is not None and container == "none":
         raise UsageError("--release needs --container pyxis or apptainer")
-    devices.check_setting(device)
     try:
         if gres:
             slurm.check_gres(gres)
@@ -89,24 +72,21 @@ def submit_cmd(
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
     # The login node's own GPUs say nothing of the compute nodes': auto follows what the task is given.
-    cell_device = ("gpu" if slurm.gres_gpus(gres) else "cpu") if device == "auto" else device
-    options = slurm.SlurmOptions(partition, gres, time_limit or "1", cpus_per_task, mem, container, max_running,
-                                 stop_grace, account, qos, tuple(sbatch_arg or ()))
-    data_root = (data_dir or default_data_dir()).resolve()
-    pin_set = pin_set_or_default(pin_set)
-    base = CellSpec(stack="", task="", preset=preset, compile_mode="", data_dir=str(data_root),
-                    steps=steps, warmup=preset_obj.warmup if warmup is None else warmup,
-                    seed=seed, threads=threads or cpus_per_task, tf32=tf32, jit=jit,
-                    timeout_s=timeout or preset_obj.timeout_s, pin_set=pin_set, fault=inject_fault,
-                    device=cell_device, device_setting=device)
+    cell_device = ("gpu" if slurm.gres_gpus(gres) else "cpu") if options.device == "auto" else options.device
+    slurm_options = slurm.SlurmOptions(partition, gres, time_limit or "1", cpus_per_task, mem, container, max_running,
+                                       stop_grace, account, qos, tuple(sbatch_arg or ()))
+    data_root = (options.data or default_data_dir()).resolve()
+    pin_set = pin_set_or_default(options.pin_set)
+    base = options.base_spec(data_dir=str(data_root), threads=options.threads or cpus_per_task, pin_set=pin_set,
+                             device=cell_device)
     # The identity the array task will give its row (the compute node adds its device).
     if container != "none":
         base = replace(base, engine="current", image_variant=variant)
     else:
         base = replace(base, engine=engine, image_variant=local_variant(cell_device)[1] if engine == "local" else "host")
-    specs = matrix.plan(stack, task, preset, compile, repeats, base)
+    specs = options.plan(base)
     if time_limit is None:
-        options = replace(options, time_limit=slurm.default_time_limit(specs, stop_grace))
+        slurm_options = replace(slurm_options, time_limit=slurm.default_time_limit(specs, stop_grace))
     images = {}
     if container != "none":
         stacks = sorted({spec.stack for spec in specs})
@@ -129,7 +109,7 @@ def submit_cmd(
                 runner.prepare(stack_id, lambda event: print(event.message, file=sys.stderr))
 
     try:
-        submission = slurm.submit(specs, out, data_root, options, images, probe_timeout if probe else None, prepare)
+        submission = slurm.submit(specs, out, data_root, slurm_options, images, probe_timeout if probe else None, prepare)
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
     if submission is None:

@@ -1,0 +1,235 @@
+"""One definition of the options that select and configure cells (`run`, `demo`, `slurm submit`, `k8s render`,
+`verify`): each option's name, default, help and validation is one field of MatrixOptions, and every planned
+cell starts from MatrixOptions.base_spec.
+
+A command takes them with the `matrix_options` decorator, which adds them to the command's signature (so Typer
+shows them) and hands the command one checked MatrixOptions as its first argument:
+
+    @app.command("run")
+    @matrix_options()
+    def run_cmd(options: MatrixOptions, out: Path = typer.Option(...)) -> None: ...
+
+A command that means something else by an option declares it there, once, as an Override (`demo`'s steps
+default to 5), or leaves it out (`omit`, `only`; an omitted option keeps its default, or the Override's).
+Every value is checked before the command's body runs: a bad one is a UsageError (one line, exit 2) before
+any cluster is probed, environment built, Docker asked or folder made. tests/test_options.py holds the
+commands to this.
+
+Adding an option (a precision, say) is one field below: its default, help, check and the CellSpec field it
+sets (spec_field).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from fwbench.core import registry
+from fwbench.core.spec import CellSpec
+from fwbench.core.usage import UsageError
+from fwbench.cli.common import DEVICE_HELP, PIN_SET_HELP, check_pin_set
+
+TF32_POLICIES = ("default", "on", "off")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """How the command line shows and checks one option (the field's default is its default)."""
+
+    help: str
+    check: Callable[[Any], None] | None = None  # raises UsageError (or RegistryError, SlotError) on a bad value
+    default_text: str | None = None  # the default in words, where the value (None) does not say it
+    required: bool = False
+    envvar: str | None = None
+    hidden: bool = False
+    spec_field: str | None = None  # the CellSpec field the value goes to as given (others: base_spec)
+
+
+_UNCHANGED: Any = object()
+
+
+@dataclass(frozen=True)
+class Override:
+    """Where one command means something else by an option: another default (its default_text goes with
+    it), help or requiredness."""
+
+    default: Any = _UNCHANGED
+    default_text: str | None = None
+    help: str | None = None
+    required: bool | None = None
+
+
+def _declared(default: Any, help: str, **declaration: Any) -> Any:
+    return field(default=default, metadata={"option": Declaration(help, **declaration)})
+
+
+def _each(check: Callable[[Any], Any]) -> Callable[[Any], None]:
+    return lambda values: [check(value) for value in values]
+
+
+def _choice(what: str, choices: tuple[str, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise UsageError(f"unknown {what} '{value}' (choose from: {', '.join(choices)})")
+    return check
+
+
+def _at_least(flag: str, least: int) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value < least:
+            raise UsageError(f"{flag} must be at least {least}, got {value}")
+    return check
+
+
+def _positive(flag: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not value > 0:
+            raise UsageError(f"{flag} must be more than 0, got {value:g}")
+    return check
+
+
+def _device(value: str) -> None:
+    from fwbench.engines import device as devices
+
+    devices.check_setting(value)
+
+
+def _parallel(value: str) -> None:
+    from fwbench.engines import slots
+
+    slots.parse_parallel(value)
+
+
+@dataclass(frozen=True)
+class MatrixOptions:
+    stack: Optional[List[str]] = _declared(
+        None, "Stack id (repeatable); see `fwbench list`.", check=_each(registry.get_stack), required=True)
+    task: Optional[List[str]] = _declared(None, "Task id (repeatable).", check=_each(registry.get_task),
+                                          default_text="all 12")
+    preset: str = _declared("tiny", "tiny, small or paper.", check=registry.get_preset, envvar="FWBENCH_PRESET",
+                            spec_field="preset")
+    # Checked against each stack's modes in MatrixOptions.check.
+    compile: Optional[List[str]] = _declared(
+        None, "native-torch: none, reduce-overhead, default, max-autotune (repeatable).",
+        default_text="each stack's first: none, or xla for Keras")
+    steps: Optional[int] = _declared(None, "Timed steps.", check=_at_least("--steps", 1),
+                                     default_text="the preset's; at paper, 10 for generate", spec_field="steps")
+    warmup: Optional[int] = _declared(None, "Untimed warm-up steps.", check=_at_least("--warmup", 0),
+                                      default_text="the preset's, 2")
+    repeats: int = _declared(1, "Independent processes per cell.", check=_at_least("--repeats", 1))
+    timeout: Optional[float] = _declared(None, "Per-cell timeout in seconds.", check=_positive("--timeout"),
+                                         default_text="the preset's")
+    pin_set: Optional[str] = _declared(None, PIN_SET_HELP, check=check_pin_set, envvar="FWBENCH_PIN_SET")
+    jit: str = _declared("published", "Keras XLA: published (each task as in the published run), on, off.",
+                         check=_choice("--jit policy", registry.JIT_POLICIES), spec_field="jit")
+    tf32: str = _declared("default", "TF32 policy: default (the framework's own), on, off.",
+                          check=_choice("TF32 policy", TF32_POLICIES), spec_field="tf32")
+    threads: Optional[int] = _declared(None, "CPU threads per cell.", check=_at_least("--threads", 1),
+                                       default_text="all cores; with --parallel, the cores of a cell's slot")
+    data: Optional[Path] = _declared(None, "Shared data folder.",
+                                     default_text="$FWBENCH_DATA or ~/.cache/fwbench/data")
+    seed: int = _declared(0, "Seed of the shared data.", spec_field="seed")
+    per_step_sync: bool = _declared(True, "Sync after every timed step (per-step times).", spec_field="per_step_sync")
+    device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
+    parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
+                                   "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
+    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS.", hidden=True,
+                                            spec_field="fault")
+
+    def check(self) -> None:
+        """Every value, in the order of the fields; a bad one raises a one-line error."""
+        for option in fields(self):
+            value, check = getattr(self, option.name), declaration(option.name).check
+            if value is not None and check is not None:
+                check(value)
+        for stack_id in self.stack or ():
+            for mode in self.compile or ():
+                registry.check_compile_mode(registry.get_stack(stack_id), mode)
+
+    def base_spec(self, *, data_dir: str, threads: int, **spec_fields: Any) -> CellSpec:
+        """The spec every planned cell starts from (fwbench.engines.matrix.plan fills in stack, task, compile mode
+        and repeat). data_dir and threads are the command's to decide; spec_fields sets what its engine or
+        cluster decides (pin set, device, image variant...)."""
+        preset = registry.get_preset(self.preset)
+        given = {declaration(option.name).spec_field: getattr(self, option.name) for option in fields(self)
+                 if declaration(option.name).spec_field}
+        spec = CellSpec(stack="", task="", compile_mode="", data_dir=data_dir, threads=threads,
+                        warmup=preset.warmup if self.warmup is None else self.warmup,
+                        timeout_s=self.timeout or preset.timeout_s, **given)
+        return replace(spec, **spec_fields)
+
+    def plan(self, base: CellSpec) -> list[CellSpec]:
+        """Every cell of these options (stack x task x compile mode x repeat), from `base`."""
+        from fwbench.engines import matrix
+
+        return matrix.plan(self.stack or [], self.task, self.preset, self.compile, self.repeats, base)
+
+
+def declaration(name: str) -> Declaration:
+    return _FIELDS[name].metadata["option"]
+
+
+_FIELDS = {option.name: option for option in fields(MatrixOptions)}
+_TYPES = typing.get_type_hints(MatrixOptions)
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    """What a command took (for tests/test_options.py): the options it shows and its overrides."""
+
+    names: tuple[str, ...]
+    overrides: dict[str, Override]
+
+
+def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
+                   **overrides: Override) -> Callable[[Callable], Callable]:
+    """Give a command the matrix options (all, `only` these, or all but `omit`), with its overrides; the command
+    receives them as one checked MatrixOptions, its first parameter."""
+    unknown = set(omit) | set(only or ()) | set(overrides)
+    if unknown - set(_FIELDS):
+        raise TypeError(f"not matrix options: {sorted(unknown - set(_FIELDS))}")
+    names = tuple(name for name in _FIELDS if (only is None or name in only) and name not in omit)
+    fixed = {name: override.default for name, override in overrides.items()
+             if name not in names and override.default is not _UNCHANGED}
+
+    def decorate(command: Callable) -> Callable:
+        hints = typing.get_type_hints(command)
+        own = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(parameter.name))
+               for parameter in list(inspect.signature(command).parameters.values())[1:]]
+        shown = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[name],
+                                   default=_typer_option(name, overrides.get(name))) for name in names]
+
+        @functools.wraps(command)
+        def with_options(**values: Any) -> Any:
+            options = MatrixOptions(**fixed, **{name: values.pop(name) for name in names})
+            options.check()
+            return command(options, **values)
+
+        # Typer reads the signature and annotations: the matrix options first, then the command's own.
+        with_options.__signature__ = inspect.Signature([*shown, *own])
+        with_options.__annotations__ = {p.name: p.annotation for p in (*shown, *own)}
+        with_options.matrix_options = CommandOptions(names, dict(overrides))
+        return with_options
+
+    return decorate
+
+
+def _typer_option(name: str, override: Override | None) -> Any:
+    declared, default = declaration(name), _FIELDS[name].default
+    help, default_text, required = declared.help, declared.default_text, declared.required
+    if override is not None:
+        help = override.help or help
+        if override.default is not _UNCHANGED:
+            default, default_text = override.default, override.default_text
+        elif override.default_text is not None:
+            default_text = override.default_text
+        required = required if override.required is None else override.required
+    if default_text:
+        help = help.rstrip(".") + f" (default: {default_text})."
+    return typer.Option(... if required else default, help=help, envvar=declared.envvar, hidden=declared.hidden)
