@@ -53,18 +53,15 @@ def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes 
 
 
 @app.command("data")
+@matrix_options(only=("task", "preset", "seed"))
 def data_cmd(
-    preset: str = typer.Option("tiny", envvar="FWBENCH_PRESET", help="tiny, small or paper."),
+    options: MatrixOptions,
     out: Path = typer.Option(None, "--out", help="Data directory (default: $FWBENCH_DATA or ~/.cache/fwbench/data)."),
-    seed: int = typer.Option(0, help="Seed of the synthetic inputs."),
-    task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
 ) -> None:
     """Write the shared synthetic inputs of every task once, with a SHA-256 manifest."""
     out = out or default_data_dir()
-    for task_id in task or []:
-        registry.get_task(task_id)
-    manifest = data.generate(out, preset, seed, task or None)
-    table = Table(title=f"Shared data: {out / preset}")
+    manifest = data.generate(out, options.preset, options.seed, options.task or None)
+    table = Table(title=f"Shared data: {out / options.preset}")
     table.add_column("task")
     table.add_column("sha256")
     for task_id, entry in manifest["tasks"].items():
