@@ -4,8 +4,10 @@ results-folder check. Sub-command modules import this, never commands.py (which 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+import typer
 from rich.console import Console
 
 from fwbench.core import pins
@@ -94,3 +96,23 @@ def check_out_dir(out: Path) -> None:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(f"--out {out} cannot be used as a results folder: {reason}") from None
+
+
+def planned_cell(plan: Path, index: int | None, where_index_comes_from: str):
+    """Cell INDEX of a cluster plan (cells.json), for `slurm run-cell` and `k8s run-cell`."""
+    from fwbench.cluster import cellplan
+
+    if index is None:
+        raise UsageError(f"no cell index: pass --index or run as {where_index_comes_from}")
+    try:
+        return cellplan.cell_of_index(plan, index)
+    except cellplan.PlanError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def report_planned_cell(spec, result) -> None:
+    """One line on the planned cell's row; exit 1 only when no row was written (a failed cell is a row)."""
+    row = result.row or {}
+    print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
+    if not result.path.is_file():
+        raise typer.Exit(1)

@@ -74,19 +74,11 @@ def run_cell_cmd(
     Exits 0 once the row is written, whatever its status (a failed cell is a row, not a pod retry)."""
     from fwbench.cluster import cellplan
     from fwbench.engines.local import current_engine
-    from fwbench.core.usage import UsageError
+    from fwbench.cli.common import planned_cell, report_planned_cell
 
-    if index is None:
-        raise UsageError("no cell index: pass --index or run as an Indexed Job pod (JOB_COMPLETION_INDEX)")
-    try:
-        spec = cellplan.cell_of_index(plan, index)
-    except cellplan.PlanError as exc:
-        raise UsageError(str(exc)) from None
+    spec = planned_cell(plan, index, "an Indexed Job pod (JOB_COMPLETION_INDEX)")
     result = cellplan.run_planned_cell(spec, out, current_engine(spec.pin_set, spec.device or "gpu"), _explain_stop)
-    row = result.row or {}
-    print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
-    if not result.path.is_file():
-        raise typer.Exit(1)
+    report_planned_cell(spec, result)
 
 
 def _explain_stop(kind: str, signal_name: str) -> str:

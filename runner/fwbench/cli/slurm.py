@@ -170,14 +170,9 @@ def run_cell_cmd(
     scancel). Exits 0 once the row is written, whatever its status."""
     from fwbench.cluster import cellplan, slurm
     from fwbench.engines.local import current_engine, local_engine
-    from fwbench.core.usage import UsageError
+    from fwbench.cli.common import planned_cell, report_planned_cell
 
-    if index is None:
-        raise UsageError("no cell index: pass --index or run as a Slurm array task (SLURM_ARRAY_TASK_ID)")
-    try:
-        spec = cellplan.cell_of_index(plan, index)
-    except cellplan.PlanError as exc:
-        raise UsageError(str(exc)) from None
+    spec = planned_cell(plan, index, "a Slurm array task (SLURM_ARRAY_TASK_ID)")
     device = spec.device or devices.resolve("auto")  # a plan written before --device: what this node has
     engine = (local_engine(spec.pin_set, device=device) if spec.engine == "local"
               else current_engine(spec.pin_set, device))
@@ -185,7 +180,4 @@ def run_cell_cmd(
     result = cellplan.run_planned_cell(spec, out, engine, slurm.explain_stop)
     if result.path.is_file():
         slurm.mark_done(submission, index, result.path, out)
-    row = result.row or {}
-    print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
-    if not result.path.is_file():
-        raise typer.Exit(1)
+    report_planned_cell(spec, result)
