@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 # setting -> (row column, CellSpec attribute). The key fields (stack, task, preset, compile mode) are
 # the readable part; these are the settings beside them.
@@ -30,6 +30,14 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "device_model": ("device_model", "device_model"),
 }
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
+
+# The rule for a new identity setting (docs/results-schema.md, "Cell identity"): it gets a default, and an entry
+# here saying what a row without its column (written before the setting existed) is read as, the value that row
+# was in fact measured at; so old results, `--resume` and published bundles still pair with new rows. Adding the
+# column bumps SCHEMA_VERSION (fwbench.core.schema). A setting can be read from an older column of the row.
+OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "device_model": lambda row: row.get("device_name"),  # schema v1 recorded only device_name
+}
 
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
@@ -66,8 +74,9 @@ class CellIdentity:
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> "CellIdentity":
         values = {name: _plain(row.get(column)) for name, (column, _) in SETTINGS.items()}
-        if values["device_model"] is None:  # rows of schema v1 did not record it separately
-            values["device_model"] = _plain(row.get("device_name"))
+        for name, old_value in OLD_ROWS_READ_AS.items():
+            if values[name] is None:
+                values[name] = _plain(old_value(row))
         return cls(*(str(row.get(f)) for f in KEY_FIELDS), tuple(values.items()))
 
     @classmethod
