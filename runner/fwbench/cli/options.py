@@ -200,7 +200,8 @@ def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None =
 
     def decorate(command: Callable) -> Callable:
         hints = typing.get_type_hints(command)
-        own = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(parameter.name))
+        own = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY,
+                                 annotation=hints.get(parameter.name, parameter.annotation))
                for parameter in list(inspect.signature(command).parameters.values())[1:]]
         shown = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[name],
                                    default=_typer_option(name, overrides.get(name))) for name in names]
