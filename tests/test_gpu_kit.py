@@ -324,8 +324,12 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     assert json.loads((out / "host.json").read_text())["versions"]["keras"] == "3.15.1"
     chunk = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150", "--export", str(export))
     assert chunk.returncode == 0, chunk.stderr + chunk.stdout
+    for _ in range(2):  # on a loaded machine one chunk may not fit the three cells: the next goes on from there
+        if "; 0 left" in chunk.stdout:
+            break
+        chunk = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150", "--export", str(export))
     again = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150")
-    assert "ran 0 units this chunk; 0 left" in again.stdout  # resumed: nothing left to run
+    assert "ran 0 units this chunk; 0 left" in again.stdout, again.stdout  # resumed: nothing left to run
 
     sys.path.insert(0, str(REPO / "runner"))
     from fwbench.core.results import read_row

@@ -218,6 +218,17 @@ def probe_shared_folder(out: Path, options: SlurmOptions, timeout_s: float) -> N
                          f"the file the submitter wrote there ({seen}); put --out on a filesystem they share")
 
 
+def check_with_sbatch(options: SlurmOptions, count: int) -> None:
+    """`sbatch --test-only`: the controller validates the array's request (partition, GPUs, account, QOS, memory,
+    time, extra options) without queueing anything."""
+    argv = ["sbatch", "--test-only", "--job-name=fwbench-check", f"--array=0-{count - 1}", "--ntasks=1",
+            f"--cpus-per-task={options.cpus_per_task}", f"--time={options.time_limit}", *_placement(options),
+            *([f"--mem={options.mem}"] if options.mem else []), *options.extra, "--wrap=true"]
+    checked = _slurm(argv)
+    if checked.returncode != 0:
+        raise SlurmError(f"sbatch refused the job array: {_first_line(checked.stderr)}")
+
+
 def _placement(options: SlurmOptions, gres: bool = True) -> list[str]:
     argv = []
     for flag, value in (("--partition", options.partition), ("--account", options.account),
@@ -323,6 +334,9 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     todo = [spec for spec in specs if completed_identity(spec) not in done]
     if not todo:
         return None
+    # What sbatch would refuse (a GPU the partition lacks, a bad account) is refused before anything is prepared:
+    # a GPU run's environments are several GB to build.
+    check_with_sbatch(options, len(todo))
     if probe_timeout_s is not None:
         probe_shared_folder(out, options, probe_timeout_s)
     prepare(todo)
