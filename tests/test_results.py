@@ -6,8 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
-from fwbench.core import results
+from fwbench.core import atomic, results
 from fwbench.harness.cell import base_record
 from fwbench.core.schema import COLUMN_NAMES, SCHEMA_VERSION
 from fwbench.core.spec import CellSpec
@@ -35,6 +36,27 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["cell.parquet"]
     assert results.read_row(path)["ms_per_step"] == 2.0
     assert results.has_ok_row(path)
+
+
+def test_the_atomic_writer_gives_plain_permissions_and_cleans_up_after_a_failure(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: synced.append(fd))
+    umask = os.umask(0o022)
+    try:
+        atomic.write_atomically(tmp_path / "a" / "plain.txt", "text")
+        atomic.write_atomically_with(tmp_path / "synced.bin", lambda temp: temp.write_bytes(b"x"), fsync=True)
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a" / "plain.txt").read_text() == "text" and len(synced) == 1
+    assert (tmp_path / "synced.bin").stat().st_mode & 0o777 == 0o644  # not mkstemp's owner-only 0o600
+
+    def half_written(temp):
+        temp.write_bytes(b"half")
+        raise OSError("disk full")
+    with pytest.raises(OSError):
+        atomic.write_atomically_with(tmp_path / "synced.bin", half_written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "synced.bin"]
+    assert (tmp_path / "synced.bin").read_bytes() == b"x"
 
 
 def test_unreadable_file_is_not_an_ok_row(tmp_path):

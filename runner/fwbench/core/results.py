@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fwbench.core.atomic import write_atomically_with
 from fwbench.core.identity import CellIdentity, file_tokens
 from fwbench.core.schema import COLUMNS, SCHEMA_VERSION
 
@@ -63,16 +63,8 @@ def normalise(record: dict[str, Any]) -> dict[str, Any]:
 def write_row(record: dict[str, Any], path: Path) -> Path:
     """Write one row to `path` atomically: readers see the old file or the new one, never half of one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist([normalise(record)], schema=SCHEMA)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically_with(path, lambda temp: pq.write_table(table, temp), fsync=True)
     return path
 
 

@@ -24,6 +24,7 @@ from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
+from fwbench.core.atomic import write_atomically
 from fwbench.core.schema import SCHEMA_VERSION
 from fwbench.core.cpusets import own_cpu_set
 from fwbench.core.spec import CellSpec
@@ -271,12 +272,6 @@ def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: st
     return "; ".join(pins.pin_deviations(registry.get_stack(spec.stack), spec.pin_set, versions, python_version))
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
-
-
 def run(spec: CellSpec, record_path: Path) -> int:
     global _PROCESS_AGE_AT_IMPORT
     _PROCESS_AGE_AT_IMPORT = _process_age_now()
@@ -294,7 +289,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
-    write_json_atomic(record_path, record)
+    write_atomically(record_path, json.dumps(record, default=str))
     return 0 if record["status"] in ("ok", "unsupported") else 1
 
 
