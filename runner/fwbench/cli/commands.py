@@ -86,7 +86,7 @@ def run_cmd(
     resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
     pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help=PIN_SET_HELP),
-    image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
+    image: Optional[str] = typer.Option(None, help=f"docker: image name template (default {registry.IMAGE_TEMPLATE})."),
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
                                                                    "(release.json of `fwbench publish`)."),
     device: str = typer.Option("auto", help=DEVICE_HELP),

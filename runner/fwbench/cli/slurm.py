@@ -53,7 +53,7 @@ def submit_cmd(
                                                "--container-image) or apptainer (docker:// by digest)."),
     release: Optional[Path] = typer.Option(None, "--release", help="Containers: this release's image, by digest."),
     image: Optional[str] = typer.Option(None, help="Containers without --release: image reference template "
-                                                   "(default fwbench/{stack}:{pin_set}-{variant})."),
+                                                   f"(default {registry.IMAGE_TEMPLATE})."),
     variant: str = typer.Option("gpu", help="Containers: image variant, gpu or cpu."),
     device: str = typer.Option("auto", help="Device of every cell: auto (gpu when --gres gives the task a GPU, "
                                             "else cpu), gpu or cpu."),
@@ -113,7 +113,7 @@ def submit_cmd(
         if release is not None:
             images = released_images(release, stacks, pin_set, variant)
         else:
-            template = image or "fwbench/{stack}:{pin_set}-{variant}"
+            template = image or registry.IMAGE_TEMPLATE
             images = {s: template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
     from fwbench.cli.common import check_out_dir
 

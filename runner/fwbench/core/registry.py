@@ -21,6 +21,18 @@ class RegistryError(ValueError):
     """An unknown stack, task, preset or variant (a user error: exit 2, no traceback)."""
 
 
+# Docker image names, written out here only: a stack's repository (once pushed, REGISTRY/fwbench/<stack>) and a tag
+# naming the pin set and the image variant, e.g. fwbench/keras3-jax:paper-2024-gpu.
+IMAGE_REPOSITORY = "fwbench/{stack}"
+IMAGE_TAG = "{pin_set}-{variant}"
+IMAGE_TEMPLATE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"  # a locally built image's name; the docker engine's default
+
+
+def image_name(stack: str, pin_set: str, variant: str, template: str = IMAGE_TEMPLATE) -> str:
+    """The image of a stack, pin set and variant, by `template` (default: the locally built image's name)."""
+    return template.format(stack=stack, pin_set=pin_set, variant=variant)
+
+
 HARNESS_BACKENDS = ("torch", "jax", "tensorflow")
 # --jit: `published` gives every Keras cell the XLA setting the published code gave it; `on` / `off` force
 # jit_compile on every Keras cell (the matched view). Native stacks have no such switch.
@@ -93,7 +105,7 @@ class Stack:
     @property
     def image_repository(self) -> str:
         """The Docker image repository of this stack (tagged <pin-set>-<variant>, e.g. paper-2024-gpu)."""
-        return f"fwbench/{self.id}"
+        return IMAGE_REPOSITORY.format(stack=self.id)
 
 
 def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
