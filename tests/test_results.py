@@ -30,12 +30,12 @@ def test_failed_row_has_every_column(tmp_path):
 
 
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
-    path = tmp_path / "deep" / "cell.parquet"
+    path = results.readable_path(SPEC, tmp_path / "deep")
     results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 1.0, "step_ms": [1.0]}, path)
     results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 2.0, "step_ms": [2.0]}, path)
-    assert [p.name for p in path.parent.iterdir()] == ["cell.parquet"]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
     assert results.read_row(path)["ms_per_step"] == 2.0
-    assert results.has_ok_row(path)
+    assert results.matching_ok_row(SPEC, tmp_path / "deep") == (path, results.read_row(path))
 
 
 def test_the_atomic_writer_gives_plain_permissions_and_cleans_up_after_a_failure(tmp_path, monkeypatch):
@@ -60,17 +60,18 @@ def test_the_atomic_writer_gives_plain_permissions_and_cleans_up_after_a_failure
 
 
 def test_unreadable_file_is_not_an_ok_row(tmp_path):
-    path = tmp_path / "bad.parquet"
+    path = results.readable_path(SPEC, tmp_path)
+    path.parent.mkdir(parents=True)
     path.write_bytes(b"PAR1 not really")
-    assert results.read_row(path) is None and not results.has_ok_row(path)
+    assert results.read_row(path) is None and results.matching_ok_row(SPEC, tmp_path) is None
 
 
 def test_result_paths_are_deterministic_per_cell_and_repeat(tmp_path):
     defaults = replace(SPEC, steps=5, warmup=2, threads=os.cpu_count())  # the tiny preset's and this host's
-    assert defaults.result_path(tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
+    assert results.readable_path(defaults, tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
     changed = replace(defaults, tf32="on", threads=1, steps=100, warmup=0, per_step_sync=False, seed=3,
                       pin_set="paper-2024", repeat=2)
-    assert changed.result_path(tmp_path).name == \
+    assert results.readable_path(changed, tmp_path).name == \
         "bert-fit.compile-none.pins-paper-2024.tf32-on.threads-1.warmup-0.steps-100.nosync.seed-3.r2.parquet"
 
 

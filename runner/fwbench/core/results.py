@@ -77,11 +77,6 @@ def read_row(path: Path) -> dict[str, Any] | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def has_ok_row(path: Path) -> bool:
-    row = read_row(path)
-    return bool(row and row.get("status") == "ok" and row.get("schema_version") == SCHEMA_VERSION)
-
-
 # -- where a cell-repeat's file lives --------------------------------------------------------------
 # <out>/<preset>/<stack>/<task>.compile-<mode>[.<tokens>][.id-<settings hash>].r<repeat>.parquet
 # Tokens name the non-default settings readably. The hash is added only when the readable name is
@@ -97,6 +92,9 @@ def host_defaults(preset: str, task: str) -> dict[str, Any]:
 
 
 def readable_path(spec, out_dir: Path) -> Path:
+    """The readable file name of a cell-repeat: the plain name for default settings, plus one token per
+    non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`); target_path says when a settings
+    hash is added to it."""
     tokens = file_tokens(spec.identity, host_defaults(spec.preset, spec.task))
     stem = ".".join([spec.task, f"compile-{spec.compile_mode}", *tokens])
     return Path(out_dir) / spec.preset / spec.stack / f"{stem}.r{spec.repeat}.parquet"
