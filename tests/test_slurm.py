@@ -69,7 +69,8 @@ def test_pyxis_gets_enroot_image_names(reference, enroot):
 def _script(tmp_path, container, image=None):
     options = slurm.SlurmOptions(partition="gpu", gres="gpu:1", time_limit="30", cpus_per_task=8, mem="32G",
                                  container=container, max_running=4, extra=("--constraint=a100",))
-    text = slurm.job_script(tmp_path / "sub", tmp_path / "out", tmp_path / "data", 12, options, image, "30")
+    text = slurm.job_script(tmp_path / "sub", tmp_path / "out", tmp_path / "data", 12, options, image=image,
+                            time_limit="30")
     path = tmp_path / f"{container}.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True)  # valid shell

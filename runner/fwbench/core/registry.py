@@ -108,8 +108,8 @@ class Stack:
         return IMAGE_REPOSITORY.format(stack=self.id)
 
 
-def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
-            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (), *,
+def _keras3(backend: str, harness_backend: str, *, report_rank: int, xla: bool,
+            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (),
             environment_gb: float, image_gb: tuple[float, float]) -> Stack:
     """A Keras 3 stack: KERAS_BACKEND selects the backend (Keras reads it once, at import time)."""
     names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -204,26 +204,27 @@ class Task:
         return f"{self.model} {self.kind}"
 
 
-def _task(task_id: str, model: str, kind: str, paper: int, small: int, tiny: int) -> Task:
+def _task(task_id: str, model: str, kind: str, batch: tuple[int, int, int]) -> Task:
+    paper, small, tiny = batch
     return Task(task_id, model, kind, {"paper": paper, "small": small, "tiny": tiny})
 
 
 TASKS: dict[str, Task] = {
     t.id: t
     for t in (
-        # id, model, kind, then the batch size at paper (= the published table), small, tiny
-        _task("sam-fit",                  "sam",              "fit",      1,   1,  1),
-        _task("sam-predict",              "sam",              "predict",  4,   4,  2),
-        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      8,   4,  2),
-        _task("stable_diffusion-predict", "stable_diffusion", "predict",  13,  4,  2),
-        _task("bert-fit",                 "bert",             "fit",      32,  16, 4),
-        _task("bert-predict",             "bert",             "predict",  256, 64, 8),
-        _task("gemma-fit",                "gemma",            "fit",      8,   4,  2),
-        _task("gemma-generate-bs32",      "gemma",            "generate", 32,  16, 4),
-        _task("gemma-generate-bs1",       "gemma",            "generate", 1,   1,  1),
-        _task("mistral-fit",              "mistral",          "fit",      8,   4,  2),
-        _task("mistral-generate-bs32",    "mistral",          "generate", 32,  16, 4),
-        _task("mistral-generate-bs1",     "mistral",          "generate", 1,   1,  1),
+        # id, model, kind, then (batch size at paper (= the published table), at small, at tiny)
+        _task("sam-fit",                  "sam",              "fit",      (1,   1,  1)),
+        _task("sam-predict",              "sam",              "predict",  (4,   4,  2)),
+        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      (8,   4,  2)),
+        _task("stable_diffusion-predict", "stable_diffusion", "predict",  (13,  4,  2)),
+        _task("bert-fit",                 "bert",             "fit",      (32,  16, 4)),
+        _task("bert-predict",             "bert",             "predict",  (256, 64, 8)),
+        _task("gemma-fit",                "gemma",            "fit",      (8,   4,  2)),
+        _task("gemma-generate-bs32",      "gemma",            "generate", (32,  16, 4)),
+        _task("gemma-generate-bs1",       "gemma",            "generate", (1,   1,  1)),
+        _task("mistral-fit",              "mistral",          "fit",      (8,   4,  2)),
+        _task("mistral-generate-bs32",    "mistral",          "generate", (32,  16, 4)),
+        _task("mistral-generate-bs1",     "mistral",          "generate", (1,   1,  1)),
     )
 }
 
