@@ -83,10 +83,10 @@ def current_engine_spec(tmp_path, **changes) -> CellSpec:
 def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
     out = tmp_path / "results"
     spec = current_engine_spec(tmp_path)
-    ok_path = spec.result_path(out)
+    ok_path = results.readable_path(spec, out)
     results.write_row(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, ok_path)
     failed = replace(spec, task="bert-fit")
-    results.write_row(base_record(failed) | {"status": "error", "error_message": "x"}, failed.result_path(out))
+    results.write_row(base_record(failed) | {"status": "error", "error_message": "x"}, results.readable_path(failed, out))
     before = ok_path.read_bytes()
 
     done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--task", "bert-fit",
@@ -94,7 +94,7 @@ def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
                    "--inject-fault", "raise", "--resume")
     assert "skip native-torch bert-predict" in done.stdout
     assert ok_path.read_bytes() == before  # untouched
-    assert results.read_row(failed.result_path(out))["error_message"].startswith("injected fault")
+    assert results.read_row(results.readable_path(failed, out))["error_message"].startswith("injected fault")
     assert len(list(out.rglob("*.parquet"))) == 2  # retried in place, never duplicated
 
 
@@ -103,7 +103,7 @@ def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
 def test_resume_reruns_a_cell_whose_settings_changed_and_keeps_both_rows(tmp_path, option, token):
     out = tmp_path / "results"
     spec = current_engine_spec(tmp_path)
-    ok_path = spec.result_path(out)
+    ok_path = results.readable_path(spec, out)
     results.write_row(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, ok_path)
     before = ok_path.read_bytes()
     done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current",
@@ -119,7 +119,7 @@ def test_a_row_of_another_identity_is_never_replaced(tmp_path):
     """Same readable name (e.g. another device or image variant): the new row gets a settings-hash name."""
     out = tmp_path / "results"
     other = current_engine_spec(tmp_path, device_model="Some Other CPU")
-    taken = other.result_path(out)
+    taken = results.readable_path(other, out)
     results.write_row(base_record(other) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, taken)
     before = taken.read_bytes()
     fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current", "--out", str(out),

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fwbench.cli.commands import app
+from fwbench.core import results
 from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import loading
@@ -232,5 +233,5 @@ def test_jit_policy_is_part_of_the_identity_of_keras_cells_only():
     specs = matrix.plan(["keras3-jax", "native-torch"], ["bert-fit"], "tiny", None, 1, base)
     by_stack = {s.stack: s for s in specs}
     assert by_stack["keras3-jax"].jit == "on" and by_stack["native-torch"].jit == "published"
-    assert by_stack["keras3-jax"].result_path(Path("r")).name == "bert-fit.compile-xla.jit-on.r0.parquet"
-    assert by_stack["native-torch"].result_path(Path("r")).name == "bert-fit.compile-none.r0.parquet"
+    assert results.readable_path(by_stack["keras3-jax"], Path("r")).name == "bert-fit.compile-xla.jit-on.r0.parquet"
+    assert results.readable_path(by_stack["native-torch"], Path("r")).name == "bert-fit.compile-none.r0.parquet"

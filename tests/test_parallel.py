@@ -102,7 +102,7 @@ def test_resume_with_parallel_skips_ok_rows_and_runs_the_rest(tmp_path):
     kept = {}
     for task in ("bert-predict", "sam-fit"):
         done_spec = replace(spec, task=task)
-        path = done_spec.result_path(out)
+        path = results.readable_path(done_spec, out)
         results.write_row(base_record(done_spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}, path)
         kept[path] = path.read_bytes()
     done = fwbench("run", "--stack", "native-torch", "--task", "bert-predict", "--task", "bert-fit",

@@ -112,11 +112,11 @@ def test_declared_precision():
 def test_suspect_only_above_the_declared_peak():
     cost = physics.StepCost(19.5e12, "x")  # 19.5 TFLOP per step
     fp32 = physics.Precisions("fp32", None)
-    at_peak = physics.physics_columns(cost, 1000.0, fp32, 19.5, "s", None)
+    at_peak = physics.physics_columns(cost, 1000.0, fp32, peak_tflops=19.5, peak_source="s", bandwidth_gbs=None)
     assert at_peak["achieved_tflops"] == pytest.approx(19.5) and at_peak["precision_suspect"] is False
-    above = physics.physics_columns(cost, 900.0, fp32, 19.5, "s", None)
+    above = physics.physics_columns(cost, 900.0, fp32, peak_tflops=19.5, peak_source="s", bandwidth_gbs=None)
     assert above["precision_suspect"] is True and above["pct_of_peak"] == pytest.approx(100 / 0.9)
-    no_peak = physics.physics_columns(cost, 900.0, fp32, None, None, None)
+    no_peak = physics.physics_columns(cost, 900.0, fp32, peak_tflops=None, peak_source=None, bandwidth_gbs=None)
     assert no_peak["pct_of_peak"] is None and no_peak["precision_suspect"] is None
 
 
@@ -334,7 +334,7 @@ def test_a_mixed_row_counts_each_part_at_its_own_peak():
     peak = physics.effective_peak(cost, precisions, {"fp32": 20.0, "tf32": 150.0})
     assert peak == pytest.approx(10e12 / (4e12 / 20.0 + 6e12 / 150.0))
     # One second per step: 10 TFLOP/s, against 4/20 + 6/150 = 0.24 s at the two peaks.
-    row = physics.physics_columns(cost, 1000.0, precisions, peak, "s", None)
+    row = physics.physics_columns(cost, 1000.0, precisions, peak_tflops=peak, peak_source="s", bandwidth_gbs=None)
     assert row["pct_of_peak"] == pytest.approx(24.0)
     assert (row["compute_precision"], row["matmul_compute_precision"], row["conv_compute_precision"],
             row["conv_flops_per_step"]) == ("mixed", "fp32", "tf32", 6e12)

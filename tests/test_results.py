@@ -6,8 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
-from fwbench.core import results
+from fwbench.core import atomic, results
 from fwbench.harness.cell import base_record
 from fwbench.core.schema import COLUMN_NAMES, SCHEMA_VERSION
 from fwbench.core.spec import CellSpec
@@ -29,26 +30,48 @@ def test_failed_row_has_every_column(tmp_path):
 
 
 def test_write_is_atomic_and_leaves_no_temp_files(tmp_path):
-    path = tmp_path / "deep" / "cell.parquet"
+    path = results.readable_path(SPEC, tmp_path / "deep")
     results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 1.0, "step_ms": [1.0]}, path)
     results.write_row(base_record(SPEC) | {"status": "ok", "ms_per_step": 2.0, "step_ms": [2.0]}, path)
-    assert [p.name for p in path.parent.iterdir()] == ["cell.parquet"]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
     assert results.read_row(path)["ms_per_step"] == 2.0
-    assert results.has_ok_row(path)
+    assert results.matching_ok_row(SPEC, tmp_path / "deep") == (path, results.read_row(path))
+
+
+def test_the_atomic_writer_gives_plain_permissions_and_cleans_up_after_a_failure(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: synced.append(fd))
+    umask = os.umask(0o022)
+    try:
+        atomic.write_atomically(tmp_path / "a" / "plain.txt", "text")
+        atomic.write_atomically_with(tmp_path / "synced.bin", lambda temp: temp.write_bytes(b"x"), fsync=True)
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a" / "plain.txt").read_text() == "text" and len(synced) == 1
+    assert (tmp_path / "synced.bin").stat().st_mode & 0o777 == 0o644  # not mkstemp's owner-only 0o600
+
+    def half_written(temp):
+        temp.write_bytes(b"half")
+        raise OSError("disk full")
+    with pytest.raises(OSError):
+        atomic.write_atomically_with(tmp_path / "synced.bin", half_written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "synced.bin"]
+    assert (tmp_path / "synced.bin").read_bytes() == b"x"
 
 
 def test_unreadable_file_is_not_an_ok_row(tmp_path):
-    path = tmp_path / "bad.parquet"
+    path = results.readable_path(SPEC, tmp_path)
+    path.parent.mkdir(parents=True)
     path.write_bytes(b"PAR1 not really")
-    assert results.read_row(path) is None and not results.has_ok_row(path)
+    assert results.read_row(path) is None and results.matching_ok_row(SPEC, tmp_path) is None
 
 
 def test_result_paths_are_deterministic_per_cell_and_repeat(tmp_path):
     defaults = replace(SPEC, steps=5, warmup=2, threads=os.cpu_count())  # the tiny preset's and this host's
-    assert defaults.result_path(tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
+    assert results.readable_path(defaults, tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
     changed = replace(defaults, tf32="on", threads=1, steps=100, warmup=0, per_step_sync=False, seed=3,
                       pin_set="paper-2024", repeat=2)
-    assert changed.result_path(tmp_path).name == \
+    assert results.readable_path(changed, tmp_path).name == \
         "bert-fit.compile-none.pins-paper-2024.tf32-on.threads-1.warmup-0.steps-100.nosync.seed-3.r2.parquet"
 
 

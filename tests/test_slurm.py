@@ -69,7 +69,8 @@ def test_pyxis_gets_enroot_image_names(reference, enroot):
 def _script(tmp_path, container, image=None):
     options = slurm.SlurmOptions(partition="gpu", gres="gpu:1", time_limit="30", cpus_per_task=8, mem="32G",
                                  container=container, max_running=4, extra=("--constraint=a100",))
-    text = slurm.job_script(tmp_path / "sub", tmp_path / "out", tmp_path / "data", 12, options, image, "30")
+    text = slurm.job_script(tmp_path / "sub", tmp_path / "out", tmp_path / "data", 12, options, image=image,
+                            time_limit="30")
     path = tmp_path / f"{container}.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True)  # valid shell
@@ -101,9 +102,9 @@ def test_container_runtimes_run_the_image_by_digest_with_the_folders_mounted(tmp
 def test_a_resubmission_skips_cells_with_ok_rows_whatever_device_they_ran_on(tmp_path):
     done = replace(SPEC, device_model="NVIDIA H100 80GB HBM3")
     record = {**base_record(done), "status": "ok"}
-    results.write_row(record, done.result_path(tmp_path))
+    results.write_row(record, results.readable_path(done, tmp_path))
     failed = replace(SPEC, task="bert-fit")
-    results.write_row({**base_record(failed), "status": "error"}, failed.result_path(tmp_path))
+    results.write_row({**base_record(failed), "status": "error"}, results.readable_path(failed, tmp_path))
     ok = slurm.ok_cells(tmp_path)
     assert slurm.completed_identity(SPEC) in ok
     assert slurm.completed_identity(failed) not in ok  # only ok rows count as done

@@ -88,14 +88,6 @@ class CellComparison:
         return None if self.b is None else stats.median(np.concatenate(self.b.repeats))
 
     @property
-    def n_a(self) -> int:
-        return 0 if self.a is None else self.a.steps
-
-    @property
-    def n_b(self) -> int:
-        return 0 if self.b is None else self.b.steps
-
-    @property
     def change_pct(self) -> float | None:
         return None if self.ratio is None else (self.ratio - 1) * 100
 
@@ -111,10 +103,6 @@ class CellComparison:
     def busy(self) -> str:
         sides = [name for name, side in (("A", self.a), ("B", self.b)) if side is not None and side.busy]
         return "+".join(sides)
-
-    @property
-    def is_regression(self) -> bool:
-        return self.verdict == "slower"
 
 
 def cell_sides(frame: pd.DataFrame) -> dict[CellIdentity, tuple[Variant, Side]]:

@@ -45,8 +45,10 @@ def published_physics(page_version: str = REFERENCE_VERSION) -> list[PublishedPh
         batch, ms = int(row["batch_size"]), float(row["ms_per_step"])
         cost = physics.step_cost(row["model"], row["task"], "paper", batch)
         precisions = published_precisions(row["model"], row["stack"], cost)
-        columns = physics.physics_columns(cost, ms, precisions, physics.effective_peak(cost, precisions, peak.tflops),
-                                          f"table: {peak.name} ({peak.source})", peak.bandwidth_gbs)
+        columns = physics.physics_columns(cost, ms, precisions,
+                                          peak_tflops=physics.effective_peak(cost, precisions, peak.tflops),
+                                          peak_source=f"table: {peak.name} ({peak.source})",
+                                          bandwidth_gbs=peak.bandwidth_gbs)
         out.append(PublishedPhysics(task_id(row["model"], row["task"], batch), row["stack"], row["compile"], batch,
                                     ms, columns))
     return out

@@ -59,7 +59,7 @@ def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
     return read_row(paths[-1]) if paths else None
 
 
-def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, rows: Path | None = None,
+def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, *, rows: Path | None = None,
              preset: str | None = None) -> dict | None:
     """One repeat of one cell through the repository's CLI (--engine current: this interpreter and its
     libraries); --repeats r+1 with --resume runs just repeat r when the earlier ones have ok rows."""

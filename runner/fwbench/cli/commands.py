@@ -76,7 +76,7 @@ def run_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
     resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
-    image: Optional[str] = typer.Option(None, help="docker: image name template (default fwbench/{stack}:{pin_set}-{variant})."),
+    image: Optional[str] = typer.Option(None, help=f"docker: image name template (default {registry.IMAGE_TEMPLATE})."),
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
                                                                    "(release.json of `fwbench publish`)."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="SSH private key that signs release.json."),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="cosign key (when cosign is on PATH; "
                                                   "without it cosign signs keyless)."),
-        image: str = typer.Option("fwbench/{stack}:{pin_set}-{variant}", help="Local image name template."),
+        image: str = typer.Option(registry.IMAGE_TEMPLATE, help="Local image name template."),
         pushed: bool = typer.Option(False, "--pushed", help="The images are already on the registry as "
                                     "fwbench/<stack>:<pin-set>-<variant> (e.g. pushed by Buildx): record, don't push."),
     ) -> None:

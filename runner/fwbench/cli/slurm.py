@@ -42,7 +42,7 @@ def submit_cmd(
                                                "--container-image) or apptainer (docker:// by digest)."),
     release: Optional[Path] = typer.Option(None, "--release", help="Containers: this release's image, by digest."),
     image: Optional[str] = typer.Option(None, help="Containers without --release: image reference template "
-                                                   "(default fwbench/{stack}:{pin_set}-{variant})."),
+                                                   f"(default {registry.IMAGE_TEMPLATE})."),
     variant: str = typer.Option("gpu", help="Containers: image variant, gpu or cpu."),
     probe: bool = typer.Option(True, help="Check first, with a quick srun, that the compute nodes see --out."),
     probe_timeout: float = typer.Option(300, help="Seconds to wait for that check to run."),
@@ -93,7 +93,7 @@ def submit_cmd(
         if release is not None:
             images = released_images(release, stacks, pin_set, variant)
         else:
-            template = image or "fwbench/{stack}:{pin_set}-{variant}"
+            template = image or registry.IMAGE_TEMPLATE
             images = {s: template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
     from fwbench.cli.common import check_out_dir
 

@@ -59,7 +59,7 @@ def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: st
             "data": {PLAN_KEY: json.dumps(cells, indent=1, sort_keys=True)}}
 
 
-def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, results_claim: str,
+def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, *, results_claim: str,
                 gpu: bool, namespace: str | None, resources: PodResources = PodResources(),
                 backoff_limit: int = 3) -> dict:
     name = object_name(prefix, stack)
@@ -145,8 +145,8 @@ def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix:
     out_dir.mkdir(parents=True, exist_ok=True)
     for stack, cells in by_stack.items():
         documents = [plan_configmap(prefix, stack, cells, namespace),
-                     indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim, gpu, namespace,
-                                 resources)]
+                     indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim=results_claim,
+                                 gpu=gpu, namespace=namespace, resources=resources)]
         path = out_dir / f"{object_name(prefix, stack)}.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
         written.append(path)

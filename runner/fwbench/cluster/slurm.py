@@ -255,7 +255,7 @@ def enroot_reference(reference: str) -> str:
     return f"{name}:{digest}" if digest else name
 
 
-def job_script(folder: Path, out: Path, data_dir: Path, count: int, options: SlurmOptions,
+def job_script(folder: Path, out: Path, data_dir: Path, count: int, options: SlurmOptions, *,
                image: str | None, time_limit: str) -> str:
     """The sbatch script: one array task per cell, each running `fwbench slurm run-cell` on its index."""
     array = f"0-{count - 1}" + (f"%{options.max_running}" if options.max_running else "")
@@ -352,7 +352,8 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     (folder / "done").mkdir()
     planned = [replace(spec, data_dir=IN_CONTAINER["data"]) if in_container else spec for spec in todo]
     cellplan.write_plan(folder / "cells.json", planned)
-    script = job_script(folder, out.resolve(), data_dir.resolve(), len(planned), options, image, options.time_limit)
+    script = job_script(folder, out.resolve(), data_dir.resolve(), len(planned), options, image=image,
+                        time_limit=options.time_limit)
     write_atomically(folder / "job.sbatch", script)
     submitted = _slurm(["sbatch", "--parsable", str(folder / "job.sbatch")])
     if submitted.returncode != 0:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from fwbench.core import registry
+from fwbench.core.atomic import write_atomically
 
 MANIFEST = "manifest.json"
 DATA_FORMAT_VERSION = 1
@@ -45,17 +44,6 @@ def combined_digest(file_digests: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
@@ -78,12 +66,12 @@ def generate(out_dir: Path, preset: str, seed: int = 0, tasks: list[str] | None 
         files = {}
         for name, array in task_arrays(task_id, preset, seed).items():
             payload = _npy_bytes(array)
-            _atomic_write_bytes(task_dir / f"{name}.npy", payload)
+            write_atomically(task_dir / f"{name}.npy", payload)
             files[name] = {"sha256": hashlib.sha256(payload).hexdigest(),
                            "shape": list(array.shape), "dtype": str(array.dtype)}
         manifest["tasks"][task_id] = {
             "files": files, "sha256": combined_digest({n: f["sha256"] for n, f in files.items()})}
-    _atomic_write_bytes(root / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    write_atomically(root / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
     return manifest
 
 

@@ -50,7 +50,7 @@ class GpuWheels:
 
     @property
     def image(self) -> str:
-        return f"{registry.get_stack(self.stack).image_repository}:{self.pin_set}-gpu"
+        return registry.image_name(self.stack, self.pin_set, "gpu")
 
     def label(self) -> str:
         wheel = _WHEEL_NAME[self.framework].format(major=self.cuda_major)

@@ -379,7 +379,7 @@ def effective_peak(cost: StepCost, precisions: Precisions, tflops: dict[str, flo
     return cost.flops / (cost.matmul_flops / matmul_peak + cost.conv_flops / conv_peak)
 
 
-def physics_columns(cost: StepCost, ms_per_step: float | None, precisions: Precisions, peak_tflops: float | None,
+def physics_columns(cost: StepCost, ms_per_step: float | None, precisions: Precisions, *, peak_tflops: float | None,
                     peak_source: str | None, bandwidth_gbs: float | None) -> dict[str, Any]:
     """The physics columns of one row (achieved figures null without a time; % of peak null without a peak).
     peak_tflops is the ceiling of the row's precisions (effective_peak for a mixed row)."""

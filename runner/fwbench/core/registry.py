@@ -21,6 +21,18 @@ class RegistryError(ValueError):
     """An unknown stack, task, preset or variant (a user error: exit 2, no traceback)."""
 
 
+# Docker image names, written out here only: a stack's repository (once pushed, REGISTRY/fwbench/<stack>) and a tag
+# naming the pin set and the image variant, e.g. fwbench/keras3-jax:paper-2024-gpu.
+IMAGE_REPOSITORY = "fwbench/{stack}"
+IMAGE_TAG = "{pin_set}-{variant}"
+IMAGE_TEMPLATE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"  # a locally built image's name; the docker engine's default
+
+
+def image_name(stack: str, pin_set: str, variant: str, template: str = IMAGE_TEMPLATE) -> str:
+    """The image of a stack, pin set and variant, by `template` (default: the locally built image's name)."""
+    return template.format(stack=stack, pin_set=pin_set, variant=variant)
+
+
 HARNESS_BACKENDS = ("torch", "jax", "tensorflow")
 # --jit: `published` gives every Keras cell the XLA setting the published code gave it; `on` / `off` force
 # jit_compile on every Keras cell (the matched view). Native stacks have no such switch.
@@ -93,11 +105,11 @@ class Stack:
     @property
     def image_repository(self) -> str:
         """The Docker image repository of this stack (tagged <pin-set>-<variant>, e.g. paper-2024-gpu)."""
-        return f"fwbench/{self.id}"
+        return IMAGE_REPOSITORY.format(stack=self.id)
 
 
-def _keras3(backend: str, harness_backend: str, report_rank: int, xla: bool,
-            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (), *,
+def _keras3(backend: str, harness_backend: str, *, report_rank: int, xla: bool,
+            published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (),
             environment_gb: float, image_gb: tuple[float, float]) -> Stack:
     """A Keras 3 stack: KERAS_BACKEND selects the backend (Keras reads it once, at import time)."""
     names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -192,26 +204,27 @@ class Task:
         return f"{self.model} {self.kind}"
 
 
-def _task(task_id: str, model: str, kind: str, paper: int, small: int, tiny: int) -> Task:
+def _task(task_id: str, model: str, kind: str, batch: tuple[int, int, int]) -> Task:
+    paper, small, tiny = batch
     return Task(task_id, model, kind, {"paper": paper, "small": small, "tiny": tiny})
 
 
 TASKS: dict[str, Task] = {
     t.id: t
     for t in (
-        # id, model, kind, then the batch size at paper (= the published table), small, tiny
-        _task("sam-fit",                  "sam",              "fit",      1,   1,  1),
-        _task("sam-predict",              "sam",              "predict",  4,   4,  2),
-        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      8,   4,  2),
-        _task("stable_diffusion-predict", "stable_diffusion", "predict",  13,  4,  2),
-        _task("bert-fit",                 "bert",             "fit",      32,  16, 4),
-        _task("bert-predict",             "bert",             "predict",  256, 64, 8),
-        _task("gemma-fit",                "gemma",            "fit",      8,   4,  2),
-        _task("gemma-generate-bs32",      "gemma",            "generate", 32,  16, 4),
-        _task("gemma-generate-bs1",       "gemma",            "generate", 1,   1,  1),
-        _task("mistral-fit",              "mistral",          "fit",      8,   4,  2),
-        _task("mistral-generate-bs32",    "mistral",          "generate", 32,  16, 4),
-        _task("mistral-generate-bs1",     "mistral",          "generate", 1,   1,  1),
+        # id, model, kind, then (batch size at paper (= the published table), at small, at tiny)
+        _task("sam-fit",                  "sam",              "fit",      (1,   1,  1)),
+        _task("sam-predict",              "sam",              "predict",  (4,   4,  2)),
+        _task("stable_diffusion-fit",     "stable_diffusion", "fit",      (8,   4,  2)),
+        _task("stable_diffusion-predict", "stable_diffusion", "predict",  (13,  4,  2)),
+        _task("bert-fit",                 "bert",             "fit",      (32,  16, 4)),
+        _task("bert-predict",             "bert",             "predict",  (256, 64, 8)),
+        _task("gemma-fit",                "gemma",            "fit",      (8,   4,  2)),
+        _task("gemma-generate-bs32",      "gemma",            "generate", (32,  16, 4)),
+        _task("gemma-generate-bs1",       "gemma",            "generate", (1,   1,  1)),
+        _task("mistral-fit",              "mistral",          "fit",      (8,   4,  2)),
+        _task("mistral-generate-bs32",    "mistral",          "generate", (32,  16, 4)),
+        _task("mistral-generate-bs1",     "mistral",          "generate", (1,   1,  1)),
     )
 }
 

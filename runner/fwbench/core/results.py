@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fwbench.core.atomic import write_atomically_with
 from fwbench.core.identity import CellIdentity, file_tokens
 from fwbench.core.schema import COLUMNS, SCHEMA_VERSION
 
@@ -63,16 +63,8 @@ def normalise(record: dict[str, Any]) -> dict[str, Any]:
 def write_row(record: dict[str, Any], path: Path) -> Path:
     """Write one row to `path` atomically: readers see the old file or the new one, never half of one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist([normalise(record)], schema=SCHEMA)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically_with(path, lambda temp: pq.write_table(table, temp), fsync=True)
     return path
 
 
@@ -83,11 +75,6 @@ def read_row(path: Path) -> dict[str, Any] | None:
     except (OSError, pa.ArrowException):
         return None
     return rows[0] if len(rows) == 1 else None
-
-
-def has_ok_row(path: Path) -> bool:
-    row = read_row(path)
-    return bool(row and row.get("status") == "ok" and row.get("schema_version") == SCHEMA_VERSION)
 
 
 # -- where a cell-repeat's file lives --------------------------------------------------------------
@@ -105,6 +92,9 @@ def host_defaults(preset: str, task: str) -> dict[str, Any]:
 
 
 def readable_path(spec, out_dir: Path) -> Path:
+    """The readable file name of a cell-repeat: the plain name for default settings, plus one token per
+    non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`); target_path says when a settings
+    hash is added to it."""
     tokens = file_tokens(spec.identity, host_defaults(spec.preset, spec.task))
     stem = ".".join([spec.task, f"compile-{spec.compile_mode}", *tokens])
     return Path(out_dir) / spec.preset / spec.stack / f"{stem}.r{spec.repeat}.parquet"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from fwbench.core.identity import CellIdentity
 
@@ -58,14 +57,6 @@ class CellSpec:
     @property
     def identity(self) -> CellIdentity:
         return CellIdentity.of_spec(self)
-
-    def result_path(self, out_dir: Path) -> Path:
-        """The readable file name of this cell-repeat: today's name for default settings, plus one
-        token per non-default setting (e.g. `bert-fit.compile-none.tf32-on.r0.parquet`). See
-        fwbench.core.results.target_path for when a settings hash is added to it."""
-        from fwbench.core import results  # the writer owns the naming rules
-
-        return results.readable_path(self, Path(out_dir))
 
     def to_json(self) -> str:
         fields = asdict(self)

@@ -20,10 +20,10 @@ from fwbench.engines.device import expected_model, hide_gpus, host_has_gpu  # no
 from fwbench.engines.device import resolve as resolve_device
 from fwbench.engines.watchdog import WATCHDOG_LABEL, remove_containers
 from fwbench.core.pins import DEFAULT_PIN_SET
+from fwbench.core.registry import IMAGE_TEMPLATE
 from fwbench.core.spec import CellSpec
 
-# Image tags name the pin set and the variant: fwbench/keras3-jax:paper-2024-gpu.
-DEFAULT_IMAGE = "fwbench/{stack}:{pin_set}-{variant}"
+DEFAULT_IMAGE = IMAGE_TEMPLATE  # fwbench/<stack>:<pin set>-<variant>, e.g. fwbench/keras3-jax:paper-2024-gpu
 
 
 def docker_device_request(gpu_index: int | None):

@@ -32,6 +32,7 @@ from typing import Callable, Optional
 from fwbench.engines import CellOutcome, EngineError, cell_environment, launch_process, write_spec
 from fwbench.engines.device import expected_model
 from fwbench.core.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
+from fwbench.core.registry import image_name
 from fwbench.core.spec import CellSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -347,6 +348,6 @@ def current_engine(pin_set: str | None = None, device: str = "cpu") -> PythonEng
     image_pin_set = manifest.get("pin_set")
     if image_pin_set and pin_set and pin_set != image_pin_set:
         raise EngineError(f"this image holds the {image_pin_set} pin set, not {pin_set}: run the "
-                          f"fwbench/<stack>:{pin_set}-<variant> image instead")
+                          f"{image_name('<stack>', pin_set, '<variant>')} image instead")
     return PythonEngine("current", lambda stack, progress=None: Path(sys.executable),
                         str(manifest.get("variant") or "host"), pin_set or image_pin_set or DEFAULT_PIN_SET, device)

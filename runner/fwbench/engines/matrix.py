@@ -100,7 +100,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
     time). The callbacks are never called concurrently; the results come back in plan order."""
     slots = slots or [UNPINNED]
     out_dir = Path(out_dir)
-    run = _Run(out_dir, engine, resume, uuid.uuid4().hex[:12], on_start, on_done)
+    run = _Run(out_dir, engine, resume, uuid.uuid4().hex[:12], on_start=on_start, on_done=on_done)
     # The device is part of the identity: each slot's own GPU may be another model.
     device_models = {slot.index: engine.device_model(slot.gpu) for slot in slots}
     pending = deque(enumerate(specs))
@@ -160,7 +160,7 @@ class _Run:
     """What the workers of one run share: its id, the engine, a lock around the callbacks, and when
     each cell process ran (for parallel_cells)."""
 
-    def __init__(self, out_dir: Path, engine, resume: bool, run_id: str, on_start, on_done):
+    def __init__(self, out_dir: Path, engine, resume: bool, run_id: str, *, on_start, on_done):
         self.out_dir, self.engine, self.resume, self.run_id = out_dir, engine, resume, run_id
         self.on_start, self.on_done = on_start, on_done
         self.lock = threading.Lock()

@@ -80,4 +80,5 @@ def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None
     else:
         # A CPU runs bf16 and fp32 on the same units here (and no TF32): the fp32 GEMM is the ceiling for all.
         peak_tflops, peak_source = cpu_ceiling(row.get("run_id"), cache_dir)
-    return physics.physics_columns(cost, row.get("ms_per_step"), precisions, peak_tflops, peak_source, bandwidth)
+    return physics.physics_columns(cost, row.get("ms_per_step"), precisions, peak_tflops=peak_tflops,
+                                   peak_source=peak_source, bandwidth_gbs=bandwidth)

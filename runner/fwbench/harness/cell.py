@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
+from fwbench.core.atomic import write_atomically
 from fwbench.core.schema import SCHEMA_VERSION
 from fwbench.core.cpusets import own_cpu_set
 from fwbench.core.spec import CellSpec
-from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
+from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, check_cell
 
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
                      "TF_FORCE_GPU_ALLOW_GROWTH", "JAX_PLATFORMS")
@@ -107,10 +109,66 @@ def _with_step_delay(step, delay_ms: float):
 def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     """Build, time and describe one cell. Raises on failure (the caller records it). work_dir: the run's
     work directory (where the record goes), which keeps the CPU ceiling measured once per run."""
+    phases = PhaseTimer()
+    built = build_cell(spec, phases)  # data_load, framework_import, workload_import
+    timed = time_cell(built)
+    phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
+    result, extra = describe(built, timed)
+    phases.done("describe")
+    # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
+    result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
+                                      mig_slice=bool(timed.known_gpu and timed.known_gpu.mig)))
+    phases.done("ceiling")
+    # Where the cell process's time went besides the measurement (first_contact.py reads it).
+    extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
+    result["extra"] = {**extra, **result.get("extra", {})}
+    return result
+
+
+@dataclass
+class Built:
+    """A cell built and ready to time (build_cell), with what describe reports about its inputs and set-up."""
+
+    stack: registry.Stack
+    ctx: CellContext  # the spec, the workload, the inputs, the backend, and what the workload reported
+    cell: StepCell | DrivenCell
+    input_sha256: str
+    data_seed: int
+    compile_cache_warm: bool | None
+    setup_s: float  # the workload's build() and a device sync
+
+    @property
+    def spec(self) -> CellSpec:
+        return self.ctx.spec
+
+    @property
+    def workload(self) -> registry.Workload:
+        return self.ctx.workload
+
+    @property
+    def backend(self) -> Any:
+        return self.ctx.backend
+
+
+@dataclass
+class Timed:
+    """The timed steps of a built cell (time_cell): their clock, the probes that watched the window, and the
+    GPU they ran on."""
+
+    clock: StepClock
+    contention: contention.ContentionProbe
+    energy: EnergyProbe
+    cell_gpu: gpu_identity.CellGpu | None  # by UUID (NVML's view); None: a CPU cell, or NVML could not say
+    known_gpu: gpu_identity.CellGpu | None  # cell_gpu, else the GPU CUDA_VISIBLE_DEVICES names (GPU cells)
+    gpu_index: int | None
+
+
+def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
+    """Load the inputs, import and configure the framework, import the workload and build the cell, marking the
+    phases data_load, framework_import and workload_import. Raises Unsupported, DeviceUnavailable, DataError..."""
     stack = registry.get_stack(spec.stack)
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
-    phases = PhaseTimer()
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     phases.done("data_load")
     _inject_fault_before_build(spec)
@@ -135,7 +193,13 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
+    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s)
 
+
+def time_cell(built: Built) -> Timed:
+    """Run the warm-up and timed steps under the clock, with the contention and energy probes (and, for a
+    compiled torch cell, the CUDA-graph replay count) watching the timed window."""
+    spec, backend = built.spec, built.backend
     # The GPU the steps run on, by UUID (NVML's view of it); None: NVML could not say (its energy says so).
     cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid())
                 if backend.on_gpu else None)
@@ -145,25 +209,30 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     gpu_index = (known_gpu.index if spec.gpu_index is None else spec.gpu_index) if known_gpu else None
     energy = EnergyProbe(backend.on_gpu, cell_gpu)
     window_probes = [probe, energy]
-    if stack.family == "torch" and spec.compile_mode != "none":
+    if built.stack.family == "torch" and spec.compile_mode != "none":
         window_probes.append(backend.count_cudagraph_replays())  # did the compiled code replay as CUDA graphs?
     clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes))
-    if isinstance(cell, DrivenCell):
-        cell.drive(clock)
+    if isinstance(built.cell, DrivenCell):
+        built.cell.drive(clock)
     else:
-        step = cell.step
+        step = built.cell.step
         if spec.fault and spec.fault.startswith("step-sleep:"):
             step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
         run_loop(clock, step)
+    return Timed(clock, probe, energy, cell_gpu, known_gpu, gpu_index)
 
-    phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
+
+def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The measured row fields (timings, memory, environment, device, compile facts, contention, energy) and the
+    harness's own `extra` fields, which measure merges under whatever `extra` the row fields hold."""
+    spec, stack, workload, backend, clock = built.spec, built.stack, built.workload, built.backend, timed.clock
     ms_per_step = clock.ms_per_step()
     peak_mem_bytes, peak_mem_kind = backend.peak_memory()
     environment = envinfo.environment()
     versions = environment.pop("library_versions")
     device = backend.device_info()
     result: dict[str, Any] = {
-        "setup_s": setup_s,
+        "setup_s": built.setup_s,
         "first_step_s": clock.first_step_s,
         "ms_per_step": ms_per_step,
         "step_ms": clock.step_ms(),
@@ -171,12 +240,12 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         "batch_size": workload.batch_size,
         "peak_mem_bytes": peak_mem_bytes,
         "peak_mem_kind": peak_mem_kind,
-        "input_sha256": input_sha256,
-        "data_seed": seed,
+        "input_sha256": built.input_sha256,
+        "data_seed": built.data_seed,
         "framework_version": versions.get(stack.framework),
         "library_versions": versions,
         "pin_deviations": _pin_deviations(spec, versions, environment["python_version"]),
-        "compile_cache_warm": cache_warm,
+        "compile_cache_warm": built.compile_cache_warm,
         **{k: v for k, v in environment.items() if k != "gpu_names"},
         **device,
         **backend.precision_state(),
@@ -184,11 +253,11 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     if result.get("device") == "cpu":
         result["device_name"] = environment["cpu_model"]
     # The identity names the device the cell really ran on, in the runner's words (envinfo.device_model).
-    result["device_model"] = envinfo.device_model(result.get("device") != "cpu", cell_gpu)
-    result.update(probe.result())
-    result["gpu_index"] = gpu_index
-    result["gpu_uuid"] = cell_gpu.device_uuid if cell_gpu else None
-    extra: dict[str, Any] = {"gpu_found_by": known_gpu.found_by} if known_gpu else {}
+    result["device_model"] = envinfo.device_model(result.get("device") != "cpu", timed.cell_gpu)
+    result.update(timed.contention.result())
+    result["gpu_index"] = timed.gpu_index
+    result["gpu_uuid"] = timed.cell_gpu.device_uuid if timed.cell_gpu else None
+    extra: dict[str, Any] = {"gpu_found_by": timed.known_gpu.found_by} if timed.known_gpu else {}
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
     manifest = envinfo.image_manifest()
@@ -203,19 +272,11 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     if stack.family == "keras":
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
-    result.update(ctx.reported)
+    result.update(built.ctx.reported)
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
-    result.update(energy.result(spec.steps, tokens))
-    phases.done("describe")
-    # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
-    result.update(ceiling.physics_row({**base_record(spec), **result}, backend.on_gpu, work_dir,
-                                      mig_slice=bool(known_gpu and known_gpu.mig)))
-    phases.done("ceiling")
-    # Where the cell process's time went besides the measurement (first_contact.py reads it).
-    extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
-    result["extra"] = {**extra, **result.get("extra", {})}
-    return result
+    result.update(timed.energy.result(spec.steps, tokens))
+    return result, extra
 
 
 class PhaseTimer:
@@ -271,12 +332,6 @@ def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: st
     return "; ".join(pins.pin_deviations(registry.get_stack(spec.stack), spec.pin_set, versions, python_version))
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
-
-
 def run(spec: CellSpec, record_path: Path) -> int:
     global _PROCESS_AGE_AT_IMPORT
     _PROCESS_AGE_AT_IMPORT = _process_age_now()
@@ -294,7 +349,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
-    write_json_atomic(record_path, record)
+    write_atomically(record_path, json.dumps(record, default=str))
     return 0 if record["status"] in ("ok", "unsupported") else 1
 
 

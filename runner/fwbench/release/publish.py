@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fwbench import __version__
 from fwbench.core.atomic import write_atomically
+from fwbench.core.registry import IMAGE_REPOSITORY, IMAGE_TAG, image_name
 from fwbench.release.record import Release, ReleaseError, compose_env, read_release
 
 
@@ -37,15 +38,16 @@ def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], o
         earlier = read_release(release_path)
         if earlier.registry == registry_host:
             release.images = list(earlier.images)
-    local_names = {s: image_template.format(stack=s, pin_set=pin_set, variant=variant) for s in stacks}
+    tag = IMAGE_TAG.format(pin_set=pin_set, variant=variant)
+    local_names = {s: image_name(s, pin_set, variant, image_template) for s in stacks}
     if pushed:
-        local_names = {s: _pull_pushed(client, f"{registry_host}/fwbench/{s}", f"{pin_set}-{variant}") for s in stacks}
+        local_names = {s: _pull_pushed(client, f"{registry_host}/{IMAGE_REPOSITORY.format(stack=s)}", tag) for s in stacks}
     missing = [name for name in local_names.values() if not _image_exists(client, name)]
     if missing:
         raise ReleaseError(f"not built: {', '.join(missing)} (docker compose build, see README)")
     (out / "sboms").mkdir(parents=True, exist_ok=True)
     for stack, local_name in local_names.items():
-        repository, tag = f"{registry_host}/fwbench/{stack}", f"{pin_set}-{variant}"
+        repository = f"{registry_host}/{IMAGE_REPOSITORY.format(stack=stack)}"
         if pushed:
             digest = local_name.rsplit("@", 1)[1]
         else:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
+from fwbench.core.registry import IMAGE_REPOSITORY
 
 RELEASE_FORMAT_VERSION = 1
 # Inside every fwbench image (written by images/install.sh).
@@ -113,8 +114,9 @@ def compose_env(release: Release, pin_set: str, variant: str) -> str:
     images = sorted((i for i in release.images if (i.pin_set, i.variant) == (pin_set, variant)), key=lambda i: i.stack)
     if not images:
         raise ReleaseError(f"the release has no {pin_set}-{variant} images")
-    registries = {i.repository.rsplit("/fwbench/", 1)[0] for i in images}
-    if len(registries) != 1 or not all("/fwbench/" in i.repository for i in images):
+    prefix = "/" + IMAGE_REPOSITORY.format(stack="")  # REGISTRY/fwbench/<stack>: the part before the stack
+    registries = {i.repository.rsplit(prefix, 1)[0] for i in images}
+    if len(registries) != 1 or not all(prefix in i.repository for i in images):
         raise ReleaseError("release.env needs every image under one REGISTRY/fwbench/ prefix")
     lines = [f"# fwbench release {release.git_revision[:12]}: {pin_set}-{variant} images by digest",
              f"FWBENCH_REGISTRY={registries.pop()}/", f"FWBENCH_PIN_SET={pin_set}", f"FWBENCH_VARIANT={variant}"]
