@@ -283,13 +283,22 @@ def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
     Welch-Satterthwaite let false alarms multiply at 10 vs 3 repeats under Holm's small per-cell alpha.
     None when both sides' repeats are identical: no spread to test against (undefined, never p = 0)."""
     la, lb = np.log(a), np.log(b)
-    va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
-    if va + vb == 0:
+    log_ratio, se, dof = capped_welch(la.mean(), la.var(ddof=1), la.size, lb.mean(), lb.var(ddof=1), lb.size)
+    if se == 0:
         return None
-    welch_dof = (va + vb) ** 2 / (va ** 2 / (la.size - 1) + vb ** 2 / (lb.size - 1))
-    wa, wb = 1 / la.size, 1 / lb.size  # the same with equal variances
-    sizes_dof = (wa + wb) ** 2 / (wa ** 2 / (la.size - 1) + wb ** 2 / (lb.size - 1))
-    return LogRatioTest(float(lb.mean() - la.mean()), math.sqrt(va + vb), min(welch_dof, sizes_dof))
+    return LogRatioTest(float(log_ratio), float(se), float(dof))
+
+
+def capped_welch(mean_a, var_a, n_a, mean_b, var_b, n_b):
+    """log_ratio_test's (log ratio, standard error, capped df) from each side's mean, variance (ddof 1) and size
+    of log values; vectorised (numpy arrays of cells work), so simulations judge many cells at once."""
+    mean_a, var_a, n_a, mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in (mean_a, var_a, n_a, mean_b, var_b, n_b))
+    va, vb = var_a / n_a, var_b / n_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        welch_dof = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
+    wa, wb = 1 / n_a, 1 / n_b  # the same with equal variances
+    sizes_dof = (wa + wb) ** 2 / (wa ** 2 / (n_a - 1) + wb ** 2 / (n_b - 1))
+    return mean_b - mean_a, np.sqrt(va + vb), np.fmin(welch_dof, sizes_dof)
 
 
 def block_bootstrap_medians(side: Side, resamples: int, rng: np.random.Generator) -> np.ndarray:
