@@ -89,6 +89,11 @@ def register(app: typer.Typer) -> None:
                                                                             "the report)."),
         task: Optional[List[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
         repeats: int = typer.Option(5, help="Re-runs per cell; a verdict needs 3 a side (published and re-run)."),
+        max_repeats: int = typer.Option(15, "--max-repeats", help="Re-runs an inconclusive cell may get: batches of "
+                                        "--repeats more, judged after each at levels adjusted for the looks "
+                                        "(--max-repeats equal to --repeats: none added, one look)."),
+        max_added_minutes: float = typer.Option(120.0, "--max-added-minutes", help="No batch of added re-runs "
+                                                "starts once they have taken this long."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
                                                    "published by more than PCT percent (its whole 90% interval)."),
         tolerance: float = typer.Option(10.0, help="Percent within which a cell counts as reproduced (its whole 90% "
@@ -110,8 +115,12 @@ def register(app: typer.Typer) -> None:
         if repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
-        if repeats > 100:
-            raise _fail("--repeats must be at most 100", 2)
+        if repeats > 100 or max_repeats > 100:
+            raise _fail("--repeats and --max-repeats must be at most 100", 2)
+        if max_repeats < repeats:
+            raise _fail(f"--max-repeats ({max_repeats}) must be at least --repeats ({repeats})", 2)
+        if max_added_minutes < 0:
+            raise _fail("--max-added-minutes must be >= 0", 2)
         if not 0 < tolerance < 100:
             raise _fail("--tolerance must be between 0 and 100 (percent)", 2)
         for task_id in task or []:
@@ -119,7 +128,8 @@ def register(app: typer.Typer) -> None:
         out = out or Path(f"verify-{bundle.name.split('.')[0]}")
         try:
             code = run_verify(bundle, out, allowed_signers, allow_unsigned, task or None, repeats, fail_above,
-                              tolerance, device, cosign_key, cosign_identity, allow_inconclusive)
+                              tolerance, device, cosign_key, cosign_identity, allow_inconclusive, max_repeats,
+                              max_added_minutes)
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:
