@@ -1,6 +1,19 @@
 """Error rates of `fwbench compare` and `fwbench verify` verdicts, by simulation with known truth.
 
-    python benchmarks/verdict_error_rates.py [--trials 100] [--planted-trials 30] [--seed 16] [--jobs 2]
+    python benchmarks/verdict_error_rates.py [--part all|rows|bundle] [--trials 100] [--planted-trials 30]
+                                             [--bundle-trials 1000] [--seed 16] [--jobs 2]
+
+Part "bundle" (whole-bundle verify error rates, through verification's pure core: Rule, judge_arrays,
+look_schedule, with_added_repeats, with compare.log_ratio_test per cell): 40 honest cells per verification,
+each repeat's log median normal with sd 3.5% on the publisher's machine and --rerun-noise times that on the
+re-run machine (3x: 10.5%), for equal noise 5v5, 3x noise 3v3 and 3x noise 10 published v 3 re-run. Printed per
+scenario and rule: the share of verifications in which any unchanged cell is called slower or faster (target
+<= 5%), the share in which every cell is reproduced, and the power: the share of verifications in which one
+cell made 30% slower is called slower. Rules: "old" (the 90% interval wholly beyond the tolerance, per cell),
+"adjusted" (one-sided tests at alpha / (2 x 40 cells), no added repeats), "added" (inconclusive cells get
+re-run repeats up to 15, in batches of the first count, every look at alpha / (2 x 40 x L) and a TOST at
+alpha / L per side) and "added, unadjusted looks" (the same loop judging every look at L = 1: what sequential
+looks do to an unadjusted level). Part "rows" is the table below.
 
 Each trial makes 60 cells (the 12 synthetic cells of tests/aggregator_rows.py at 5 thread settings) with two
 sides, A (baseline / published) and B (candidate / re-run), as real result rows, validated by the loader
@@ -20,12 +33,16 @@ at 3 and 5 repeats a side (the other 54 unchanged). Printed per scenario:
   verify slower / verify repr.  share of planted cells verify calls slower / reproduced
 Targets (issue 16): every FWER <= 5%; a planted +20% at 5 repeats called slower by compare >= 90%;
 "reproduced" for a planted change beyond the tolerance (20%, 2x) <= 5%. Runs in about 2-4 minutes on 2 cores
-(two worker processes; --jobs).
+(two worker processes; --jobs); part "bundle" in well under a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import math
+import os
+import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -161,6 +178,107 @@ def targets_met(scenario: Scenario, rates: dict[str, float]) -> list[str]:
     return missed
 
 
+BUNDLE_CELLS = 40
+PUBLISHED_SD = 0.035  # sd of a repeat's log median on the publisher's machine
+POWER_EFFECT = 1.30
+BOUND_EFFECT = 1 + TOLERANCE_PCT / 100  # a cell exactly at the tolerance: "reproduced" must stay <= 5%
+RULES = ("old", "adjusted", "added", "added, unadjusted looks")
+
+
+@dataclass(frozen=True)
+class BundleScenario:
+    name: str
+    published: int
+    rerun: int
+    noise: float  # re-run sd / published sd
+
+
+def bundle_scenarios(rerun_noise: float) -> list[BundleScenario]:
+    return [BundleScenario("equal noise 5v5", 5, 5, 1.0), BundleScenario(f"{rerun_noise:g}x noise 3v3", 3, 3, rerun_noise),
+            BundleScenario(f"{rerun_noise:g}x noise 10v3", 10, 3, rerun_noise)]
+
+
+@dataclass
+class _SimCell:
+    index: int
+    verdict: str
+    rerun_repeats: int
+    resolvable: bool
+
+
+def _judge_bundle(pub: tuple, rerun: tuple, rule: verification.Rule, old: bool = False) -> list[_SimCell]:
+    """Every cell's verdict from the moments (mean, variance, count) of simulated log repeat medians, through
+    compare's capped Welch test and verification's rule (all cells at once)."""
+    log_ratio, se, dof = compare.capped_welch(*pub, *rerun)
+    verdicts, low, high, _, _ = verification.judge_arrays(log_ratio, se, dof, rule)
+    if old:  # issue 16's rule: the 90% interval wholly beyond a bound, per cell, no family-wise level
+        bound = rule.tolerance_pct / 100
+        verdicts = np.where(low > 1 + bound, verification.SLOWER,
+                            np.where(high < 1 - bound, verification.FASTER, verdicts))
+    return [_SimCell(i, str(v), int(n), v == verification.INCONCLUSIVE) for i, (v, n) in enumerate(zip(verdicts, rerun[2]))]
+
+
+def bundle_trial(rng, scenario: BundleScenario, rule_name: str, effect: float, max_repeats: int) -> tuple[bool, bool, str, int]:
+    """One verification of BUNDLE_CELLS cells (cell 0 made `effect` times slower): (any unchanged cell called
+    slower/faster, every cell reproduced, cell 0's verdict, re-run repeats spent)."""
+    sd_pub, sd_rerun = PUBLISHED_SD, PUBLISHED_SD * scenario.noise
+    shift = np.zeros(BUNDLE_CELLS)
+    shift[0] = math.log(effect)
+    published = rng.normal(0, sd_pub, (BUNDLE_CELLS, scenario.published))
+    pub = (published.mean(1), published.var(1, ddof=1), np.full(BUNDLE_CELLS, scenario.published))
+    first = rng.normal(shift[:, None], sd_rerun, (BUNDLE_CELLS, scenario.rerun))
+    rerun = [row for row in first]
+    moments = [first.mean(1), first.var(1, ddof=1), np.full(BUNDLE_CELLS, scenario.rerun)]
+    adding = rule_name.startswith("added")
+    schedule = verification.look_schedule(scenario.rerun, max_repeats) if adding else [scenario.rerun]
+    looks = len(schedule) if rule_name == "added" else 1
+    rule = verification.Rule(TOLERANCE_PCT, cells=BUNDLE_CELLS, looks=looks)
+
+    def add(wanted: dict[int, int]) -> None:
+        for i, count in wanted.items():
+            rerun[i] = np.concatenate([rerun[i], rng.normal(shift[i], sd_rerun, count - rerun[i].size)])
+            moments[0][i], moments[1][i], moments[2][i] = rerun[i].mean(), rerun[i].var(ddof=1), rerun[i].size
+
+    cells = verification.with_added_repeats(lambda: _judge_bundle(pub, tuple(moments), rule, old=rule_name == "old"),
+                                            add, schedule, key=lambda c: c.index)
+    return (any(c.verdict in (verification.SLOWER, verification.FASTER) for c in cells[1:] + cells[:1] * (effect == 1.0)),
+            all(c.verdict == verification.REPRODUCED for c in cells), cells[0].verdict, sum(r.size for r in rerun))
+
+
+def _run_bundle_job(job) -> dict[str, float]:
+    scenario, rule_name, trials, seed, max_repeats = job
+    rng = np.random.default_rng(seed)
+    false_claims = all_reproduced = found = at_bound = spent = 0
+    for _ in range(trials):
+        wrong, reproduced, _, repeats = bundle_trial(rng, scenario, rule_name, 1.0, max_repeats)
+        false_claims, all_reproduced, spent = false_claims + wrong, all_reproduced + reproduced, spent + repeats
+        found += bundle_trial(rng, scenario, rule_name, POWER_EFFECT, max_repeats)[2] == verification.SLOWER
+        at_bound += bundle_trial(rng, scenario, rule_name, BOUND_EFFECT, max_repeats)[2] == verification.REPRODUCED
+    return {"false": false_claims / trials, "all_reproduced": all_reproduced / trials, "power": found / trials,
+            "at_bound": at_bound / trials, "repeats": spent / trials / BUNDLE_CELLS}
+
+
+def run_bundle_part(trials: int, seed: int, jobs: int, rerun_noise: float, max_repeats: int) -> bool:
+    print(f"whole-bundle verify error rates: {BUNDLE_CELLS} cells, repeat log-median sd {PUBLISHED_SD:g} published, "
+          f"x{rerun_noise:g} re-run where noisier; tolerance ±{TOLERANCE_PCT:g}%; added repeats up to {max_repeats}; "
+          f"{trials} verifications per row")
+    print(f"{'scenario':<17} {'rule':<24} {'false slow/fast':>15} {'all repr':>8} {'pow +30%':>8} {'repr +10%':>9} "
+          f"{'re-runs':>7}  target")
+    combos = [(scenario, rule) for scenario in bundle_scenarios(rerun_noise) for rule in RULES]
+    seeds = np.random.SeedSequence([seed, 30]).spawn(len(combos))
+    jobs_list = [(scenario, rule, trials, s, max_repeats) for (scenario, rule), s in zip(combos, seeds)]
+    met = True
+    with ProcessPoolExecutor(jobs) as pool:
+        for (scenario, rule, *_), rates in zip(jobs_list, pool.map(_run_bundle_job, jobs_list)):
+            checked = rule in ("adjusted", "added")
+            ok = rates["false"] <= TARGET_FWER and rates["at_bound"] <= TARGET_REPRODUCED_BEYOND
+            met &= ok or not checked
+            print(f"{scenario.name:<17} {rule:<24} {rates['false']:>15.3f} {rates['all_reproduced']:>8.3f} "
+                  f"{rates['power']:>8.3f} {rates['at_bound']:>9.3f} {rates['repeats']:>7.1f}  "
+                  f"{('met' if ok else 'MISSED') if checked else '(for comparison)'}", flush=True)
+    return met
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100, help="trials per A/A scenario")
@@ -169,15 +287,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-sigma", type=float, default=0.02)
     parser.add_argument("--step-sigma", type=float, default=0.03)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--part", choices=("all", "rows", "bundle"), default="all")
+    parser.add_argument("--bundle-trials", type=int, default=1000, help="verifications per bundle scenario and rule")
+    parser.add_argument("--rerun-noise", type=float, default=3.0, help="re-run sd / published sd (noisy scenarios)")
+    parser.add_argument("--max-repeats", type=int, default=verification.DEFAULT_MAX_REPEATS)
     args = parser.parse_args(argv)
-    if min(args.trials, args.planted_trials, args.jobs) < 1:
-        parser.error("--trials, --planted-trials and --jobs must be at least 1")
+    if min(args.trials, args.planted_trials, args.jobs, args.bundle_trials) < 1:
+        parser.error("--trials, --planted-trials, --bundle-trials and --jobs must be at least 1")
+    print(f"{dt.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
+          f"{platform.python_version()})")
+    started, all_met = time.perf_counter(), True
+    if args.part in ("all", "bundle"):
+        all_met &= run_bundle_part(args.bundle_trials, args.seed, args.jobs, args.rerun_noise, args.max_repeats)
+        if args.part == "bundle":
+            print(f"all targets met: {'yes' if all_met else 'NO'} ({time.perf_counter() - started:.0f} s)")
+            return 0 if all_met else 1
+        print()
     header = (f"{'scenario':<12} {'trials':>6} {'cmp FWER':>8} {'gate FWER':>9} {'ver FWER':>8} {'all repr':>8} "
               f"{'cmp pow':>7} {'gate pow':>8} {'ver slow':>8} {'ver repr':>8}  targets")
     print(f"60 cells, {PLANTED_CELLS} planted; noise: process sigma {args.process_sigma:g}, step sigma "
           f"{args.step_sigma:g} (AR1 rho {STEP_RHO}), {STEPS} steps; verify tolerance ±{TOLERANCE_PCT:g}%")
     print(header)
-    started, all_met = time.perf_counter(), True
     # One seeded stream per scenario (spawned from --seed): the table does not depend on --jobs.
     seeds = np.random.SeedSequence(args.seed).spawn(len(SCENARIOS))
     jobs = [(scenario, args.trials if scenario.effect == 1.0 else args.planted_trials, seed,

@@ -68,7 +68,8 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
     return outcome.report_md
 
 
-def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float) -> int:
+def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float,
+                across: list[str] | None = None) -> int:
     """Print the per-cell comparison; returns the exit code (1 if a regression exceeds fail_above)."""
     from rich.console import Console
     from rich.markup import escape
@@ -83,12 +84,14 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
         _print_skipped(exc.skipped)
         raise _fail(str(exc), exc.exit_code) from None
     _print_skipped(side_a.skipped + side_b.skipped)
-    rows = cmp.compare(side_a, side_b, alpha, min_effect)
+    rows = cmp.compare(side_a, side_b, alpha, min_effect, across or ())
+    pairing = (f"identity but for {', '.join(across)} (--across)" if across else "identity")
     table = Table(title=f"B/A median ms per step (A = {escape(str(a))}, B = {escape(str(b))}); cells paired by "
-                        f"identity; test: Welch t on log repeat medians (capped df, 3+ repeats a side), Holm-adjusted, "
+                        f"{pairing}; test: Welch t on log repeat medians (capped df, 3+ repeats a side), Holm-adjusted, "
                         f"alpha {alpha:g}, min effect {min_effect:g}%")
+    show_differs = bool(across) or any(r.differs for r in rows)
     for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "95% CI", "change", "p (Holm)", "unit",
-                   "busy", "verdict"):
+                   "busy", "verdict") + (("differs (A -> B)",) if show_differs else ()):
         table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")
     styles = {"slower": "red", "faster": "green"}
     for r in rows:
@@ -101,8 +104,14 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
                       "—" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
                       {cmp.METHOD_REPEATS: "repeats", cmp.METHOD_STEPS: "steps"}.get(r.method, "—"),
                       r.busy or "",
-                      f"[{styles[r.verdict]}]{r.verdict}[/]" if r.verdict in styles else escape(r.verdict))
-    Console(width=200).print(table)
+                      f"[{styles[r.verdict]}]{r.verdict}[/]" if r.verdict in styles else escape(r.verdict),
+                      *((escape(r.differs),) if show_differs else ()))
+    Console(width=240 if show_differs else 200).print(table)
+    unnamed = [r for r in rows if r.unpaired_note.startswith("differs")]
+    if unnamed:
+        print(f"note: {len(unnamed)} unpaired cell(s) have a cell of the same stack, task and compile mode on the other "
+              "side that differs in settings not named in --across (column differs); --across SETTING pairs them",
+              file=sys.stderr)
     untestable = [r for r in rows if r.method == cmp.METHOD_STEPS]
     if untestable:
         print(f"note: {len(untestable)} cell(s) have fewer than {cmp.MIN_REPEATS} repeats on a side: steps of one "
@@ -150,6 +159,10 @@ def register(app: typer.Typer) -> None:
                                        "fewer than 3 repeats a side."),
         alpha: float = typer.Option(0.05, help="Family-wise significance level (Holm-adjusted)."),
         min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
+        across: Optional[List[str]] = typer.Option(
+            None, "--across", metavar="SETTING", help="Pair cells whose identity differs only in this setting "
+            "(repeatable): pin_set, jit, image_variant, tf32, threads, warmup, steps, per_step_sync, data_seed, "
+            "device_model, or engine (= image_variant). Across device_model: a ratio only, and --fail-above is refused."),
     ) -> None:
         """Per cell (paired by identity): B/A ratio with a 95% interval, a test over repeats when both sides have 3+."""
         for name, value in (("--alpha", alpha),):
@@ -157,6 +170,15 @@ def register(app: typer.Typer) -> None:
                 raise _fail(f"{name} must be between 0 and 1, got {value}", 2)
         if min_effect < 0 or (fail_above is not None and fail_above < 0):
             raise _fail("--min-effect and --fail-above must be >= 0", 2)
-        code = run_compare(a, b, fail_above, alpha, min_effect)
+        from fwbench_aggregator.compare import across_settings
+
+        try:
+            named = across_settings(across)
+        except ValueError as exc:
+            raise _fail(str(exc), 2) from None
+        if fail_above is not None and "device_model" in named:
+            raise _fail("--fail-above with --across device_model: a ratio across device models is not a regression "
+                        "to gate on", 2)
+        code = run_compare(a, b, fail_above, alpha, min_effect, list(dict.fromkeys(across or [])))
         if code:
             raise typer.Exit(code)

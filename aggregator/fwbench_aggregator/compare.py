@@ -22,18 +22,29 @@ Welch t), Holm-adjusted over the gated cells, so the chance of failing any cell 
 PCT stays <= alpha. A cell that has ok rows in A but none in B (failed, timed out or missing) fails the
 gate; a paired cell with fewer than 3 repeats a side, or identical repeats, makes the gate refuse (one
 line, exit 2) instead of gating on step noise.
+
+`--across SETTING` (repeatable: any name of fwbench.core.identity.SETTINGS, or `engine`, which is the
+image_variant setting: venv, cpu or gpu image, host) pairs cells whose identities differ only in the named
+settings (e.g. pin_set current in A, paper-2024 in B). Every other setting must still match; a cell that
+differs from its nearest partner in a setting not named stays unpaired and says which settings differ.
+Cells equal in every setting pair first; when several cells of a side differ only in named settings from
+the same cell, they are ambiguous and stay unpaired. A paired cell lists what differs ("pin_set: current ->
+paper-2024", and the engine column when it differs). Across device models the verdict is the ratio with
+its interval, never slower/faster: those cells are left out of Holm's family, and --fail-above refuses
+(GateRefused) rather than gate on a cross-device ratio, which is not a regression.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fwbench.core.identity import CellIdentity
+from fwbench.core.identity import KEY_FIELDS, SETTINGS, CellIdentity
 from fwbench_aggregator import loading, stats
 from fwbench_aggregator.summary import is_busy
 from fwbench_aggregator.variants import Variant, assign_variants, task_order
@@ -46,12 +57,28 @@ MIN_STEPS_FOR_INTERVAL = 3  # per side, when a side has a single repeat
 BOOTSTRAP_RESAMPLES = 4000
 METHOD_REPEATS = "repeats (Welch t on log repeat medians, capped df)"
 METHOD_STEPS = "steps (block bootstrap, fewer than 3 repeats: descriptive)"
+# --across names: every identity setting, and `engine`, which is the image_variant setting (where the
+# libraries came from: venv, a cpu/gpu image, the host); the engine column (not part of the identity) is
+# shown beside it whenever it differs.
+ACROSS_ALIASES = {"engine": "image_variant"}
+ACROSS_NAMES = (*SETTINGS, *ACROSS_ALIASES)
+
+
+def across_settings(names) -> frozenset[str]:
+    """The identity settings that --across NAMES lets differ; ValueError (one line) for an unknown name."""
+    chosen = set()
+    for name in names or ():
+        if name not in ACROSS_NAMES:
+            raise ValueError(f"unknown --across setting {name!r} (choose from: {', '.join(ACROSS_NAMES)})")
+        chosen.add(ACROSS_ALIASES.get(name, name))
+    return frozenset(chosen)
 
 
 @dataclass
 class Side:
     repeats: list[np.ndarray]  # per-step samples of each repeat
     busy: int = 0  # busy ok rows among them
+    engines: tuple[str, ...] = ()  # the engine column of its rows (not part of the identity)
 
     @property
     def steps(self) -> int:
@@ -78,6 +105,19 @@ class CellComparison:
     p_adjusted: float | None = None
     verdict: str = ""
     test: LogRatioTest | None = None  # set when both sides have MIN_REPEATS repeats with some spread
+    identity_b: CellIdentity | None = None  # B's identity (differs from `identity` only with --across)
+    # Paired: (name, A value, B value) of every setting that differs, and of the engine column.
+    differences: tuple[tuple[str, Any, Any], ...] = ()
+    unpaired_note: str = ""  # unpaired: why (the settings that differ from the nearest cell of the other side)
+
+    @property
+    def across_devices(self) -> bool:
+        return any(name == "device_model" for name, _, _ in self.differences)
+
+    @property
+    def differs(self) -> str:
+        """'pin_set: current -> paper-2024; engine: local -> docker', or why the cell is unpaired."""
+        return describe_differences(self.differences) if self.paired else self.unpaired_note
 
     @property
     def median_a(self) -> float | None:
@@ -111,8 +151,70 @@ def cell_sides(frame: pd.DataFrame) -> dict[CellIdentity, tuple[Variant, Side]]:
     ok = frame[frame["status"] == "ok"]
     for identity, rows in ok.groupby("_identity", sort=False):
         repeats = [stats.repeat_samples(s, m) for s, m in zip(rows["step_ms"], rows["ms_per_step"])]
-        cells[identity] = (rows["_variant"].iloc[0], Side(repeats, int(is_busy(rows).sum())))
+        engines = tuple(sorted({str(e) for e in rows["engine"].dropna()})) if "engine" in rows else ()
+        cells[identity] = (rows["_variant"].iloc[0], Side(repeats, int(is_busy(rows).sum()), engines))
     return cells
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "?" if value is None else str(value)
+
+
+def describe_differences(differences) -> str:
+    return "; ".join(f"{name}: {_text(a)} -> {_text(b)}" for name, a, b in differences)
+
+
+def setting_differences(a: CellIdentity, b: CellIdentity) -> tuple[tuple[str, Any, Any], ...]:
+    return tuple((name, value, b_value) for (name, value), (_, b_value) in zip(a.settings, b.settings)
+                 if value != b_value)
+
+
+def _blank(identity: CellIdentity, across: frozenset[str]) -> CellIdentity:
+    return replace(identity, settings=tuple((n, None if n in across else v) for n, v in identity.settings))
+
+
+def pair_cells(ids_a, ids_b, across: frozenset[str] = frozenset()):
+    """(pairs, notes): cells equal in every setting pair first; then, with `across`, a cell pairs with the one
+    cell of the other side that differs from it only in `across` settings (several such cells: ambiguous,
+    unpaired). notes: unpaired identity -> why (the settings that differ from the nearest cell of the same
+    stack, task, preset and compile mode on the other side; "A -> B" order)."""
+    set_b = set(ids_b)
+    pairs = [(i, i) for i in ids_a if i in set_b]
+    rest_a = [i for i in ids_a if i not in set_b]
+    rest_b = [i for i in ids_b if i not in set(ids_a)]
+    notes: dict[tuple[str, CellIdentity], str] = {}
+    if across:
+        groups: dict[CellIdentity, tuple[list, list]] = {}
+        for side, ids in ((0, rest_a), (1, rest_b)):
+            for i in ids:
+                groups.setdefault(_blank(i, across), ([], []))[side].append(i)
+        for group_a, group_b in groups.values():
+            if len(group_a) == 1 and len(group_b) == 1:
+                pairs.append((group_a[0], group_b[0]))
+            elif group_a and group_b:
+                named = ", ".join(sorted(across))
+                for side, ids, others in (("A", group_a, group_b), ("B", group_b, group_a)):
+                    for i in ids:
+                        notes[(side, i)] = (f"ambiguous: {len(others)} cell(s) of {'B' if side == 'A' else 'A'} "
+                                            f"differ from it only in --across settings ({named}); not paired")
+        paired = {i for p in pairs for i in p}
+        rest_a = [i for i in rest_a if i not in paired]
+        rest_b = [i for i in rest_b if i not in paired]
+    for side, ids, others in (("A", rest_a, rest_b), ("B", rest_b, rest_a)):
+        for i in ids:
+            if (side, i) in notes:
+                continue
+            same_key = [o for o in others if all(getattr(o, f) == getattr(i, f) for f in KEY_FIELDS)]
+            if not same_key:
+                continue
+            ordered_pair = (lambda o: (i, o)) if side == "A" else (lambda o: (o, i))
+            diffs = [setting_differences(*ordered_pair(o)) for o in same_key]
+            unnamed = [tuple(d for d in diff if d[0] not in across) for diff in diffs]
+            nearest = min(range(len(same_key)), key=lambda k: (len(unnamed[k]), str(unnamed[k])))
+            notes[(side, i)] = f"differs in settings not named in --across: {describe_differences(unnamed[nearest])}"
+    return pairs, notes
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -154,6 +256,12 @@ class LogRatioTest:
 
         return float(sps.t.sf((self.log_ratio - math.log(limit)) / self.se, self.dof))
 
+    def p_below(self, limit: float) -> float:
+        """One-sided p of "B/A >= limit" (small when B/A is credibly below limit)."""
+        from scipy import stats as sps
+
+        return float(sps.t.cdf((self.log_ratio - math.log(limit)) / self.se, self.dof))
+
 
 def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
     """Welch's t on log values with df = min(Welch-Satterthwaite df, the same formula at equal variances).
@@ -163,13 +271,22 @@ def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
     Welch-Satterthwaite let false alarms multiply at 10 vs 3 repeats under Holm's small per-cell alpha.
     None when both sides' repeats are identical: no spread to test against (undefined, never p = 0)."""
     la, lb = np.log(a), np.log(b)
-    va, vb = la.var(ddof=1) / la.size, lb.var(ddof=1) / lb.size
-    if va + vb == 0:
+    log_ratio, se, dof = capped_welch(la.mean(), la.var(ddof=1), la.size, lb.mean(), lb.var(ddof=1), lb.size)
+    if se == 0:
         return None
-    welch_dof = (va + vb) ** 2 / (va ** 2 / (la.size - 1) + vb ** 2 / (lb.size - 1))
-    wa, wb = 1 / la.size, 1 / lb.size  # the same with equal variances
-    sizes_dof = (wa + wb) ** 2 / (wa ** 2 / (la.size - 1) + wb ** 2 / (lb.size - 1))
-    return LogRatioTest(float(lb.mean() - la.mean()), math.sqrt(va + vb), min(welch_dof, sizes_dof))
+    return LogRatioTest(float(log_ratio), float(se), float(dof))
+
+
+def capped_welch(mean_a, var_a, n_a, mean_b, var_b, n_b):
+    """log_ratio_test's (log ratio, standard error, capped df) from each side's mean, variance (ddof 1) and size
+    of log values; vectorised (numpy arrays of cells work), so simulations judge many cells at once."""
+    mean_a, var_a, n_a, mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in (mean_a, var_a, n_a, mean_b, var_b, n_b))
+    va, vb = var_a / n_a, var_b / n_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        welch_dof = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
+    wa, wb = 1 / n_a, 1 / n_b  # the same with equal variances
+    sizes_dof = (wa + wb) ** 2 / (wa ** 2 / (n_a - 1) + wb ** 2 / (n_b - 1))
+    return mean_b - mean_a, np.sqrt(va + vb), np.fmin(welch_dof, sizes_dof)
 
 
 def block_bootstrap_medians(side: Side, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -222,24 +339,41 @@ def _compare_cell(row: CellComparison, rng: np.random.Generator) -> None:
 
 
 def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = DEFAULT_ALPHA,
-            min_effect_pct: float = DEFAULT_MIN_EFFECT_PCT) -> list[CellComparison]:
+            min_effect_pct: float = DEFAULT_MIN_EFFECT_PCT, across=()) -> list[CellComparison]:
+    """Cells paired by identity (with `across`: identities that differ only in those settings, see the module
+    doc), each with its ratio, interval and verdict."""
+    across = across_settings(across)
     # Variants (labels) from both sides together, so a setting that differs between A and B is named.
     frames = [a.frame().assign(_side="A"), b.frame().assign(_side="B")]
     both = assign_variants(pd.concat(frames, ignore_index=True))
     sides_a, sides_b = cell_sides(both[both["_side"] == "A"]), cell_sides(both[both["_side"] == "B"])
+    pairs, notes = pair_cells(list(sides_a), list(sides_b), across)
+    paired_a, paired_b = {p[0] for p in pairs}, {p[1] for p in pairs}
     identities = set(sides_a) | set(sides_b)
     tasks = {t: i for i, t in enumerate(task_order({i.task for i in identities}))}
     rows = []
-    for identity in identities:
-        variant = (sides_a.get(identity) or sides_b.get(identity))[0]
-        rows.append(CellComparison(identity.preset, identity.task, variant, identity,
-                                   sides_a.get(identity, (None, None))[1], sides_b.get(identity, (None, None))[1]))
-    rows.sort(key=lambda r: (r.preset, tasks[r.task], r.variant.sort_key()))
+    for id_a, id_b in pairs:
+        variant, side_a = sides_a[id_a]
+        side_b = sides_b[id_b][1]
+        variant = replace(variant, settings=tuple((k, v) for k, v in variant.settings if k not in across))
+        differences = setting_differences(id_a, id_b)
+        if side_a.engines != side_b.engines:
+            differences += (("engine", ", ".join(side_a.engines) or None, ", ".join(side_b.engines) or None),)
+        rows.append(CellComparison(id_a.preset, id_a.task, variant, id_a, side_a, side_b, identity_b=id_b,
+                                   differences=differences))
+    for name, sides, paired in (("A", sides_a, paired_a), ("B", sides_b, paired_b)):
+        for identity, (variant, side) in sides.items():
+            if identity not in paired:
+                rows.append(CellComparison(identity.preset, identity.task, variant, identity,
+                                           side if name == "A" else None, side if name == "B" else None,
+                                           identity_b=identity if name == "B" else None,
+                                           unpaired_note=notes.get((name, identity), "")))
+    rows.sort(key=lambda r: (r.preset, tasks[r.task], r.variant.sort_key(), r.a is None))
     rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
     for r in rows:
         if r.paired:
             _compare_cell(r, rng)
-    tested = [r for r in rows if r.p_value is not None]
+    tested = [r for r in rows if r.p_value is not None and not r.across_devices]
     for r, p_adj in zip(tested, holm([r.p_value for r in tested])):
         r.p_adjusted = p_adj
         if p_adj >= alpha:
@@ -253,7 +387,16 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
             r.verdict = "only in B"
         elif r.b is None:
             r.verdict = "only in A"
+        elif r.across_devices:
+            r.verdict = across_devices_verdict(r)
     return rows
+
+
+def across_devices_verdict(row: CellComparison) -> str:
+    """A ratio with its interval: another device is not a regression, so never slower/faster."""
+    if row.test is None:
+        return f"across devices, ratio only: {row.verdict}"
+    return f"ratio across devices {row.ratio:.3f} [{row.ratio_low:.3f}–{row.ratio_high:.3f}] (no verdict)"
 
 
 class GateRefused(Exception):
@@ -264,6 +407,10 @@ def regressions_above(rows: list[CellComparison], fail_above_pct: float,
                       alpha: float = DEFAULT_ALPHA) -> list[CellComparison]:
     """Cells that fail the gate: B/A credibly above 1 + fail_above_pct/100 (one-sided Welch t, Holm-adjusted
     over the gated cells), and cells with ok rows in A but none in B."""
+    crossing = [r for r in rows if r.paired and r.across_devices]
+    if crossing:
+        raise GateRefused(f"cannot gate with --fail-above: {len(crossing)} cell(s) are paired across device models "
+                          "(--across device_model); a cross-device ratio is not a regression")
     unjudgeable = [r for r in rows if r.paired and r.test is None]
     if unjudgeable:
         names = ", ".join(f"{r.task} {r.variant.label} (A {len(r.a.repeats)}, B {len(r.b.repeats)})"

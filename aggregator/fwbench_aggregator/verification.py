@@ -1,27 +1,42 @@
 """`fwbench verify`'s judgement and report: published rows against the same cells re-run by a third party.
 
 Cells pair by identity without the device (the re-run may be on another host). On the same device model each
-cell gets an equivalence test (TOST, 5% per side): the 90% interval of re-run/published (Welch's t on the log
-repeat medians with `compare`'s capped df) must lie wholly inside [1 - tolerance, 1 + tolerance] for
-"reproduced". Wholly above the upper bound is "slower", wholly below the lower one "faster"; an interval that
-straddles a bound is "inconclusive" (too few repeats or too noisy). Each side needs compare.MIN_REPEATS (3)
-repeats; with fewer, or identical repeats on both sides (no spread), the cell is inconclusive and says why.
-Each cell's "reproduced" is an intersection-union test, so "every cell reproduced" needs no multiplicity
-correction: a cell whose true change is beyond the tolerance is called reproduced at most 5% of the time.
+cell gets an equivalence test (TOST): the interval of re-run/published (Welch's t on the log repeat medians
+with `compare`'s capped df) must lie wholly inside [1 - tolerance, 1 + tolerance] for "reproduced". The
+interval's confidence is 1 - 2 x alpha / L (90% with one look), where L is the number of looks verify may take
+at a cell (it adds re-run repeats to inconclusive cells, see `look_schedule`): Bonferroni over the looks, so a
+cell whose true change is beyond the tolerance is called reproduced at most alpha (5%) of the time however
+many looks it got. Each cell's "reproduced" is an intersection-union test, so "every cell reproduced" needs no
+multiplicity correction across cells.
+
+"slower" / "faster" are claims against an honest publisher, so they are family-wise: the one-sided test of
+"re-run/published > 1 + tolerance" (or "< 1 - tolerance") must reject at alpha / (2 x m x L), with m the cells
+judged (2 one-sided tests each) and L the looks (Bonferroni over cells, sides and looks; for the pass/fail
+outcome Holm would decide the same). So an honest bundle gets any cell called slower or faster in at most
+alpha (5%) of verifications, with unequal noise or unequal repeats on the two sides, and with added repeats
+(benchmarks/verdict_error_rates.py shows it). Anything between is "inconclusive": too few repeats or too noisy
+(a matter of power, which added repeats buy). Each side needs compare.MIN_REPEATS (3) repeats; with fewer, or
+identical repeats on both sides (no spread), the cell is inconclusive and says why.
 On a different device: the ratio only, "not comparable". A published cell whose re-run did not end ok, or
 read other inputs, is "not reproduced". Every verdict but "reproduced" fails the verification (inconclusive
 only may be allowed, and is still reported). Busy rows (another process or cell competed while they were timed)
 only slow a cell: "slower" with a busy re-run, or "faster" with a busy published side, becomes inconclusive.
 Writes verification.md, verification.html and verification.parquet.
+
+The pure core (`Rule`, `judge_arrays`, `look_schedule`, `with_added_repeats`) takes no rows: the benchmark and
+the tests call it with simulated repeat medians.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Hashable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -31,7 +46,9 @@ from fwbench_aggregator import compare, loading
 
 ANY_DEVICE = "(any device)"
 DEFAULT_TOLERANCE_PCT = 10.0
-EQUIVALENCE_CONFIDENCE = 0.90  # TOST at 5% per side
+DEFAULT_ALPHA = 0.05  # per side of each cell's TOST; family-wise for slower/faster claims
+DEFAULT_MAX_REPEATS = 15  # re-run repeats a cell may get when it is inconclusive (verify --max-repeats)
+EQUIVALENCE_CONFIDENCE = 0.90  # TOST at 5% per side, with one look
 REPRODUCED, SLOWER, FASTER, NOT_COMPARABLE = "reproduced", "slower", "faster", "not comparable"
 NOT_REPRODUCED, INCONCLUSIVE = "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_COMPARABLE, NOT_REPRODUCED)
@@ -57,6 +74,77 @@ class VerifiedCell:
     published_repeats: int | None = None
     rerun_repeats: int | None = None
     interval_confidence: float | None = None  # of ratio_low/ratio_high; None when there is no interval
+    # Not written to verification.parquet:
+    resolvable: bool = field(default=False, repr=False)  # inconclusive, and more re-run repeats could decide it
+    identity: CellIdentity | None = field(default=None, repr=False)  # device-free identity of the cell
+
+
+REPORT_COLUMNS = [name for name in VerifiedCell.__dataclass_fields__ if name not in ("resolvable", "identity")]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """verify's levels for m judged cells and L looks a cell may get (see the module doc)."""
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    alpha: float = DEFAULT_ALPHA
+    cells: int = 1  # m
+    looks: int = 1  # L
+
+    @property
+    def tost_confidence(self) -> float:
+        """Two-sided confidence of the TOST interval: alpha / L per side."""
+        return 1 - 2 * self.alpha / self.looks
+
+    @property
+    def claim_level(self) -> float:
+        """The one-sided level of each slower/faster test: alpha over 2 sides x m cells x L looks."""
+        return self.alpha / (2 * max(1, self.cells) * self.looks)
+
+    def describe(self) -> str:
+        return (f"slower/faster need one-sided p < {self.claim_level:.2g} (alpha {self.alpha:g} over 2 sides x "
+                f"{self.cells} cell(s) x {self.looks} look(s))")
+
+
+def judge_arrays(log_ratio, se, dof, rule: Rule):
+    """Vectorised verdicts of cells from their Welch tests (log of re-run/published, its standard error, df):
+    (verdicts, low, high, p_slower, p_faster), the interval at rule.tost_confidence."""
+    from scipy import stats as sps
+
+    log_ratio, se, dof = (np.asarray(x, dtype=float) for x in (log_ratio, se, dof))
+    half = sps.t.ppf(0.5 + rule.tost_confidence / 2, dof) * se
+    low, high = np.exp(log_ratio - half), np.exp(log_ratio + half)
+    upper, lower = math.log(1 + rule.tolerance_pct / 100), math.log(1 - rule.tolerance_pct / 100)
+    p_slower = sps.t.sf((log_ratio - upper) / se, dof)
+    p_faster = sps.t.cdf((log_ratio - lower) / se, dof)
+    verdicts = np.full(log_ratio.shape, INCONCLUSIVE, dtype=object)
+    verdicts[(low >= 1 - rule.tolerance_pct / 100) & (high <= 1 + rule.tolerance_pct / 100)] = REPRODUCED
+    verdicts[p_slower < rule.claim_level] = SLOWER
+    verdicts[p_faster < rule.claim_level] = FASTER
+    return verdicts, low, high, p_slower, p_faster
+
+
+def look_schedule(initial: int, max_repeats: int) -> list[int]:
+    """The re-run repeat counts at which a cell is judged: the first pass, then batches of `initial` added
+    repeats up to `max_repeats` (5, 10, 15 for the defaults). Its length is L, the looks a cell may get."""
+    if max_repeats <= initial:
+        return [initial]
+    return list(range(initial, max_repeats, initial)) + [max_repeats]
+
+
+def with_added_repeats(judge: Callable[[], list], add: Callable[[dict[Hashable, int]], None], schedule: list[int],
+                       key: Callable[[object], Hashable], time_left: Callable[[], bool] = lambda: True) -> list:
+    """The added-repeats loop: judge every cell; give each resolvable (inconclusive) cell re-run repeats up to the
+    schedule's next count (add({key: count})) and judge again, until none is left, the schedule ends or
+    time_left() says no. judge() must judge at Rule(looks=len(schedule)): each cell is judged at most that many
+    times. Returns the last judgement."""
+    cells = judge()
+    for target in schedule[1:]:
+        wanted = {key(c): target for c in cells if c.resolvable and (c.rerun_repeats or 0) < target}
+        if not wanted or not time_left():
+            break
+        add(wanted)
+        cells = judge()
+    return cells
 
 
 def _without_device(loaded: loading.LoadedResults) -> loading.LoadedResults:
@@ -80,11 +168,13 @@ def _facts(frame: pd.DataFrame) -> dict[CellIdentity, dict]:
 
 
 def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
-           fail_above_pct: float | None = None, allow_inconclusive: bool = False) -> list[VerifiedCell]:
+           fail_above_pct: float | None = None, allow_inconclusive: bool = False, looks: int = 1,
+           alpha: float = DEFAULT_ALPHA) -> list[VerifiedCell]:
     """One VerifiedCell per published cell; `fails` is True for every verdict but "reproduced" (and
-    "inconclusive" with allow_inconclusive), and for a cell whose interval lies above +fail_above_pct."""
+    "inconclusive" with allow_inconclusive), and for a cell whose interval lies above +fail_above_pct.
+    `looks`: how many times verify may judge a cell (len(look_schedule(...))); the levels are adjusted for them."""
     pub_facts, rerun_facts = _facts(published.frame()), _facts(rerun.frame())
-    cells = []
+    cells, to_judge = [], []
     for row in compare.compare(_without_device(published), _without_device(rerun)):
         if row.a is None:  # re-run rows with no published partner: not what was asked; ignore
             continue
@@ -93,7 +183,8 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
         rerun_device = ", ".join(sorted(map(str, again.get("devices", ())))) or None
         cell = VerifiedCell(row.identity.stack, row.task, row.preset, row.variant.label, row.median_a, row.median_b,
                             row.ratio, None, None, pub_device, rerun_device, "", "", False,
-                            published_repeats=len(row.a.repeats), rerun_repeats=None if row.b is None else len(row.b.repeats))
+                            published_repeats=len(row.a.repeats), rerun_repeats=None if row.b is None else len(row.b.repeats),
+                            identity=row.identity)
         if row.b is None:
             statuses = ", ".join(sorted(set(again.get("statuses", [])))) or "not run"
             cell.verdict, cell.detail = NOT_REPRODUCED, f"re-run ended: {statuses}"
@@ -103,42 +194,50 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
             cell.verdict = NOT_COMPARABLE
             cell.detail = f"published on {pub_device}, re-run on {rerun_device}: ratio only, nothing verified"
         else:
-            _judge(cell, row, tolerance_pct)
+            to_judge.append((cell, row))
+        cells.append(cell)
+    rule = Rule(tolerance_pct, alpha, cells=len(to_judge), looks=looks)
+    for cell, row in to_judge:
+        _judge(cell, row, rule)
+    for cell in cells:
         cell.fails = cell.verdict != REPRODUCED and not (cell.verdict == INCONCLUSIVE and allow_inconclusive)
         if fail_above_pct is not None and cell.ratio_low is not None and cell.ratio_low > 1 + fail_above_pct / 100:
             cell.fails = True
-        cells.append(cell)
     return cells
 
 
-def _judge(cell: VerifiedCell, row: compare.CellComparison, tolerance_pct: float) -> None:
-    """TOST: the 90% interval of re-run/published against [1 - tolerance, 1 + tolerance]."""
-    low_bound, high_bound = 1 - tolerance_pct / 100, 1 + tolerance_pct / 100
+def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule) -> None:
+    """TOST against [1 - tolerance, 1 + tolerance], family-wise one-sided tests for slower/faster (module doc)."""
     n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
-    tolerance = f"tolerance ±{tolerance_pct:g}%"
+    tolerance = f"tolerance ±{rule.tolerance_pct:g}%"
     if min(n_pub, n_rerun) < compare.MIN_REPEATS:
         cell.verdict = INCONCLUSIVE
         cell.detail = (f"needs {compare.MIN_REPEATS} repeats a side; published has {n_pub}, re-run has {n_rerun} "
                        f"(B/A {row.ratio:.3f} not judged)")
+        cell.resolvable = n_pub >= compare.MIN_REPEATS  # more re-runs help only the re-run side
         return
     if row.test is None:
         cell.verdict = INCONCLUSIVE
         cell.detail = f"identical repeats on both sides: no spread to judge (B/A {row.ratio:.3f} not judged)"
+        cell.resolvable = True
         return
-    low, high = row.test.interval(EQUIVALENCE_CONFIDENCE)
-    cell.ratio_low, cell.ratio_high, cell.interval_confidence = low, high, EQUIVALENCE_CONFIDENCE
-    if low >= low_bound and high <= high_bound:
-        cell.verdict = REPRODUCED
-    elif low > high_bound:
-        cell.verdict = SLOWER
-    elif high < low_bound:
-        cell.verdict = FASTER
-    else:
-        cell.verdict = INCONCLUSIVE
-    cell.detail = (f"B/A {row.ratio:.3f}, 90% interval [{low:.3f}, {high:.3f}] (Welch t on log repeat medians, "
-                   f"df {row.test.dof:.1f}; {n_pub} vs {n_rerun} repeats); {tolerance}")
-    if cell.verdict == INCONCLUSIVE:
-        cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
+    (verdict,), (low,), (high,), (p_slower,), (p_faster,) = judge_arrays(
+        [row.test.log_ratio], [row.test.se], [row.test.dof], rule)
+    cell.verdict, cell.ratio_low, cell.ratio_high = str(verdict), float(low), float(high)
+    cell.interval_confidence = rule.tost_confidence
+    cell.detail = (f"B/A {row.ratio:.3f}, {rule.tost_confidence * 100:.3g}% interval [{low:.3f}, {high:.3f}] (Welch t "
+                   f"on log repeat medians, df {row.test.dof:.1f}; {n_pub} vs {n_rerun} repeats); {tolerance}")
+    if cell.verdict in (SLOWER, FASTER):
+        p = p_slower if cell.verdict == SLOWER else p_faster
+        cell.detail += f"; one-sided p {p:.2g}: {rule.describe()}"
+    elif cell.verdict == INCONCLUSIVE:
+        cell.resolvable = True
+        if low > 1 + rule.tolerance_pct / 100 or high < 1 - rule.tolerance_pct / 100:
+            p = p_slower if low > 1 else p_faster
+            cell.detail += (f": beyond the tolerance as measured, but one-sided p {p:.2g} is not enough: "
+                            f"{rule.describe()} (more repeats needed)")
+        else:
+            cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
     _discount_busy(cell, row.a.busy, row.b.busy)
 
 
@@ -154,6 +253,7 @@ def _discount_busy(cell: VerifiedCell, published_busy: int, rerun_busy: int) -> 
         cell.detail += (f"; {cell.verdict} as measured, but on a busy machine ({busy}), which slows cells by itself:"
                         " not judged, a re-run on a quiet machine is needed")
         cell.verdict = INCONCLUSIVE
+        cell.resolvable = False  # the busy rows stay: more repeats cannot clear them
     else:
         cell.detail += f"; {busy}"
 
@@ -198,7 +298,7 @@ def _cells_as_text(cell: VerifiedCell) -> list[str]:
 
     return [cell.stack, cell.task, cell.preset, cell.variant, ms(cell.published_ms), ms(cell.rerun_ms),
             "—" if cell.ratio is None else f"{cell.ratio:.3f}",
-            (f"{cell.ratio_low:.3f}–{cell.ratio_high:.3f} ({cell.interval_confidence:.0%})"
+            (f"{cell.ratio_low:.3f}–{cell.ratio_high:.3f} ({cell.interval_confidence * 100:.3g}%)"
              if cell.ratio_low is not None else "—"),
             cell.verdict + (" (FAIL)" if cell.fails else ""), cell.detail]
 
@@ -226,7 +326,7 @@ def write_report(cells: list[VerifiedCell], out_dir: Path, facts: list[tuple[str
                 f"<h1>fwbench verification</h1><ul>{body}<li><b>result</b>: {html.escape(summary)}</li></ul>"
                 f"<table border='1'><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in HEADERS)}</tr>{rows}</table>"
                 "</body></html>\n")
-    frame = pd.DataFrame([asdict(c) for c in cells], columns=list(VerifiedCell.__dataclass_fields__))
+    frame = pd.DataFrame([{name: getattr(c, name) for name in REPORT_COLUMNS} for c in cells], columns=REPORT_COLUMNS)
     tmp = out_dir / ".verification.parquet.tmp"
     frame.to_parquet(tmp, index=False)
     tmp.replace(out_dir / "verification.parquet")

@@ -91,6 +91,11 @@ def register(app: typer.Typer) -> None:
                                                        "allowed-signers file (obtained from them, not the bundle)."),
         allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Go on without a valid signature (said in "
                                                                             "the report)."),
+        max_repeats: int = typer.Option(15, "--max-repeats", help="Re-runs an inconclusive cell may get: batches of "
+                                        "--repeats more, judged after each at levels adjusted for the looks "
+                                        "(--max-repeats equal to --repeats: none added, one look)."),
+        max_added_minutes: float = typer.Option(120.0, "--max-added-minutes", help="No batch of added re-runs "
+                                                "starts once they have taken this long."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
                                                    "published by more than PCT percent (its whole 90% interval)."),
         tolerance: float = typer.Option(10.0, help="Percent within which a cell counts as reproduced (its whole 90% "
@@ -111,14 +116,21 @@ def register(app: typer.Typer) -> None:
         if options.repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
-        if options.repeats > 100:
-            raise _fail("--repeats must be at most 100", 2)
+        if options.repeats > 100 or max_repeats > 100:
+            raise _fail("--repeats and --max-repeats must be at most 100", 2)
+        if max_repeats < options.repeats:
+            raise _fail(f"--max-repeats ({max_repeats}) must be at least --repeats ({options.repeats})", 2)
+        if max_added_minutes < 0:
+            raise _fail("--max-added-minutes must be >= 0", 2)
         if not 0 < tolerance < 100:
             raise _fail("--tolerance must be between 0 and 100 (percent)", 2)
         out = out or Path(f"verify-{bundle.name.split('.')[0]}")
         try:
-            code = run_verify(bundle, out, allowed_signers, allow_unsigned, options.task or None, options.repeats,
-                              fail_above, tolerance, options.device, cosign_key, cosign_identity, allow_inconclusive)
+            code = run_verify(bundle, out, allowed_signers, allow_unsigned, options.task or None,
+                              repeats=options.repeats, fail_above=fail_above, tolerance=tolerance, device=options.device,
+                              cosign_key=cosign_key, cosign_identity=cosign_identity,
+                              allow_inconclusive=allow_inconclusive, max_repeats=max_repeats,
+                              max_added_minutes=max_added_minutes)
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:

@@ -1,5 +1,10 @@
 """`fwbench verify`: every check first (signature, then each image against the release), then the re-runs in
 exactly the released images with each published cell's settings, then the comparison and the report.
+
+Inconclusive cells get more re-run repeats (new repeat indices, through run_matrix with resume) in batches of
+--repeats up to --max-repeats a cell, judged again after each batch at levels adjusted for the number of looks
+(fwbench_aggregator.verification: look_schedule, with_added_repeats); no batch starts once the added re-runs have
+taken --max-added-minutes.
 """
 
 from __future__ import annotations
@@ -122,12 +127,78 @@ def claim_out_folder(out: Path, bundle_sha256: str) -> None:
     write_atomically(marker, json.dumps({"bundle_sha256": bundle_sha256}) + "\n")
 
 
-def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
-               repeats: int | None, fail_above: float | None, tolerance: float, device: str,
-               cosign_key: Path | None, cosign_identity: str | None = None, allow_inconclusive: bool = False) -> int:
-    """Exit code: 0 only when every verified cell is reproduced (inconclusive ones too with allow_inconclusive)."""
+def spec_key(identity) -> tuple:
+    """A cell's key for matching published specs to verified cells: the identity without the device and the image
+    variant (the engine fills both in at run time)."""
+    return (identity.stack, identity.task, identity.preset, identity.compile_mode,
+            *(value for name, value in identity.settings if name not in ("device_model", "image_variant")))
+
+
+def rerun(specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for) -> None:
+    """Run (resume) these (image reference, spec) re-runs: one engine per pin set, engine_for(pin_set, images)."""
     from fwbench.engines import matrix
     from fwbench.engines import slots as slot_plan
+
+    by_pin_set: dict[str, list[CellSpec]] = {}
+    references: dict[str, dict[str, str]] = {}
+    for reference, spec in specs:
+        by_pin_set.setdefault(spec.pin_set, []).append(spec)
+        references.setdefault(spec.pin_set, {})[spec.stack] = str(reference)
+    for pin_set, group in by_pin_set.items():
+        engine = engine_for(pin_set, references[pin_set])
+        matrix.ensure_data(group)
+        for stack in dict.fromkeys(s.stack for s in group):
+            engine.prepare(stack)
+        slots = slot_plan.one_cell_at_a_time(engine.device)
+        for result in matrix.run_matrix(group, results_dir, engine, resume=True, slots=slots):
+            row = result.row or {}
+            print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
+                  f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)
+
+
+def rerun_and_judge(published, specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for, references: set[str],
+                    tolerance: float, fail_above: float | None, allow_inconclusive: bool, repeats: int | None,
+                    max_repeats: int | None, max_added_s: float | None) -> tuple[list, int]:
+    """The first re-runs, then added repeats for inconclusive cells (module doc). (cells, looks per cell)."""
+    from fwbench_aggregator import loading, verification
+
+    rerun(specs, results_dir, engine_for)
+    schedule = verification.look_schedule(repeats, max_repeats) if repeats and max_repeats else [repeats or 0]
+    base = {spec_key(spec.identity): (reference, spec) for reference, spec in specs if spec.repeat == 0}
+
+    def judge():
+        again = _only_released(loading.load_results([results_dir]), references)
+        return verification.verify(published, again, tolerance, fail_above, allow_inconclusive, looks=len(schedule))
+
+    started = time.perf_counter()
+
+    def add(wanted: dict) -> None:
+        more = []
+        for key, count in wanted.items():
+            if key in base:
+                reference, spec = base[key]
+                more += [(reference, replace(spec, repeat=r)) for r in range(count)]
+        print(f"verify: {len(wanted)} inconclusive cell(s): re-running up to {max(wanted.values())} repeats a cell",
+              file=sys.stderr)
+        rerun(more, results_dir, engine_for)
+
+    def time_left() -> bool:
+        left = max_added_s is None or time.perf_counter() - started < max_added_s
+        if not left:
+            print(f"verify: no more added repeats: they took {time.perf_counter() - started:.0f} s "
+                  "(--max-added-minutes)", file=sys.stderr)
+        return left
+
+    cells = verification.with_added_repeats(judge, add, schedule, key=lambda c: spec_key(c.identity),
+                                            time_left=time_left)
+    return cells, len(schedule)
+
+
+def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
+               *, repeats: int | None, fail_above: float | None, tolerance: float, device: str,
+               cosign_key: Path | None = None, cosign_identity: str | None = None, allow_inconclusive: bool = False,
+               max_repeats: int | None = None, max_added_minutes: float | None = None) -> int:
+    """Exit code: 0 only when every verified cell is reproduced (inconclusive ones too with allow_inconclusive)."""
     from fwbench.release import images, signing
     from fwbench.engines.docker import DockerEngine
     from fwbench_aggregator import compare, loading, verification
@@ -145,7 +216,7 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
         published = loading.load_results([bundle_dir / "report" / "merged.parquet"])
     except AggregateError as exc:
         raise VerificationRefused(f"the bundle's rows are not readable: {' '.join(str(exc).split())}") from None
-    check_published_settings(published.frame(), repeats or 1)
+    check_published_settings(published.frame(), max(repeats or 1, max_repeats or 1))
     specs = published_specs(published.frame(), tasks, repeats, out / "data")
     _warn_about_short_published_cells(published.frame(), tasks)
     if not specs:
@@ -167,32 +238,24 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
             signing.cosign_verify_image(released.reference, cosign_key)
     checks_s = time.perf_counter() - started
     results_dir = out / "results"
-    by_pin_set: dict[str, list[CellSpec]] = {}
-    references: dict[str, dict[str, str]] = {}
-    for reference, spec in specs:
-        by_pin_set.setdefault(spec.pin_set, []).append(spec)
-        references.setdefault(spec.pin_set, {})[spec.stack] = str(reference)
-    for pin_set, group in by_pin_set.items():
-        engine = DockerEngine(device=device, pin_set=pin_set, images=references[pin_set])
-        matrix.ensure_data(group)
-        for stack in dict.fromkeys(s.stack for s in group):
-            engine.prepare(stack)
-        slots = slot_plan.one_cell_at_a_time(engine.device)
-        for result in matrix.run_matrix(group, results_dir, engine, resume=True, slots=slots):
-            row = result.row or {}
-            print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
-                  f"{_ms(row.get('ms_per_step'))} ms/step", file=sys.stderr)
+    cells, looks = rerun_and_judge(
+        published, specs, results_dir, lambda pin_set, refs: DockerEngine(device=device, pin_set=pin_set, images=refs),
+        set(needed), tolerance, fail_above, allow_inconclusive, repeats, max_repeats,
+        None if max_added_minutes is None else max_added_minutes * 60)
     reruns_s = time.perf_counter() - started - checks_s
-    rerun = _only_released(loading.load_results([results_dir]), set(needed))
-    cells = verification.verify(published, rerun, tolerance, fail_above, allow_inconclusive)
     facts = [("bundle", str(bundle)), ("release", f"{release.git_revision} ({len(release.images)} image(s), "
                                                   f"registry {release.registry})"),
              ("release signature", signature_line),
              ("rows signature", bundle_signature_line + " (bundle.json: the rows, their settings and the report)"),
              ("images checked", f"{len(needed)}: pulled by digest, tag, id, labels, lock and SBOM hashes as released"),
              ("tolerance", f"±{tolerance:g}%" + (f", fail above +{fail_above:g}%" if fail_above is not None else "")
-              + f"; reproduced = the 90% interval (TOST) inside it, with {compare.MIN_REPEATS}+ repeats a side"
-              + ("; inconclusive allowed (--allow-inconclusive)" if allow_inconclusive else ""))]
+              + f"; reproduced = the {verification.Rule(looks=looks).tost_confidence * 100:.3g}% interval (TOST) inside "
+              f"it, with {compare.MIN_REPEATS}+ repeats a side; slower/faster family-wise (alpha 0.05 over the cells "
+              f"and {looks} look(s))"
+              + ("; inconclusive allowed (--allow-inconclusive)" if allow_inconclusive else "")),
+             ("added repeats", f"inconclusive cells re-run up to {max_repeats or repeats} repeats "
+                               f"(looks at {', '.join(map(str, verification.look_schedule(repeats, max_repeats)))} "
+                               "repeats)" if repeats and max_repeats and max_repeats > repeats else "none")]
     report = verification.write_report(cells, out / "report", facts)
     report_s = time.perf_counter() - started - checks_s - reruns_s
     print(report.read_text())
