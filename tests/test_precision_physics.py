@@ -144,3 +144,14 @@ def test_the_torch_hook_measures_a_bf16_gemm_on_this_cpu():
     from fwbench.harness.backends import TorchBackend
 
     assert TorchBackend("cpu").gemm_tflops("bfloat16") > 0
+
+
+def test_a_slow_half_gemm_is_timed_once_more_only(monkeypatch):
+    """torch's fp16 matmul on a CPU without an fp16 kernel takes seconds per call: warm-up + one timed call."""
+    calls = []
+    monkeypatch.setattr(ceiling, "SLOW_GEMM_S", 0.0)
+    assert ceiling.best_gemm_seconds(lambda: calls.append(1)) >= 0 and len(calls) == 2
+    monkeypatch.setattr(ceiling, "SLOW_GEMM_S", 60.0)
+    calls.clear()
+    ceiling.best_gemm_seconds(lambda: calls.append(1))
+    assert len(calls) == 1 + ceiling.GEMM_REPEATS
