@@ -110,8 +110,9 @@ def _matched_section(preset: str, summaries: list[PresetSummary]) -> list:
     if not any(v.is_keras3 for s in summaries for v in s.variants):
         return []
     blocks = [d.Heading(f"Keras 3 best vs native PyTorch at bf16 ({preset})", 3),
-              d.Paragraph("The published speed-ups set Keras backends, several of which ran TF32 or bf16, against "
-                          "PyTorch in fp32; here both sides ran bf16. Per task: the fastest Keras 3 stack vs native "
+              d.Paragraph("The published speed-ups compare stacks at their own default precisions (TensorFlow and "
+                          "JAX allowed TF32 on the A100, PyTorch's matmuls ran fp32: see Physics); here both sides "
+                          "ran bf16. Per task: the fastest Keras 3 stack vs native "
                           "PyTorch's fastest compile mode, from the rows run with --precision bf16 (or, for a task "
                           "without them, the published setting's rows where both cells computed in bfloat16, as the "
                           "LLM tasks do). Ratio of medians with a 95% interval (the same two-level bootstrap, each "
