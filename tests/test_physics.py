@@ -81,7 +81,7 @@ def test_names_match_on_tokens_not_substrings():
     ("NVIDIA B200", "B200 (HGX)", 2250, 1100), ("NVIDIA GB200", "GB200 (one Blackwell GPU)", 2500, 1250)])
 def test_blackwell_has_dense_tensor_peaks_and_no_guessed_fp32(nvml_name, peak_name, bf16, tf32):
     peak = physics.gpu_peak(nvml_name)
-    assert peak.name == peak_name and peak.tflops == {"bf16": bf16, "tf32": tf32}
+    assert peak.name == peak_name and peak.tflops == {"bf16": bf16, "fp16": bf16, "tf32": tf32}
     assert "dense = half the sparse" in peak.source and "fp32 left out" in peak.source
 
 

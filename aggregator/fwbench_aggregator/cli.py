@@ -35,7 +35,7 @@ def _print_main_tables(summaries) -> None:
         console = Console(width=200)  # piped or logged: no terminal to fit, so do not squash the columns
     for summary in summaries:
         headers, rows = main_table(summary)
-        table = Table(title=f"ms per step, preset {summary.preset}: median [95% CI]")
+        table = Table(title=f"ms per step, preset {summary.title}: median [95% CI]")
         for i, header in enumerate(headers):
             # "stack [mode]" and "median [CI]" on two lines keep seven variants readable in 120 columns.
             table.add_column(escape(header).replace(" \\[", "\n\\["), justify="left" if i == 0 else "right")

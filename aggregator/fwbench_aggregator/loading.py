@@ -19,6 +19,7 @@ from fwbench.core.results import SCHEMA
 from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
+from fwbench_aggregator.precision import PRECISIONS
 
 PARQUET_MAGIC = b"PAR1"
 # Columns every row needs to be placed in a table or de-duplicated.
@@ -164,8 +165,9 @@ def _identity_problem(table: pa.Table) -> str | None:
     pattern (row content is shown in reports, and must never be able to name a file)."""
     known = {"stack": registry.STACKS, "task": registry.TASKS, "preset": registry.PRESETS,
              "tf32_setting": ("default", "on", "off"), "jit_policy": registry.JIT_POLICIES}
-    for row in table.select(["stack", "task", "preset", "compile_mode", "tf32_setting", "jit_policy", "pin_set",
-                             "image_variant", "repeat", "cell_id"]).to_pylist():
+    columns = ["stack", "task", "preset", "compile_mode", "tf32_setting", "jit_policy", "pin_set", "image_variant",
+               "repeat", "cell_id"] + (["precision"] if "precision" in table.column_names else [])  # schema v7
+    for row in table.select(columns).to_pylist():
         for column, values in known.items():
             if row[column] is not None and row[column] not in values:
                 return f"unknown {column} {str(row[column])[:40]!r}"
@@ -176,6 +178,8 @@ def _identity_problem(table: pa.Table) -> str | None:
                 return f"invalid {column} {str(row[column])[:40]!r}"
         if row["repeat"] is None or not 0 <= row["repeat"] < 10_000:
             return f"invalid repeat {row['repeat']!r}"
+        if row.get("precision") is not None and row["precision"] not in PRECISIONS:
+            return f"unknown precision {str(row['precision'])[:40]!r}"
         if row["cell_id"] != CellIdentity(row["stack"], row["task"], row["preset"], row["compile_mode"], ()).cell_key:
             return f"cell_id {str(row['cell_id'])[:80]!r} does not match the row's stack, task, preset and compile mode"
     return None

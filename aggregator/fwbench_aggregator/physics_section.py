@@ -109,8 +109,9 @@ def blocks(frame) -> list:
                  d.Paragraph("Model FLOPs per step are counted from the architecture (fwbench.core.physics: 2 per "
                              "multiply-add of matmuls, convolutions and attention products; training 3x forward, "
                              "LoRA training 2x forward, generate = prefill + each decode step). % of peak is "
-                             "against the declared precision's dense ceiling (GPU datasheet, or a measured fp32 "
-                             "GEMM on a CPU); MBU = bytes a generate step must read / time / memory bandwidth. "
+                             "against the dense ceiling of the precision the row ran (its compute dtype, else its "
+                             "dtype and TF32 state: GPU datasheet fp32/tf32/bf16/fp16, or on a CPU a measured GEMM, "
+                             "fp32 with NumPy, bf16/fp16 with the cell's framework); MBU = bytes a generate step must read / time / memory bandwidth. "
                              "A row above 100% of its precision's peak cannot have run at that precision: "
                              "it is marked SUSPECT.", "note")]
     if rows:

@@ -9,7 +9,8 @@ from fwbench.core import pins, registry
 from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
-from fwbench_aggregator import physics_section, plots, provenance, published, stats
+from fwbench_aggregator import physics_section, plots, provenance, published, stability, stats
+from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
 
@@ -94,6 +95,35 @@ def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+MATCHED_HEADERS = ["task", "Keras 3 best (bf16)", "Keras 3 ms", "native PyTorch best (bf16)", "native ms",
+                   "native / Keras 3 [95% CI]", "speed-up", "rows"]
+
+
+def matched_table(summaries: list[PresetSummary]) -> list[list[str]]:
+    return [[r.task, r.keras.label, fmt_ms(r.keras_ms), r.native.label, fmt_ms(r.native_ms),
+             f"{r.ratio.ratio:.2f}x [{r.ratio.low:.2f}–{r.ratio.high:.2f}]", fmt_speedup(r.speedup_pct), r.rows]
+            for r in precision_axis.matched_rows(summaries)]
+
+
+def _matched_section(preset: str, summaries: list[PresetSummary]) -> list:
+    """Keras 3 best vs native PyTorch, both at bf16: the published speed-ups read at matched precision."""
+    if not any(v.is_keras3 for s in summaries for v in s.variants):
+        return []
+    blocks = [d.Heading(f"Keras 3 best vs native PyTorch at bf16 ({preset})", 3),
+              d.Paragraph("The published speed-ups compare stacks at their own default precisions (TensorFlow and "
+                          "JAX allowed TF32 on the A100, PyTorch's matmuls ran fp32: see Physics); here both sides "
+                          "ran bf16. Per task: the fastest Keras 3 stack vs native "
+                          "PyTorch's fastest compile mode, from the rows run with --precision bf16 (or, for a task "
+                          "without them, the published setting's rows where both cells computed in bfloat16, as the "
+                          "LLM tasks do). Ratio of medians with a 95% interval (the same two-level bootstrap, each "
+                          "side resampled on its own); > 1x and positive = Keras 3 faster. Busy rows are left out.",
+                          "note")]
+    rows = matched_table(summaries)
+    if not rows:
+        return blocks + [d.Paragraph("No task has both a Keras 3 and a native PyTorch cell at bf16.")]
+    return blocks + [d.Table(MATCHED_HEADERS, rows)]
+
+
 def _published_section(summary: PresetSummary, reference: dict) -> list:
     pin_set = published.compared_pin_set(summary)
     blocks = [d.Heading(f"Published numbers ({summary.preset})", 3),
@@ -138,14 +168,29 @@ def _yes_no(value) -> str:
     return "—" if value is None else ("yes" if value else "no")
 
 
+PRECISION_NOTES = {
+    "published": "Precision as published: each cell at the precision the published run used (fp32 with the "
+                 "framework's TF32 default, bf16 for the LLMs).",
+    "fp32": "Precision fp32: float32 throughout, TF32 off.",
+    "tf32": "Precision tf32: float32 variables, TF32 allowed for matmuls and convolutions.",
+    "bf16": "Precision bf16: bfloat16 compute (mixed precision where the model trains float32 variables).",
+    "fp16": "Precision fp16: float16 compute with float32 variables (mixed precision; training with dynamic loss "
+            "scaling, see Numerical stability).",
+}
+
+
 def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -> list:
-    p = summary.preset
-    blocks: list = [d.Heading(f"Preset {p}")]
+    """One preset at one precision: its ms/step table, speed-ups, noise, plots, published comparison (the
+    published precision only) and statuses."""
+    p = summary.title
+    blocks: list = []
     headers, rows = main_table(summary)
     blocks += [d.Heading(f"ms per step ({p})", 3),
                d.Paragraph("Median ms per step [95% CI] across repeats and steps; lower is better. A cell shows "
-                           "its status instead when no repeat ran ok."),
-               d.Table(headers, rows)]
+                           "its status instead when no repeat ran ok.")]
+    if summary.precision in PRECISION_NOTES:
+        blocks.append(d.Paragraph(PRECISION_NOTES[summary.precision], "note"))
+    blocks.append(d.Table(headers, rows))
     if any(status.concurrent for status in summary.statuses.values()):
         blocks.append(d.Paragraph(CONCURRENT_NOTE, "note"))
     if summary.busy_estimates:
@@ -165,13 +210,18 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
     warnings = noise_warnings(summary)
     if warnings:
         blocks += [d.Heading(f"Noise warnings ({p})", 3), d.BulletList(warnings, "warning")]
-    # File names come from the registry's own preset id, never from row content (rows are untrusted).
-    file_key = registry.get_preset(p).id
+    # File names come from the registry's own preset id and the fixed precision names, never from row content
+    # (rows are untrusted; loading admits only known precisions).
+    file_key = registry.get_preset(summary.preset).id
+    if summary.precision != precision_axis.PUBLISHED:
+        token = precision_axis.FILE_TOKENS.get(summary.precision)
+        file_key = f"{file_key}-{token}" if token else None
     for name, chart in (("ms_per_step", plots.ms_per_step_chart), ("speedup", plots.speedup_chart)):
-        path = chart(summary, report_dir / f"{name}-{file_key}.png")
+        path = chart(summary, report_dir / f"{name}-{file_key}.png") if file_key else None
         if path is not None:
             blocks.append(d.Image(path, f"{name.replace('_', ' ')} chart, preset {p}"))
-    blocks += _published_section(summary, reference)
+    if summary.precision == precision_axis.PUBLISHED:
+        blocks += _published_section(summary, reference)
     headers, rows = status_table(summary)
     blocks += [d.Heading(f"Status per cell ({p})", 3), d.Table(headers, rows, css_class="text")]
     return blocks
@@ -232,8 +282,17 @@ def build_document(loaded: LoadedResults, report_dir: Path,
     compile_notes = provenance.compile_warnings(frame)
     if compile_notes:
         doc.add(d.Heading("Compilation warnings"), d.BulletList(compile_notes, "warning"))
-    for summary in summaries:
-        doc.add(*_preset_section(summary, reference, report_dir))
+    for preset in dict.fromkeys(s.preset for s in summaries):
+        of_preset = [s for s in summaries if s.preset == preset]
+        doc.add(d.Heading(f"Preset {preset}"))
+        if len(of_preset) > 1:
+            doc.add(d.Paragraph("One ms/step table per precision: " + ", ".join(s.precision for s in of_preset)
+                                + ". Rows without a precision setting (before schema v7) read by their TF32 "
+                                "setting: default as published, on as tf32, off as fp32.", "note"))
+        for summary in of_preset:
+            doc.add(*_preset_section(summary, reference, report_dir))
+        doc.add(*_matched_section(preset, of_preset))
+    doc.add(*stability.blocks(frame))
     doc.add(*physics_section.blocks(frame))
     env_sets, _ = provenance.environment_sets(frame)
     doc.add(d.Heading("Provenance"),

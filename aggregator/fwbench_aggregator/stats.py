@@ -51,13 +51,28 @@ def repeat_samples(step_ms, ms_per_step: float) -> np.ndarray:
 def estimate(repeats: list[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
              seed: int = BOOTSTRAP_SEED) -> Estimate:
     """Median of the pooled samples with a two-level bootstrap CI (see module doc)."""
-    repeats = [np.asarray(r, dtype=float) for r in repeats if len(r)]
-    if not repeats:
-        raise ValueError("no samples")
+    repeats = _non_empty(repeats)
     pooled = np.concatenate(repeats)
     centre = median(pooled)
     if pooled.size == 1:
         return Estimate(centre, centre, centre, len(repeats), 1)
+    medians = bootstrap_medians(repeats, resamples, seed)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return Estimate(centre, float(low), float(high), len(repeats), int(pooled.size))
+
+
+def _non_empty(repeats) -> list[np.ndarray]:
+    repeats = [np.asarray(r, dtype=float) for r in repeats if len(r)]
+    if not repeats:
+        raise ValueError("no samples")
+    return repeats
+
+
+def bootstrap_medians(repeats: list[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
+                      seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """The medians of `resamples` two-level bootstrap resamples (repeats, then steps within each repeat)."""
+    repeats = _non_empty(repeats)
     rng = np.random.default_rng(seed)
     counts = np.array([r.size for r in repeats])
     width = counts.max()
@@ -68,10 +83,26 @@ def estimate(repeats: list[np.ndarray], resamples: int = BOOTSTRAP_RESAMPLES,
     steps = np.floor(rng.random((resamples, len(repeats), width)) * counts[chosen][..., None]).astype(int)
     mask = np.arange(width)[None, None, :] < counts[chosen][..., None]  # each repeat keeps its own size
     draws = np.where(mask, padded[chosen[..., None], steps], np.nan)
-    medians = np.nanmedian(draws.reshape(resamples, -1), axis=1)
+    return np.nanmedian(draws.reshape(resamples, -1), axis=1)
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    ratio: float  # median of the numerator's samples / median of the denominator's
+    low: float
+    high: float
+
+
+def ratio_estimate(numerator: list[np.ndarray], denominator: list[np.ndarray],
+                   resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> RatioEstimate:
+    """A ratio of two cells' medians with the same two-level bootstrap: each side resampled on its own (the
+    cells are independent measurements), the interval the percentiles of the resampled medians' ratios."""
+    numerator, denominator = _non_empty(numerator), _non_empty(denominator)
+    ratio = median(np.concatenate(numerator)) / median(np.concatenate(denominator))
+    ratios = (bootstrap_medians(numerator, resamples, seed) / bootstrap_medians(denominator, resamples, seed + 1))
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(medians, [tail, 100 - tail])
-    return Estimate(centre, float(low), float(high), len(repeats), int(pooled.size))
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return RatioEstimate(float(ratio), float(low), float(high))
 
 
 def cis_overlap_too_much(a: Estimate, b: Estimate) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator import stats
 from fwbench_aggregator.variants import (KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, assign_variants, ordered,
                                         task_order)
@@ -59,6 +60,17 @@ class PresetSummary:
     # Cells whose only ok rows are busy: shown (marked) so a busy run still shows numbers, but never in
     # `estimates`, so rankings, Keras 3 best, speed-ups and plots leave them out.
     busy_estimates: dict[tuple[str, Variant], stats.Estimate] = field(default_factory=dict)
+    # The precision setting of every row in this summary (precision.row_precision): one table per precision.
+    precision: str = precision_axis.PUBLISHED
+    # Per cell: the per-repeat samples behind its estimate (ratios with intervals), and the (compute_dtype,
+    # dtype) its ok rows recorded.
+    samples: dict[tuple[str, Variant], list] = field(default_factory=dict)
+    dtypes: dict[tuple[str, Variant], tuple] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        """'tiny', or 'tiny, bf16' for a precision other than the published setting."""
+        return self.preset if self.precision == precision_axis.PUBLISHED else f"{self.preset}, {self.precision}"
 
     def keras3_best(self, task: str) -> tuple[Variant, stats.Estimate] | None:
         """Fastest Keras 3 backend for the task (lowest median), as the published 'best' column."""
@@ -105,41 +117,62 @@ def ran_concurrently(frame: pd.DataFrame) -> pd.Series:
 
 
 def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSummary]:
-    """One summary per preset (sizes differ between presets, so they never share a table). Each
-    (task, variant) pools only rows of one cell identity; busy rows count only with include_busy."""
+    """One summary per preset and precision (sizes differ between presets and precisions change what is computed,
+    so they never share a table), presets in order, then precisions. Each (task, variant) pools only rows of one
+    cell identity; busy rows count only with include_busy."""
     summaries = []
     frame = assign_variants(frame)
+    frame = frame.assign(_precision=precision_axis.precision_column(frame))
     for preset in _preset_order(frame["preset"].dropna().unique()):
-        rows = frame[frame["preset"] == preset]
-        estimates, statuses, batches, facts, busy_estimates = {}, {}, {}, {}, {}
-        for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
-            busy = is_busy(cell) & (cell["status"] == "ok")
-            status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
-            for message in cell.loc[cell["status"] != "ok", "error_message"].dropna():
-                first = str(message).strip().splitlines()[0][:300] if str(message).strip() else ""
-                if first and first not in status.messages:
-                    status.messages.append(first)
-            statuses[(task, variant)] = status
-            ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
-            status.concurrent = int(ran_concurrently(ok).sum())
-            batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
-            if len(ok):
-                estimates[(task, variant)] = _estimate(ok)
-                facts[(task, variant)] = _facts(ok)
-            elif busy.any():
-                busy_estimates[(task, variant)] = _estimate(cell[busy])
-                status.concurrent = int(ran_concurrently(cell[busy]).sum())  # of the rows behind the shown number
-        summaries.append(PresetSummary(
-            preset=str(preset),
-            tasks=task_order({t for t, _ in statuses}),
-            variants=ordered(v for _, v in statuses),
-            estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
-            busy_estimates=busy_estimates))
+        for precision in precision_axis.ordered(frame.loc[frame["preset"] == preset, "_precision"]):
+            rows = frame[(frame["preset"] == preset) & (frame["_precision"] == precision)]
+            summaries.append(_summary(str(preset), precision, rows, include_busy))
     return summaries
 
 
+def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool) -> PresetSummary:
+    estimates, statuses, batches, facts, busy_estimates, samples, dtypes = {}, {}, {}, {}, {}, {}, {}
+    for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
+        busy = is_busy(cell) & (cell["status"] == "ok")
+        status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
+        for message in cell.loc[cell["status"] != "ok", "error_message"].dropna():
+            first = str(message).strip().splitlines()[0][:300] if str(message).strip() else ""
+            if first and first not in status.messages:
+                status.messages.append(first)
+        statuses[(task, variant)] = status
+        ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
+        status.concurrent = int(ran_concurrently(ok).sum())
+        batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
+        if len(ok):
+            samples[(task, variant)] = _samples(ok)
+            estimates[(task, variant)] = stats.estimate(samples[(task, variant)])
+            facts[(task, variant)] = _facts(ok)
+            dtypes[(task, variant)] = (_first(ok, "compute_dtype"), _first(ok, "dtype"))
+        elif busy.any():
+            busy_estimates[(task, variant)] = _estimate(cell[busy])
+            status.concurrent = int(ran_concurrently(cell[busy]).sum())  # of the rows behind the shown number
+    return PresetSummary(
+        preset=preset,
+        tasks=task_order({t for t, _ in statuses}),
+        variants=ordered(v for _, v in statuses),
+        estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
+        busy_estimates=busy_estimates, precision=precision, samples=samples, dtypes=dtypes)
+
+
+def _samples(ok: pd.DataFrame) -> list:
+    return [stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])]
+
+
 def _estimate(ok: pd.DataFrame) -> stats.Estimate:
-    return stats.estimate([stats.repeat_samples(s, m) for s, m in zip(ok["step_ms"], ok["ms_per_step"])])
+    return stats.estimate(_samples(ok))
+
+
+def _first(rows: pd.DataFrame, column: str):
+    """The first recorded value of a column (None when the rows lack it: older schema versions)."""
+    if column not in rows:
+        return None
+    values = rows[column].dropna()
+    return values.iloc[0] if len(values) else None
 
 
 def _preset_order(presets) -> list[str]:

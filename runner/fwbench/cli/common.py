@@ -22,7 +22,7 @@ DEVICE_HELP = ("Device of every cell, whatever the engine: auto (the GPU when th
                "the CPU), gpu (a cell whose framework sees none is a device_unavailable row) or cpu (no GPU is "
                "visible to the cells).")
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "cancelled": "yellow",
-                "unsupported": "dim", "device_unavailable": "red"}
+                "unsupported": "dim", "device_unavailable": "red", "diverged": "magenta"}
 
 
 def default_data_dir() -> Path:

@@ -268,11 +268,13 @@ def _with_convs(flops: Flops, convention: str) -> StepCost:
 
 # ---------------------------------------------------------------------------------------------
 # Peaks: dense (no structured sparsity) tensor/vector TFLOP/s per precision and memory bandwidth (GB/s).
+# fp16 and bf16 are the tensor cores' fp16/bf16 inputs with FP32 accumulate (the figure a framework's mixed
+# precision gets; the RTX 4090's FP16-accumulate figure is twice its bf16 one and left out).
 
 @dataclass(frozen=True)
 class Peak:
     name: str
-    tflops: dict[str, float]  # precision (fp32, tf32, bf16) -> dense TFLOP/s
+    tflops: dict[str, float]  # precision (fp32, tf32, bf16, fp16) -> dense TFLOP/s
     bandwidth_gbs: float
     source: str
 
@@ -282,36 +284,38 @@ _H100 = "NVIDIA H100 Tensor Core GPU datasheet (dense = half the sparse figure)"
 _H200 = "NVIDIA H200 Tensor Core GPU datasheet (dense = half the sparse figure)"
 _GH200 = ("NVIDIA GH200 Grace Hopper Superchip datasheet: its GPU is an H100 (H100 SXM5 figures; dense = half the "
           "sparse figure) with 96 GB HBM3 at 4 TB/s or 144 GB HBM3e at 4.9 TB/s")
+_V100 = ("NVIDIA V100 Tensor Core GPU datasheet (fp16 = the tensor-core figure: Volta's tensor cores run fp16 only; "
+         "no TF32 or BF16 units)")
 _BLACKWELL = ("NVIDIA GB200 NVL72 / HGX B200 specifications, individual Blackwell GPU (dense = half the sparse "
-              "figure; fp32 left out: datasheet revisions give different figures)")
+              "figure; fp16 = the bf16 figure; fp32 left out: datasheet revisions give different figures)")
 # Ordered, most specific first: the first entry whose every token is one of the NVML name's (upper-cased, split at
 # anything not a letter or digit) wins. Tokens, not substrings: "L4" is not in "NVIDIA L40", nor "H200" in
 # "NVIDIA GH200 480GB".
 GPU_PEAKS: tuple[tuple[tuple[str, ...], Peak], ...] = (
-    (("A100", "PCIE", "80GB"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1935, _A100)),
-    (("A100", "PCIE"), Peak("A100 PCIe 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
-    (("A100", "80GB"), Peak("A100 SXM4 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 2039, _A100)),
-    (("A100",), Peak("A100 SXM4 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312}, 1555, _A100)),
-    (("H100", "PCIE"), Peak("H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756}, 2000, _H100)),
-    (("H100", "NVL"), Peak("H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835}, 3900, _H100)),
-    (("H100",), Peak("H100 SXM5", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 3350, _H100)),
-    (("H200", "NVL"), Peak("H200 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5}, 4800, _H200)),
-    (("H200",), Peak("H200 SXM", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4800, _H200)),
-    (("GH200", "HBM3E"), Peak("GH200 144GB HBM3e", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4900, _GH200)),
-    (("GH200",), Peak("GH200 96GB HBM3", {"fp32": 67, "tf32": 494.5, "bf16": 989.5}, 4000, _GH200)),
-    (("GB200",), Peak("GB200 (one Blackwell GPU)", {"tf32": 1250, "bf16": 2500}, 8000, _BLACKWELL)),
-    (("B200",), Peak("B200 (HGX)", {"tf32": 1100, "bf16": 2250}, 7700, _BLACKWELL)),
-    (("L40S",), Peak("L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362}, 864,
+    (("A100", "PCIE", "80GB"), Peak("A100 PCIe 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1935, _A100)),
+    (("A100", "PCIE"), Peak("A100 PCIe 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1555, _A100)),
+    (("A100", "80GB"), Peak("A100 SXM4 80GB", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 2039, _A100)),
+    (("A100",), Peak("A100 SXM4 40GB", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1555, _A100)),
+    (("H100", "PCIE"), Peak("H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756}, 2000, _H100)),
+    (("H100", "NVL"), Peak("H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835, "fp16": 835}, 3900, _H100)),
+    (("H100",), Peak("H100 SXM5", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5}, 3350, _H100)),
+    (("H200", "NVL"), Peak("H200 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5}, 4800, _H200)),
+    (("H200",), Peak("H200 SXM", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5}, 4800, _H200)),
+    (("GH200", "HBM3E"), Peak("GH200 144GB HBM3e", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5}, 4900, _GH200)),
+    (("GH200",), Peak("GH200 96GB HBM3", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5}, 4000, _GH200)),
+    (("GB200",), Peak("GB200 (one Blackwell GPU)", {"tf32": 1250, "bf16": 2500, "fp16": 2500}, 8000, _BLACKWELL)),
+    (("B200",), Peak("B200 (HGX)", {"tf32": 1100, "bf16": 2250, "fp16": 2250}, 7700, _BLACKWELL)),
+    (("L40S",), Peak("L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362, "fp16": 362}, 864,
                      "NVIDIA L40S datasheet (dense = half the sparse figure)")),
-    (("L40",), Peak("L40", {"fp32": 90.5, "tf32": 90.5, "bf16": 181}, 864,
+    (("L40",), Peak("L40", {"fp32": 90.5, "tf32": 90.5, "bf16": 181, "fp16": 181}, 864,
                     "NVIDIA L40 GPU datasheet (dense = half the sparse figure)")),
-    (("L4",), Peak("L4", {"fp32": 30.3, "tf32": 60, "bf16": 121}, 300,
+    (("L4",), Peak("L4", {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121}, 300,
                    "NVIDIA L4 Tensor Core GPU datasheet (dense = half the sparse figure)")),
-    (("A10G",), Peak("A10G", {"fp32": 31.2, "tf32": 62.5, "bf16": 125}, 600,
+    (("A10G",), Peak("A10G", {"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125}, 600,
                      "NVIDIA A10 datasheet (A10G is AWS's A10 variant; dense figures)")),
-    (("V100", "PCIE"), Peak("V100 PCIe", {"fp32": 14}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
-    (("V100",), Peak("V100 SXM2", {"fp32": 15.7}, 900, "NVIDIA V100 datasheet (no TF32/BF16 units)")),
-    (("RTX", "4090"), Peak("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2}, 1008,
+    (("V100", "PCIE"), Peak("V100 PCIe", {"fp32": 14, "fp16": 112}, 900, _V100)),
+    (("V100",), Peak("V100 SXM2", {"fp32": 15.7, "fp16": 125}, 900, _V100)),
+    (("RTX", "4090"), Peak("RTX 4090", {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2}, 1008,
                            "NVIDIA Ada Lovelace architecture whitepaper (dense, FP32 accumulate)")),
 )
 MIG_PEAK_SOURCE = "none: a MIG slice (the datasheet figures are the whole GPU's)"
@@ -339,11 +343,26 @@ def gpu_peak(device_name: str | None) -> Peak | None:
     return None
 
 
-def declared_precision(dtype: str | None, tf32_effective: bool | None) -> str:
-    """bf16 for bfloat16 cells; tf32 when the row says TF32 was in effect (for the op family asked about);
-    fp32 otherwise."""
-    if dtype and "bfloat16" in dtype:
+def dtype_precision(dtype: str | None) -> str | None:
+    """The half precision a dtype (or a Keras policy name) computes in: "bfloat16"/"mixed_bfloat16" -> bf16,
+    "float16"/"mixed_float16" -> fp16; None for float32 and for no dtype (then TF32 decides)."""
+    name = (dtype or "").lower()
+    if "bfloat16" in name or name == "bf16":
         return "bf16"
+    if "float16" in name or name in ("fp16", "half"):
+        return "fp16"
+    return None
+
+
+def declared_precision(dtype: str | None, tf32_effective: bool | None, compute_dtype: str | None = None) -> str:
+    """The precision a row's FLOPs ran at. The dtype the matmuls and convolutions computed in decides:
+    `compute_dtype` when the row has it (schema v7: a mixed-precision cell keeps float32 variables and computes
+    in its autocast dtype, float16 -> fp16, bfloat16 -> bf16), else `dtype` (older rows: bfloat16 cells are
+    bf16). A float32 computation is tf32 when the row says TF32 was in effect (for the op family asked about),
+    else fp32."""
+    half = dtype_precision(compute_dtype) if compute_dtype else dtype_precision(dtype)
+    if half:
+        return half
     return "tf32" if tf32_effective else "fp32"
 
 
@@ -361,10 +380,11 @@ class Precisions:
 
 
 def step_precisions(cost: StepCost, dtype: str | None, tf32_effective: bool | None,
-                    tf32_conv_effective: bool | None) -> Precisions:
-    """A row's precisions from its dtype and its effective TF32 state for matmuls and for convolutions."""
-    conv = declared_precision(dtype, tf32_conv_effective) if cost.conv_flops > 0 else None
-    return Precisions(declared_precision(dtype, tf32_effective), conv)
+                    tf32_conv_effective: bool | None, compute_dtype: str | None = None) -> Precisions:
+    """A row's precisions from its compute dtype (else its dtype) and its effective TF32 state for matmuls and
+    for convolutions: autocast runs both in its half dtype, so a mixed-precision SD or SAM row is one precision."""
+    conv = declared_precision(dtype, tf32_conv_effective, compute_dtype) if cost.conv_flops > 0 else None
+    return Precisions(declared_precision(dtype, tf32_effective, compute_dtype), conv)
 
 
 def effective_peak(cost: StepCost, precisions: Precisions, tflops: dict[str, float]) -> float | None:

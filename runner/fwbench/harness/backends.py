@@ -166,6 +166,20 @@ class TorchBackend:
             "cudagraph_replays": None if self._replay_counter is None else self._replay_counter.replays,
         }
 
+    def gemm_tflops(self, dtype: str) -> float | None:
+        """The ceiling's hook (fwbench.harness.ceiling): TFLOP/s of a square torch.matmul in `dtype` ("bfloat16",
+        "float16") on this backend's device, best of a few; None if this torch has no such matmul here."""
+        from fwbench.harness import ceiling
+
+        torch, n = self.torch, ceiling.GEMM_SIZE
+        a, b = (torch.randn(n, n, device=self.device).to(getattr(torch, dtype)) for _ in range(2))
+
+        def multiply():
+            torch.matmul(a, b)
+            self.sync()
+
+        return ceiling.gemm_tflops_of(ceiling.best_gemm_seconds(multiply))
+
 
 class CudaGraphReplayCounter:
     """Counts `torch.cuda.CUDAGraph.replay` calls between start() and stop(): a window probe (StepClock calls
@@ -346,6 +360,17 @@ class JaxBackend:
     def threads(self) -> int:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
 
+    def gemm_tflops(self, dtype: str) -> float | None:
+        """The ceiling's hook (fwbench.harness.ceiling): TFLOP/s of a square jnp.matmul in `dtype` ("bfloat16",
+        "float16"), jitted, on this backend's device, best of a few."""
+        from fwbench.harness import ceiling
+
+        jnp, n = self.jax.numpy, ceiling.GEMM_SIZE
+        keys = self.jax.random.split(self.jax.random.PRNGKey(0))
+        a, b = (self.jax.random.normal(k, (n, n)).astype(getattr(jnp, dtype)) for k in keys)
+        matmul = self.jax.jit(jnp.matmul)
+        return ceiling.gemm_tflops_of(ceiling.best_gemm_seconds(lambda: matmul(a, b).block_until_ready()))
+
 
 class TensorFlowBackend:
     """Stacks on TensorFlow (Keras 3 and Keras 2). TF GPU kernels are queued on streams; fetching a step
@@ -406,6 +431,15 @@ class TensorFlowBackend:
 
     def threads(self) -> int:
         return int(self.tf.config.threading.get_intra_op_parallelism_threads())
+
+    def gemm_tflops(self, dtype: str) -> float | None:
+        """The ceiling's hook (fwbench.harness.ceiling): TFLOP/s of a square tf.matmul in `dtype` ("bfloat16",
+        "float16"), best of a few (reading one element back waits for the product)."""
+        from fwbench.harness import ceiling
+
+        tf, n = self.tf, ceiling.GEMM_SIZE
+        a, b = (tf.cast(tf.random.normal((n, n), seed=seed), getattr(tf, dtype)) for seed in (0, 1))
+        return ceiling.gemm_tflops_of(ceiling.best_gemm_seconds(lambda: tf.matmul(a, b)[0, 0].numpy()))
 
 
 def backend_for(stack_id: str, threads: int | None = None):

@@ -117,7 +117,8 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     phases.done("describe")
     # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
     result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
-                                      mig_slice=bool(timed.known_gpu and timed.known_gpu.mig)))
+                                      mig_slice=bool(timed.known_gpu and timed.known_gpu.mig),
+                                      gemm=getattr(built.backend, "gemm_tflops", None)))
     phases.done("ceiling")
     # Where the cell process's time went besides the measurement (first_contact.py reads it).
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
