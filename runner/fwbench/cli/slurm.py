@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from fwbench.core import registry
 from fwbench.engines import device as devices
 from fwbench.engines.local import local_variant
 from fwbench.cli.options import MatrixOptions, Override, matrix_options

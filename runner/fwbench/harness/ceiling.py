@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -121,35 +120,12 @@ def cpu_half_ceiling(precision: str, run_id: str | None, cache_dir: Path | None,
     return _cached(cache, measure)
 
 
-def _imported_backend_gemm(row: dict[str, Any]) -> tuple[GemmHook | None, str | None]:
-    """The gemm_tflops hook of the row's stack's harness backend, when the cell process has already imported that
-    framework (the ceiling never imports one); (None, framework name) otherwise."""
-    from fwbench.core import registry
-    from fwbench.harness import backends
-
-    stack = registry.STACKS.get(row.get("stack") or "")
-    if stack is None:
-        return None, None
-    name = stack.harness_backend
-    module = {"torch": "torch", "jax": "jax", "tensorflow": "tensorflow"}.get(name)
-    backend_class = backends.BACKENDS.get(name)
-    if module not in sys.modules or backend_class is None or not hasattr(backend_class, "gemm_tflops"):
-        return None, name
-    try:
-        return backend_class().gemm_tflops, name
-    except Exception:
-        return None, name
-
-
 def cpu_peaks(precisions: physics.Precisions, row: dict[str, Any], cache_dir: Path | None,
               gemm: GemmHook | None = None, framework: str | None = None) -> tuple[dict[str, float], list[str]]:
     """The measured ceiling of each precision the row ran at, and their sources (a precision without one is
     left out, and its source says why)."""
     wanted = [p for p in dict.fromkeys((precisions.matmul, precisions.conv)) if p]
     peaks, sources = {}, []
-    if any(p in HALF_DTYPES for p in wanted) and gemm is None:
-        gemm, found = _imported_backend_gemm(row)
-        framework = framework or found
     for precision in wanted:
         if precision in HALF_DTYPES:
             tflops, source = cpu_half_ceiling(precision, row.get("run_id"), cache_dir, gemm, framework)
@@ -167,8 +143,8 @@ def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None
     dtype (else the dtype) and the effective TF32 state of matmuls and convolutions say what precision each part
     ran at, and the row is measured against that precision's ceiling).
     mig_slice: the cell ran on a MIG slice, which has a share of the GPU's units and bandwidth: no peak.
-    gemm: the cell's backend's gemm_tflops hook for a CPU's bf16/fp16 ceiling (default: the backend of the row's
-    stack, if the cell process imported its framework)."""
+    gemm: the cell's backend's gemm_tflops hook for a CPU's bf16/fp16 ceiling (the cell passes its backend's; without
+    one a bf16/fp16 row on a CPU gets no peak, and its source says so)."""
     cost = physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
     precisions = physics.step_precisions(cost, row.get("dtype"), row.get("tf32_effective"),
                                          row.get("tf32_conv_effective"), row.get("compute_dtype"))
@@ -186,8 +162,7 @@ def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None
                     peak_source += (f"; mixed: matmul FLOPs at the {precisions.matmul} peak, convolution FLOPs at "
                                     f"the {precisions.conv} peak")
     else:
-        peaks, sources = cpu_peaks(precisions, row, cache_dir, gemm,
-                                   None if gemm is None else _framework_of(row))
+        peaks, sources = cpu_peaks(precisions, row, cache_dir, gemm, _framework_of(row))
         peak_tflops = physics.effective_peak(cost, precisions, peaks)
         peak_source = "; ".join(sources) if peak_tflops is not None else (
             "; ".join(s for s in sources if s.startswith("none:")) or "; ".join(sources))
