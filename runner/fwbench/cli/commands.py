@@ -98,6 +98,9 @@ def run_cmd(
                                            "auto (one per GPU; on a CPU-only host one per --threads cores)."),
     tf32: str = typer.Option("default", help="TF32 policy: default (framework's own), on, off."),
     jit: str = typer.Option("published", help="Keras XLA: published (each task as in the published run), on, off."),
+    # options: precision (temporary: the lead moves it into the shared options object)
+    precision_: str = typer.Option("published", "--precision",
+                                   help="published (as the published table ran each task), fp32, tf32, bf16, fp16."),
     per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
     seed: int = typer.Option(0, help="Seed of the shared data."),
     inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
@@ -106,6 +109,12 @@ def run_cmd(
     preset_obj = registry.get_preset(preset)
     if tf32 not in ("default", "on", "off"):
         raise UsageError(f"unknown TF32 policy '{tf32}' (choose from: default, on, off)")
+    from fwbench.core import precision as precisions  # options: precision
+
+    if precision_ not in precisions.PRECISIONS:
+        raise UsageError(f"unknown --precision '{precision_}' (choose from: {', '.join(precisions.PRECISIONS)})")
+    if precisions.conflicting_tf32(precision_, tf32):
+        raise UsageError(precisions.conflicting_tf32(precision_, tf32))
     if jit not in registry.JIT_POLICIES:
         raise UsageError(f"unknown --jit policy '{jit}' (choose from: {', '.join(registry.JIT_POLICIES)})")
     for name, value in (("--steps", steps), ("--repeats", repeats), ("--threads", threads)):
@@ -118,6 +127,7 @@ def run_cmd(
         stack="", task="", preset=preset, compile_mode="", data_dir=str((data_dir or default_data_dir()).resolve()),
         steps=steps, warmup=preset_obj.warmup if warmup is None else warmup,
         seed=seed, threads=threads or os.cpu_count() or 1, tf32=tf32, jit=jit, per_step_sync=per_step_sync,
+        precision=precision_,  # options: precision
         timeout_s=timeout or preset_obj.timeout_s, fault=inject_fault, device_setting=device)
     from fwbench.engines import matrix
 
@@ -127,7 +137,7 @@ def run_cmd(
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, threads)) for spec in specs]
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume, slots)
-    if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
+    if any(r.row and r.row["status"] not in ("ok", "unsupported", "diverged") for r in outcomes):
         raise typer.Exit(1)
 
 

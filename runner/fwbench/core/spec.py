@@ -34,6 +34,9 @@ class CellSpec:
     run_id: str = ""
     pin_set: str = "current"
     jit: str = "published"  # Keras jit_compile policy: published (per task, as published), on, off
+    # published | fp32 | tf32 | bf16 | fp16 (fwbench.core.precision): the numeric precision the model runs in; the
+    # TF32 policy follows from it unless it is `published` (then `tf32` decides, as before).
+    precision: str = "published"
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
@@ -47,7 +50,7 @@ class CellSpec:
     cpu_set: str | None = None
     gpu_index: int | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
-    # "step-sleep:<ms>". Lets tests prove failure paths without a broken framework.
+    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN). Lets tests prove failure paths without a broken framework.
     fault: str | None = None
 
     @property
@@ -72,6 +75,8 @@ class CellSpec:
         for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]
+        if fields["precision"] == "published":  # as a spec written before --precision existed
+            del fields["precision"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod

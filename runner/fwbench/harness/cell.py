@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench import __version__
-from fwbench.core import data, pins, registry
+from fwbench.core import data, pins, precision, registry
 from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
@@ -63,6 +63,7 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "per_step_sync": spec.per_step_sync,
         "threads": spec.threads,
         "tf32_setting": spec.tf32,
+        "precision": spec.precision,
         "jit_policy": spec.jit,
         "data_seed": spec.seed,
         # Where the runner placed the cell; the cell process overwrites cpu_set with the cores it really had.
@@ -125,7 +126,7 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         require_cpu(backend)
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
-    backend.configure(spec.threads, spec.tf32)
+    backend.configure(spec.threads, precision.tf32_policy(spec.precision, spec.tf32))
     phases.done("framework_import")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
@@ -155,6 +156,9 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         if spec.fault and spec.fault.startswith("step-sleep:"):
             step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
         run_loop(clock, step)
+    ctx.finish()  # after the timed window: what the cell reads once the steps have run (loss scale, ...)
+    if spec.fault == "nan-loss" and ctx.losses:
+        ctx.losses[-1] = float("nan")
 
     phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
     ms_per_step = clock.ms_per_step()
@@ -204,6 +208,9 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(ctx.reported)
+    _check_precision(spec, workload.task.model, result)
+    if workload.task.kind == "fit":
+        result["nonfinite_losses"] = ctx.nonfinite_losses()
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(energy.result(spec.steps, tokens))
@@ -216,6 +223,16 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
+
+
+def _check_precision(spec: CellSpec, model: str, result: dict[str, Any]) -> None:
+    """Never a silent fallback: a cell whose model computed in another dtype than its precision asks for (the
+    workload inspects what ran: compute_dtype) is unsupported, with what really ran."""
+    expected = precision.expected_compute_dtype(spec.precision, model)
+    ran = result.get("compute_dtype")
+    if ran is not None and ran != expected:
+        raise Unsupported(f"--precision {spec.precision} asks for {expected} compute, but the model computed in {ran} "
+                          "on this stack and device (a silent fallback, not recorded as the precision asked)")
 
 
 class PhaseTimer:
@@ -285,7 +302,8 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
         record.update(measure(spec, record_path.parent))
-        record["status"] = "ok"
+        # A fit whose loss went non-finite ran (its timings stay) but is not ok.
+        record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
         record["error_type"] = type(exc).__name__
@@ -295,7 +313,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
     write_json_atomic(record_path, record)
-    return 0 if record["status"] in ("ok", "unsupported") else 1
+    return 0 if record["status"] in ("ok", "unsupported", "diverged") else 1
 
 
 def main(argv: list[str] | None = None) -> int:
