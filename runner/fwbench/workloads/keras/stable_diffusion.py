@@ -22,8 +22,8 @@ from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.keras.common import FitCell, check_stack, compile_regression, keras, report_model,
-                                            set_precision_policy
+from fwbench.workloads.keras.common import (FitCell, check_stack, compile_regression, keras, report_model,
+                                            set_precision_policy)
 
 # The widths KerasCV's own classes hard-code.
 SD_V1_UNET = dict(unet_channels=(320, 640, 1280, 1280), layers_per_block=2, heads=8, context_dim=768)
