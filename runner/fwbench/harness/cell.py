@@ -32,6 +32,10 @@ from fwbench.workloads import CellContext, DrivenCell, Unsupported, check_cell
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
                      "TF_FORCE_GPU_ALLOW_GROWTH", "JAX_PLATFORMS")
 OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom when allocating")
+# Failures that say a library has no kernel, or no consistent dtype handling, for a precision: under a --precision
+# other than published they mean the stack cannot run that precision (unsupported, with the library's message).
+DTYPE_MARKERS = ("does not match type", "no opkernel", "not implemented for 'half'", "not implemented for 'bfloat16'",
+                 "expected scalar type", "same dtype", "should be the same", "unsupported dtype", "dtype mismatch")
 
 
 def base_record(spec: CellSpec) -> dict[str, Any]:
@@ -306,9 +310,15 @@ def run(spec: CellSpec, record_path: Path) -> int:
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
+        if record["status"] == "error" and spec.precision != precision.DEFAULT_PRECISION and any(
+                marker in str(exc).lower() for marker in DTYPE_MARKERS):
+            record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
         record["error_type"] = type(exc).__name__
         record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
         record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
+        if record["status"] == "unsupported" and not isinstance(exc, Unsupported):
+            record["error_message"] = (f"--precision {spec.precision}: the library has no kernel or no consistent "
+                                       f"dtype handling for it here: {record['error_message']}")[:4000]
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
