@@ -4,7 +4,7 @@ cell identity, so rows of two precisions must not share a folder), then a dated 
 unsupported (with its reason) or error.
 
     PYTHONPATH=runner:aggregator python benchmarks/precision_matrix.py --out /tmp/precision-matrix \\
-        [--precision bf16 --precision fp16] [--stack native-torch] [--table-only]
+        [--precision bf16 --precision fp16] [--stack native-torch] [--task bert-fit] [--table-only]
 
 Slow on a CPU (every cell is a process: about 10-30 s each, 300 cells for the whole matrix). The table is
 Markdown, for docs/workloads.md#precision.
@@ -21,10 +21,12 @@ from pathlib import Path
 from fwbench.core import precision, registry, results
 
 
-def run(stack: str, value: str, out: Path, threads: int) -> int:
+def run(stack: str, value: str, out: Path, threads: int, tasks: list[str]) -> int:
     folder = out / f"{value}"
+    # --resume: an interrupted matrix goes on where it stopped (ok rows are kept; other statuses run again).
     command = [sys.executable, "-m", "fwbench.cli", "run", "--stack", stack, "--preset", "tiny", "--threads",
-               str(threads), "--precision", value, "--out", str(folder)]
+               str(threads), "--precision", value, "--out", str(folder), "--resume",
+               *(arg for task in tasks for arg in ("--task", task))]
     with open(out / f"{stack}.{value}.log", "w") as log:
         return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
 
@@ -41,7 +43,7 @@ def cell_text(row: dict | None) -> str:
     return f"{status}: {reason}"
 
 
-def table(out: Path, stacks: list[str], values: list[str], machine: str, date: str) -> str:
+def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, date: str) -> str:
     lines = [f"Precision matrix, tiny preset, {machine}, {date} (`benchmarks/precision_matrix.py`; ok rows show the "
              "compute dtype inspected from what ran).", ""]
     for value in values:
@@ -49,7 +51,7 @@ def table(out: Path, stacks: list[str], values: list[str], machine: str, date: s
                 if r}
         lines += [f"`--precision {value}`", "", "| task | " + " | ".join(stacks) + " |",
                   "|---|" + "---|" * len(stacks)]
-        for task in registry.TASKS:
+        for task in tasks:
             lines.append(f"| {task} | " + " | ".join(cell_text(rows.get((stack, task))) for stack in stacks) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -60,6 +62,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stack", action="append", choices=registry.REPORT_ORDER)
     parser.add_argument("--precision", action="append", choices=precision.PRECISIONS)
+    parser.add_argument("--task", action="append", choices=list(registry.TASKS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--machine", default="2-core development machine")
     parser.add_argument("--date", default=dt.date.today().isoformat())
@@ -67,13 +70,14 @@ def main() -> int:
     args = parser.parse_args()
     stacks = args.stack or list(registry.REPORT_ORDER)
     values = args.precision or list(precision.PRECISIONS)
+    tasks = args.task or list(registry.TASKS)
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.table_only:
-        for value in values:
-            for stack in stacks:
-                code = run(stack, value, args.out, args.threads)
+        for stack in stacks:  # a stack's column is complete before the next stack starts
+            for value in values:
+                code = run(stack, value, args.out, args.threads, tasks)
                 print(f"{stack} --precision {value}: exit {code}", file=sys.stderr, flush=True)
-    print(table(args.out, stacks, values, args.machine, args.date))
+    print(table(args.out, stacks, values, tasks, args.machine, args.date))
     return 0
 
 

@@ -90,7 +90,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("data_seed", "int64", "Seed of the shared synthetic data."),
     ("params_total", "int64", "Parameters in the model that runs."),
     ("params_trainable", "int64", "Trainable parameters (fit)."),
-    ("dtype", "string", "Compute dtype: float32 or bfloat16."),
+    ("dtype", "string", "Declared compute dtype, from the precision: float32, bfloat16 or float16 (what physics "
+                        "counts the peak at; compute_dtype is what really ran)."),
     ("precision", "string", "--precision asked: published (as the published table ran each task), fp32, tf32, bf16 "
                             "or fp16 (docs/workloads.md#precision)."),
     ("compute_dtype", "string", "The dtype the model actually computed in, inspected from what ran (the output of "
