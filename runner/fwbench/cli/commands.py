@@ -103,7 +103,7 @@ def run_cmd(
                                    help="published (as the published table ran each task), fp32, tf32, bf16, fp16."),
     per_step_sync: bool = typer.Option(True, help="Sync after every timed step (per-step times)."),
     seed: int = typer.Option(0, help="Seed of the shared data."),
-    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS."),
+    inject_fault: Optional[str] = typer.Option(None, hidden=True, help="Testing only: raise | sleep:S | step-sleep:MS | nan-loss."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
     preset_obj = registry.get_preset(preset)
