@@ -35,7 +35,9 @@ OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom 
 # Failures that say a library has no kernel, or no consistent dtype handling, for a precision: under a --precision
 # other than published they mean the stack cannot run that precision (unsupported, with the library's message).
 DTYPE_MARKERS = ("does not match type", "no opkernel", "not implemented for 'half'", "not implemented for 'bfloat16'",
-                 "expected scalar type", "same dtype", "should be the same", "unsupported dtype", "dtype mismatch")
+                 "expected scalar type", "same dtype", "should be the same", "unsupported dtype", "dtype mismatch",
+                 # tf.experimental.numpy (Keras 2 / keras_core ops) treats bfloat16 as a non-float and tries to cast it
+                 "has no attribute 'astype'")
 
 
 def base_record(spec: CellSpec) -> dict[str, Any]:
