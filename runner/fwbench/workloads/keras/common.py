@@ -121,7 +121,7 @@ class DtypeProbe:
 
         def call(*args, **kwargs):
             output = original(*args, **kwargs)
-            if name not in seen and hasattr(output, "dtype"):
+            if name not in seen and hasattr(output, "dtype") and not _symbolic(output):
                 seen[name] = dtype_name(output.dtype)
             return output
         object.__setattr__(layer, "call", call)
@@ -129,6 +129,16 @@ class DtypeProbe:
     def compute_dtype(self) -> str | None:
         found = sorted(set(self.seen.values()))
         return "+".join(found) if found else None
+
+
+def _symbolic(output) -> bool:
+    """A shape-only call (Keras's own build tracing: a KerasTensor, or a torch tensor on the meta device), which says
+    nothing about what the real computation ran in."""
+    keras_tensor = getattr(keras, "KerasTensor", None)
+    if keras_tensor is not None and isinstance(output, keras_tensor):
+        return True
+    device = getattr(output, "device", None)
+    return getattr(device, "type", None) == "meta"
 
 
 def report_model(ctx, model) -> None:
