@@ -13,6 +13,7 @@ Markdown, for docs/workloads.md#precision.
 from __future__ import annotations
 
 import argparse
+import re
 import datetime as dt
 import subprocess
 import sys
@@ -39,8 +40,20 @@ def cell_text(row: dict | None) -> str:
         return f"ok ({row.get('compute_dtype') or '?'})"
     if status == "diverged":
         return f"diverged ({row.get('nonfinite_losses')} non-finite)"
-    reason = " ".join((row.get("error_message") or "").split())[:140].replace("|", "/")
-    return f"{status}: {reason}"
+    return f"{status}: {reason_text(row.get('error_message') or '')}"
+
+
+def reason_text(message: str) -> str:
+    """The reason in a table cell: for a library's own dtype failure, where it failed and the line that says what."""
+    from fwbench.harness.cell import DTYPE_MARKERS  # plain Python: no framework import
+
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = next((line for line in lines if any(marker in line.lower() for marker in DTYPE_MARKERS)), None)
+    where = re.search(r"calling (?:layer \"?)?([A-Za-z_]+)", message)
+    if said and where:
+        return f"{where.group(1)}: {said}"[:160].replace("|", "/")
+    return " ".join(message.split())[:160].replace("|", "/")
 
 
 def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, date: str) -> str:
