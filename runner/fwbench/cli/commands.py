@@ -91,7 +91,7 @@ def run_cmd(
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume, slots)
-    if any(r.row and r.row["status"] not in ("ok", "unsupported") for r in outcomes):
+    if any(r.row and r.row["status"] not in ("ok", "unsupported", "diverged") for r in outcomes):
         raise typer.Exit(1)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from fwbench.core import precision as precisions
 from fwbench.core import registry
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
@@ -128,8 +129,13 @@ class MatrixOptions:
     pin_set: Optional[str] = _declared(None, PIN_SET_HELP, check=check_pin_set, envvar="FWBENCH_PIN_SET")
     jit: str = _declared("published", "Keras XLA: published (each task as in the published run), on, off.",
                          check=_choice("--jit policy", registry.JIT_POLICIES), spec_field="jit")
-    tf32: str = _declared("default", "TF32 policy: default (the framework's own), on, off.",
-                          check=_choice("TF32 policy", TF32_POLICIES), spec_field="tf32")
+    precision: str = _declared("published", "Numeric precision: published (as the published table ran each task: "
+                               "the LLMs in bfloat16, the others in float32 with the framework's TF32 default), "
+                               "fp32 (TF32 off), tf32 (TF32 on), bf16 or fp16 (mixed precision in each stack's "
+                               "own idiom; the LLMs in that type).",
+                               check=_choice("--precision", precisions.PRECISIONS))
+    tf32: str = _declared("default", "TF32 policy, an alias of --precision: default (published), on (tf32), off "
+                          "(fp32).", check=_choice("TF32 policy", TF32_POLICIES))
     threads: Optional[int] = _declared(None, "CPU threads per cell.", check=_at_least("--threads", 1),
                                        default_text="all cores; with --parallel, the cores of a cell's slot")
     data: Optional[Path] = _declared(None, "Shared data folder.",
@@ -139,7 +145,7 @@ class MatrixOptions:
     device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
     parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
-    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS.", hidden=True,
+    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss.", hidden=True,
                                             spec_field="fault")
 
     def check(self) -> None:
@@ -151,6 +157,14 @@ class MatrixOptions:
         for stack_id in self.stack or ():
             for mode in self.compile or ():
                 registry.check_compile_mode(registry.get_stack(stack_id), mode)
+        self.resolved_precision()
+
+    def resolved_precision(self) -> str:
+        """--precision with its --tf32 alias applied (they must not contradict each other)."""
+        try:
+            return precisions.from_tf32(self.tf32, self.precision)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     def base_spec(self, *, data_dir: str, threads: int, **spec_fields: Any) -> CellSpec:
         """The spec every planned cell starts from (fwbench.engines.matrix.plan fills in stack, task, compile mode
@@ -161,7 +175,7 @@ class MatrixOptions:
                  if declaration(option.name).spec_field}
         spec = CellSpec(stack="", task="", compile_mode="", data_dir=data_dir, threads=threads,
                         warmup=preset.warmup if self.warmup is None else self.warmup,
-                        timeout_s=self.timeout or preset.timeout_s, **given)
+                        timeout_s=self.timeout or preset.timeout_s, precision=self.resolved_precision(), **given)
         return replace(spec, **spec_fields)
 
     def plan(self, base: CellSpec) -> list[CellSpec]:

@@ -49,7 +49,7 @@ def write_plan(path: Path, specs: list[CellSpec]) -> None:
 def read_plan(path: Path) -> list[CellSpec]:
     try:
         cells = json.loads(Path(path).read_text())
-        return [CellSpec(**cell) for cell in cells]
+        return [CellSpec.from_fields(cell) for cell in cells]
     except (OSError, ValueError, TypeError) as exc:
         raise PlanError(f"cannot read the plan {path}: {exc}") from None
 

@@ -15,13 +15,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from fwbench.core import precision
+
 # setting -> (row column, CellSpec attribute). The key fields (stack, task, preset, compile mode) are
 # the readable part; these are the settings beside them.
 SETTINGS: dict[str, tuple[str, str]] = {
     "pin_set": ("pin_set", "pin_set"),
     "jit": ("jit_policy", "jit"),
     "image_variant": ("image_variant", "image_variant"),
-    "tf32": ("tf32_setting", "tf32"),
+    "precision": ("precision", "precision"),
     "threads": ("threads", "threads"),
     "warmup": ("warmup_steps", "warmup"),
     "steps": ("timed_steps", "steps"),
@@ -37,14 +39,20 @@ KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 # column bumps SCHEMA_VERSION (fwbench.core.schema). A setting can be read from an older column of the row.
 OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "device_model": lambda row: row.get("device_name"),  # schema v1 recorded only device_name
+    # Before schema v7 the TF32 setting was the axis: default, on, off are published, tf32, fp32.
+    "precision": precision.of_row,
 }
+# Settings read through their OLD_ROWS_READ_AS entry even when the row has the column (a `published` row beside a
+# --tf32 on/off is the same one-axis precision).
+ALWAYS_READ_AS = ("precision",)
 
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
-FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "tf32": "default", "per_step_sync": True, "data_seed": 0}
+FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
+                                  "per_step_sync": True, "data_seed": 0}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
-    "pin_set": "pins-{}", "jit": "jit-{}", "tf32": "tf32-{}", "threads": "threads-{}", "warmup": "warmup-{}",
+    "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
     "steps": "steps-{}", "data_seed": "seed-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
@@ -75,7 +83,7 @@ class CellIdentity:
     def of_row(cls, row: Mapping[str, Any]) -> "CellIdentity":
         values = {name: _plain(row.get(column)) for name, (column, _) in SETTINGS.items()}
         for name, old_value in OLD_ROWS_READ_AS.items():
-            if values[name] is None:
+            if values[name] is None or name in ALWAYS_READ_AS:
                 values[name] = _plain(old_value(row))
         return cls(*(str(row.get(f)) for f in KEY_FIELDS), tuple(values.items()))
 
@@ -125,7 +133,7 @@ def _slug(value: Any) -> str:
 
 def differing_settings(identity: CellIdentity, varying: set[str]) -> tuple[tuple[str, Any], ...]:
     """The settings worth naming in a label: those off their default, and those without a default that
-    vary in the data (threads, device...): "native-torch [none]" beside "native-torch [none, tf32=on]"."""
+    vary in the data (threads, device...): "native-torch [none]" beside "native-torch [none, precision=tf32]"."""
     shown = []
     for name, value in identity.settings:
         if (value != FIXED_DEFAULTS[name]) if name in FIXED_DEFAULTS else (name in varying):

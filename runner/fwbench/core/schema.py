@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -21,9 +21,13 @@ ADDED_IN_V5 = PHYSICS_COLUMNS + ENERGY_COLUMNS
 # the model's FLOPs ran at; CUDA-graph replays (whether reduce-overhead really took effect).
 ADDED_IN_V6 = ("device_setting", "gpu_uuid", "tf32_conv", "tf32_conv_effective", "matmul_compute_precision",
                "conv_compute_precision", "conv_flops_per_step", "cudagraph_replays")
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6}
+# v7: precision as an axis (--precision), what the model really computed in and held its variables in, loss scaling
+# and non-finite losses of fits; the status `diverged`.
+ADDED_IN_V7 = ("precision", "compute_dtype", "variable_dtype", "loss_scale", "loss_scale_skipped_steps",
+               "nonfinite_losses")
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7}
 
-STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable")
+STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
 # (name, type, description). Types: string, int64, float64, bool, timestamp, list<float64>.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -48,9 +52,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("jit_compile", "bool", "Keras jit_compile flag the cell really used (null for native-torch)."),
     ("jit_policy", "string", "--jit: published (each Keras cell's XLA setting as in the published run), on or off."),
     ("repeat", "int64", "Repeat index (each repeat is its own process)."),
-    ("status", "string", "ok, error, timeout, oom, cancelled (stopped by the cluster's scheduler), unsupported, or "
+    ("status", "string", "ok, error, timeout, oom, cancelled (stopped by the cluster's scheduler), unsupported, "
                          "device_unavailable (the cell was meant for a GPU its framework could not use: never a "
-                         "CPU row instead)."),
+                         "CPU row instead), or diverged (a fit that ran, with its timings, but whose loss went "
+                         "non-finite: see nonfinite_losses)."),
     ("error_type", "string", "Exception class or failure kind when status is not ok."),
     ("error_message", "string", "One-paragraph reason when status is not ok."),
     ("engine", "string", "local (managed venv), current (this interpreter) or docker."),
@@ -85,7 +90,21 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("data_seed", "int64", "Seed of the shared synthetic data."),
     ("params_total", "int64", "Parameters in the model that runs."),
     ("params_trainable", "int64", "Trainable parameters (fit)."),
-    ("dtype", "string", "Compute dtype: float32 or bfloat16."),
+    ("dtype", "string", "Declared compute dtype, from the precision: float32, bfloat16 or float16 (what physics "
+                        "counts the peak at; compute_dtype is what really ran)."),
+    ("precision", "string", "--precision asked: published (as the published table ran each task), fp32, tf32, bf16 "
+                            "or fp16 (docs/workloads.md#precision)."),
+    ("compute_dtype", "string", "The dtype the model actually computed in, inspected from what ran (the output of "
+                                "its first dense/linear and convolution layer during the run); 'a+b' when they "
+                                "differ."),
+    ("variable_dtype", "string", "The dtype(s) its variables/weights are held in, by parameter count, largest first "
+                                 "('bfloat16+float32': bf16 weights with float32 LoRA adapters)."),
+    ("loss_scale", "float64", "fp16 fits: the loss scale at the end of the fit (dynamic loss scaling; null where "
+                              "none was used)."),
+    ("loss_scale_skipped_steps", "int64", "fp16 fits: optimizer steps the loss scaler skipped (non-finite "
+                                          "gradients)."),
+    ("nonfinite_losses", "int64", "Fits: steps whose loss was non-finite (Keras: whose logged running-mean loss "
+                                  "was, i.e. from the first non-finite step on); any makes the row diverged."),
     ("compiled_graphs", "int64", "torch.compile: unique graphs compiled (0 = compilation never happened)."),
     ("graph_breaks", "int64", "torch.compile: graph breaks."),
     ("cudagraph_replays", "int64", "torch.compile reduce-overhead: CUDA-graph replays counted in the timed window "
@@ -102,7 +121,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
      "initialisers, hit too). Null: none is used."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
                          "reports another number."),
-    ("tf32_setting", "string", "Requested TF32 policy: default, on, off."),
+    ("tf32_setting", "string", "Requested TF32 policy (--tf32): default, on, off. Under a --precision "
+                                 "other than published the precision's policy is applied instead (the tf32_* "
+                                 "columns record the state)."),
     ("tf32_matmul", "bool", "Framework flag allowing TF32 for matmuls."),
     ("tf32_effective", "bool", "True only if TF32 was allowed for matmuls and the GPU supports it."),
     ("tf32_conv", "bool", "Framework flag allowing TF32 for convolutions (torch: cuDNN's; TensorFlow and JAX have "

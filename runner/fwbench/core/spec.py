@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from fwbench.core import precision as precisions
 from fwbench.core.identity import CellIdentity
 
 
@@ -26,13 +27,15 @@ class CellSpec:
     repeat: int = 0
     seed: int = 0
     threads: int = 1
-    tf32: str = "default"  # default (framework's own) | on | off
     per_step_sync: bool = True
     timeout_s: float = 900.0
     engine: str = "local"
     run_id: str = ""
     pin_set: str = "current"
     jit: str = "published"  # Keras jit_compile policy: published (per task, as published), on, off
+    # published | fp32 | tf32 | bf16 | fp16 (fwbench.core.precision): the numeric precision the model runs in, and
+    # with it the TF32 policy (`tf32`; --tf32 is an alias of this one axis).
+    precision: str = "published"
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
@@ -46,7 +49,7 @@ class CellSpec:
     cpu_set: str | None = None
     gpu_index: int | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
-    # "step-sleep:<ms>". Lets tests prove failure paths without a broken framework.
+    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN). Lets tests prove failure paths without a broken framework.
     fault: str | None = None
 
     @property
@@ -58,13 +61,29 @@ class CellSpec:
     def identity(self) -> CellIdentity:
         return CellIdentity.of_spec(self)
 
+    @property
+    def tf32(self) -> str:
+        """The TF32 policy the precision runs with: default (the framework's own), on or off."""
+        return precisions.tf32_of(self.precision)
+
     def to_json(self) -> str:
         fields = asdict(self)
         for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]
+        if fields["precision"] == "published":  # as a spec written before --precision existed
+            del fields["precision"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "CellSpec":
-        return cls(**json.loads(text))
+        return cls.from_fields(json.loads(text))
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> "CellSpec":
+        """A spec from its fields, as written by to_json or a plan file; one written before --precision existed
+        names a `tf32` policy instead, which is read as the precision it means."""
+        fields = dict(fields)
+        if "tf32" in fields:
+            fields["precision"] = precisions.from_tf32(fields.pop("tf32"), fields.get("precision", "published"))
+        return cls(**fields)

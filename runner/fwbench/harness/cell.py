@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench import __version__
-from fwbench.core import data, pins, registry
+from fwbench.core import data, pins, precision, registry
 from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
@@ -34,6 +34,12 @@ from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, ch
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
                      "TF_FORCE_GPU_ALLOW_GROWTH", "JAX_PLATFORMS")
 OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom when allocating")
+# Failures that say a library has no kernel, or no consistent dtype handling, for a precision: under a --precision
+# other than published they mean the stack cannot run that precision (unsupported, with the library's message).
+DTYPE_MARKERS = ("does not match type", "no opkernel", "not implemented for 'half'", "not implemented for 'bfloat16'",
+                 "expected scalar type", "same dtype", "should be the same", "unsupported dtype", "dtype mismatch",
+                 # tf.experimental.numpy (Keras 2 / keras_core ops) treats bfloat16 as a non-float and tries to cast it
+                 "has no attribute 'astype'")
 
 
 def base_record(spec: CellSpec) -> dict[str, Any]:
@@ -65,6 +71,7 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "per_step_sync": spec.per_step_sync,
         "threads": spec.threads,
         "tf32_setting": spec.tf32,
+        "precision": spec.precision,
         "jit_policy": spec.jit,
         "data_seed": spec.seed,
         # Where the runner placed the cell; the cell process overwrites cpu_set with the cores it really had.
@@ -220,6 +227,9 @@ def time_cell(built: Built) -> Timed:
         if spec.fault and spec.fault.startswith("step-sleep:"):
             step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
         run_loop(clock, step)
+    built.ctx.finish()  # after the timed window: what the cell reads once the steps have run (loss scale, ...)
+    if spec.fault == "nan-loss" and built.ctx.losses:
+        built.ctx.losses[-1] = float("nan")
     return Timed(clock, probe, energy, cell_gpu, known_gpu, gpu_index)
 
 
@@ -274,10 +284,23 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(built.ctx.reported)
+    _check_precision(spec, built.workload.task.model, result)
+    if built.workload.task.kind == "fit":
+        result["nonfinite_losses"] = built.ctx.nonfinite_losses()
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(timed.energy.result(spec.steps, tokens))
     return result, extra
+
+
+def _check_precision(spec: CellSpec, model: str, result: dict[str, Any]) -> None:
+    """Never a silent fallback: a cell whose model computed in another dtype than its precision asks for (the
+    workload inspects what ran: compute_dtype) is unsupported, with what really ran."""
+    expected = precision.expected_compute_dtype(spec.precision, model)
+    ran = result.get("compute_dtype")
+    if ran is not None and ran != expected:
+        raise Unsupported(f"--precision {spec.precision} asks for {expected} compute, but the model computed in {ran} "
+                          "on this stack and device (a silent fallback, not recorded as the precision asked)")
 
 
 class PhaseTimer:
@@ -341,17 +364,24 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
         record.update(measure(spec, record_path.parent))
-        record["status"] = "ok"
+        # A fit whose loss went non-finite ran (its timings stay) but is not ok.
+        record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
+        if record["status"] == "error" and spec.precision != precision.DEFAULT_PRECISION and any(
+                marker in str(exc).lower() for marker in DTYPE_MARKERS):
+            record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
         record["error_type"] = type(exc).__name__
         record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
         record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
+        if record["status"] == "unsupported" and not isinstance(exc, Unsupported):
+            record["error_message"] = (f"--precision {spec.precision}: the library has no kernel or no consistent "
+                                       f"dtype handling for it here: {record['error_message']}")[:4000]
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
     write_atomically(record_path, json.dumps(record, default=str))
-    return 0 if record["status"] in ("ok", "unsupported") else 1
+    return 0 if record["status"] in ("ok", "unsupported", "diverged") else 1
 
 
 def main(argv: list[str] | None = None) -> int:

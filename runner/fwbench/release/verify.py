@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fwbench.core import precision as precisions
 from fwbench.core import registry
 from fwbench.release.record import read_release
 from fwbench.core.atomic import write_atomically
@@ -44,8 +45,8 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
 
 
 # The published settings a re-run repeats: one group per published cell.
-SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "tf32_setting",
-             "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "precision",
+             "tf32_setting", "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
 # Settings a verifier will re-run (inclusive bounds): a bundle asking for more is refused before anything runs.
 # The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
 SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
@@ -94,7 +95,8 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
         preset = registry.get_preset(row["preset"])
         base = CellSpec(stack=row["stack"], task=row["task"], preset=row["preset"], compile_mode=row["compile_mode"],
                         data_dir=str(data_dir.resolve()), steps=int(row["timed_steps"]), warmup=int(row["warmup_steps"]),
-                        seed=int(row["data_seed"]), threads=int(row["threads"]), tf32=row["tf32_setting"],
+                        seed=int(row["data_seed"]), threads=int(row["threads"]),
+                        precision=precisions.of_row({k: (None if v != v else v) for k, v in row.items()}),
                         per_step_sync=bool(row["per_step_sync"]), timeout_s=preset.timeout_s, pin_set=row["pin_set"],
                         jit=row["jit_policy"], engine="docker")
         for repeat in range(repeats or len(rows)):

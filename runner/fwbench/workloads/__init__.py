@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+import math
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -81,6 +82,29 @@ class CellContext:
     backend: Any
     # Row fields a workload reported (tokens_generated, params_total, dtype, ...): see report().
     _reported: dict[str, Any] = field(default_factory=dict, repr=False)
+    # A fit's loss per step, as the step returned it (a device scalar: read only after the run, see record_loss).
+    losses: list[Any] = field(default_factory=list, repr=False)
+    _after_run: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def record_loss(self, loss: Any) -> None:
+        """Keep a fit step's loss (a framework scalar, a Python float or a numpy value) to count non-finite losses
+        after the run: never read here, so recording adds no device sync inside the timed window."""
+        self.losses.append(loss)
+
+    def after_run(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the steps have run (outside the timed window), e.g. to report the loss scale."""
+        self._after_run.append(callback)
+
+    def finish(self) -> None:
+        """Run the after_run callbacks (the harness calls it once, after the steps)."""
+        for callback in self._after_run:
+            callback()
+
+    def nonfinite_losses(self) -> int | None:
+        """How many recorded losses are non-finite (None: the cell recorded none, e.g. not a fit)."""
+        if not self.losses:
+            return None
+        return sum(1 for loss in self.losses if not math.isfinite(float(loss)))
 
     def report(self, **fields: Any) -> None:
         """Record row fields for this cell's result. Only result columns (fwbench.core.schema) are accepted."""
@@ -122,6 +146,38 @@ class CellContext:
     @property
     def total_steps(self) -> int:
         return 1 + self.spec.warmup + self.spec.steps
+
+    @property
+    def precision(self) -> str:
+        return self.spec.precision
+
+    @property
+    def model_dtype(self) -> str:
+        """The dtype the model's weights are created in (fwbench.core.precision.model_dtype)."""
+        from fwbench.core import precision
+
+        return precision.model_dtype(self.spec.precision, self.workload.task.model)
+
+    @property
+    def declared_dtype(self) -> str:
+        """The dtype the precision says the model computes in (the `dtype` column, which physics reads)."""
+        from fwbench.core import precision
+
+        return precision.expected_compute_dtype(self.spec.precision, self.workload.task.model)
+
+    @property
+    def tf32_policy(self) -> str:
+        """The TF32 policy the harness applied (fwbench.core.precision.tf32_policy)."""
+        from fwbench.core import precision
+
+        return precision.tf32_policy(self.spec.precision, self.spec.tf32)
+
+    @property
+    def mixed_dtype(self) -> str | None:
+        """The half type a float32 model computes in under bf16/fp16 (None: no mixed precision)."""
+        from fwbench.core import precision
+
+        return precision.mixed_dtype(self.spec.precision, self.workload.task.model)
 
 
 def check_cell(cell: Any, cells: dict[str, type], kind: str, where: str) -> StepCell | DrivenCell:

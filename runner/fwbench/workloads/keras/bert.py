@@ -8,13 +8,14 @@ Sizes come from fwbench.core.models, so `tiny` here is the same network as nativ
 from __future__ import annotations
 
 from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, keras, nlp_models,
-                                            report_model)
+                                            report_model, set_precision_policy)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
 
 
 def build(ctx):
     check_stack(ctx)
+    set_precision_policy(ctx)
     arch, models = ctx.arch, nlp_models()
     backbone = models.BertBackbone(
         vocabulary_size=arch.vocab_size, num_layers=arch.layers, num_heads=arch.heads,
@@ -22,7 +23,7 @@ def build(ctx):
         max_sequence_length=arch.max_positions)
     classifier_class = models.BertTextClassifier if KERAS_HUB else models.BertClassifier
     model = classifier_class(backbone, num_classes=arch.num_classes, preprocessor=None)
-    report_model(ctx, model, "float32")
+    report_model(ctx, model)
     ctx.report(seq_len=ctx.shapes.seq_len)
     # BertBackbone also takes segment ids; single-segment inputs are all zeros (HF's default too).
     token_ids = ctx.arrays["token_ids"]
@@ -33,6 +34,6 @@ def build(ctx):
         model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       jit_compile=ctx.jit_compile)
-        return FitCell(model, x, ctx.arrays["labels"], ctx.total_steps)
+        return FitCell(model, x, ctx.arrays["labels"], ctx.total_steps, ctx=ctx)
     model.compile(jit_compile=ctx.jit_compile)
     return PredictCell(model, x, ctx.total_steps)

@@ -1,6 +1,6 @@
 """The causal-LM recipe shared by Gemma and Mistral on Keras 3 (KerasHub; KerasNLP 0.8 in the paper-2024 pin
 set), as published:
-whole model in bfloat16, `backbone.enable_lora(rank=4)` (query and value projections);
+whole model in bfloat16 (--precision: float16 or float32 under fp16, fp32/tf32), `backbone.enable_lora(rank=4)` (query and value projections);
 fit = Keras `fit` on token ids with next-token sparse cross-entropy and AdamW;
 generate = one whole greedy `generate()` call producing exactly `new_tokens` tokens.
 """
@@ -12,7 +12,7 @@ import inspect
 import numpy as np
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.keras.common import FitCell, check_stack, keras, nlp_models, report_model, set_dtype_policy
+from fwbench.workloads.keras.common import FitCell, check_stack, keras, nlp_models, report_model, set_precision_policy
 
 
 def backbone_kwargs(arch) -> dict:
@@ -47,7 +47,7 @@ class GenerateCell(StepCell):
 def build_causal_lm(ctx, make_backbone, task_class: str):
     """`make_backbone(models, arch)` builds the model's KerasHub backbone."""
     check_stack(ctx)
-    set_dtype_policy("bfloat16")
+    set_precision_policy(ctx)
     models = nlp_models()
     backbone = make_backbone(models, ctx.arch)
     model = getattr(models, task_class)(backbone=backbone, preprocessor=None)
@@ -55,7 +55,7 @@ def build_causal_lm(ctx, make_backbone, task_class: str):
 
     if ctx.kind == "fit":
         backbone.enable_lora(rank=4)
-        report_model(ctx, model, "bfloat16")
+        report_model(ctx, model)
         ctx.report(seq_len=token_ids.shape[1])
         # Next-token loss over the same positions as HF's internal shift: every token predicts the next
         # one, and the last position (nothing to predict) has weight 0.
@@ -65,9 +65,9 @@ def build_causal_lm(ctx, make_backbone, task_class: str):
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       weighted_metrics=[], jit_compile=ctx.jit_compile)
         return FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
-                       ctx.total_steps, sample_weight=weights.astype("float32"))
+                       ctx.total_steps, sample_weight=weights.astype("float32"), ctx=ctx)
 
-    report_model(ctx, model, "bfloat16")
+    report_model(ctx, model)
     model.compile(sampler="greedy", jit_compile=ctx.jit_compile)
     new_tokens = ctx.shapes.new_tokens
     prompt_len = token_ids.shape[1]

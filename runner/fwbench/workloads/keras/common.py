@@ -73,11 +73,105 @@ def set_dtype_policy(name: str) -> None:
         keras.mixed_precision.set_global_policy(name)
 
 
-def report_model(ctx, model, dtype: str) -> None:
+def set_precision_policy(ctx) -> str:
+    """The global dtype policy the model is built under, from --precision (fwbench.core.precision): the float32
+    models (SAM, SD, BERT) get `mixed_bfloat16` / `mixed_float16` under bf16 / fp16 (float32 variables, half
+    compute), else float32; the LLMs are pure: bfloat16 (published, bf16), float16 or float32. Returns the name."""
+    from fwbench.core import precision
+
+    name = precision.KERAS_MIXED_POLICY.get(ctx.precision) if ctx.mixed_dtype else ctx.model_dtype
+    set_dtype_policy(name)
+    return name
+
+
+def dtype_name(dtype) -> str:
+    """'bfloat16' from a Keras dtype string, a tf.DType, a numpy/ml_dtypes dtype or a torch.dtype."""
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None) or str(dtype)
+    return name.removeprefix("torch.")
+
+
+def variable_dtypes(weights) -> str:
+    """The dtypes the weights are held in, by element count, largest first: 'float32', 'bfloat16+float32'."""
+    counts: dict[str, int] = {}
+    for weight in weights:
+        name = dtype_name(weight.dtype)
+        counts[name] = counts.get(name, 0) + int(np.prod(weight.shape))
+    return "+".join(sorted(counts, key=lambda name: -counts[name]))
+
+
+class DtypeProbe:
+    """Records the output dtype of the model's first dense (Dense, EinsumDense) and first convolution layer as
+    they run (their `call` wrapped: under XLA / tf.function that is when the program is traced, i.e. the dtype of
+    the compiled computation; in eager cells, the first call). What the model really computed in, whatever the
+    policy said: the `compute_dtype` column."""
+
+    def __init__(self, ctx, model):
+        self.seen: dict[str, str] = {}
+        kinds = (("dense", (keras.layers.Dense, keras.layers.EinsumDense)), ("conv", (keras.layers.Conv2D,)))
+        layers = list(model._flatten_layers(include_self=False, recursive=True))
+        for name, kind in kinds:
+            layer = next((layer for layer in layers if isinstance(layer, kind)), None)
+            if layer is not None:
+                self._wrap(layer, name)
+        ctx.after_run(lambda: ctx.report(compute_dtype=self.compute_dtype()))
+
+    def _wrap(self, layer, name: str) -> None:
+        original = layer.call
+        seen = self.seen
+
+        def call(*args, **kwargs):
+            output = original(*args, **kwargs)
+            if name not in seen and hasattr(output, "dtype") and not _symbolic(output):
+                seen[name] = dtype_name(output.dtype)
+            return output
+        object.__setattr__(layer, "call", call)
+
+    def compute_dtype(self) -> str | None:
+        found = sorted(set(self.seen.values()))
+        return "+".join(found) if found else None
+
+
+def _symbolic(output) -> bool:
+    """A shape-only call (Keras's own build tracing: a KerasTensor, or a torch tensor on the meta device), which says
+    nothing about what the real computation ran in."""
+    keras_tensor = getattr(keras, "KerasTensor", None)
+    if keras_tensor is not None and isinstance(output, keras_tensor):
+        return True
+    device = getattr(output, "device", None)
+    return getattr(device, "type", None) == "meta"
+
+
+def report_model(ctx, model) -> None:
+    """Sizes, the declared compute dtype (`dtype`: the precision's), the dtypes its weights are held in, the dtype
+    policy, and a probe of the dtype the model really computes in (DtypeProbe)."""
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-    ctx.report(params_total=int(model.count_params()), params_trainable=trainable, dtype=dtype,
-               jit_compile=ctx.jit_compile,
-               extra={"input_pipeline": input_pipeline(), "tensorflow_gpus": TENSORFLOW_GPUS})
+    policy = getattr(model, "dtype_policy", None)
+    ctx.report(params_total=int(model.count_params()), params_trainable=trainable, dtype=ctx.declared_dtype,
+               variable_dtype=variable_dtypes(model.weights), jit_compile=ctx.jit_compile,
+               extra={"input_pipeline": input_pipeline(), "tensorflow_gpus": TENSORFLOW_GPUS,
+                      "dtype_policy": getattr(policy, "name", None)})
+    DtypeProbe(ctx, model)
+
+
+def report_loss_scale(ctx, model, total_steps: int) -> None:
+    """After an fp16 fit: the loss scale at the end and the steps the LossScaleOptimizer skipped (Keras 3 and
+    Keras 2 compile wrap the optimizer in it by themselves under mixed_float16: checked and recorded)."""
+    optimizer = model.optimizer
+    wrapped = type(optimizer).__name__ in ("LossScaleOptimizer", "LossScaleOptimizerV3", "BaseLossScaleOptimizer")
+    ctx.report(extra={"loss_scale_optimizer": type(optimizer).__name__})
+    if not wrapped:
+        return
+    if KERAS3:
+        scale = float(np.asarray(optimizer.dynamic_scale))
+        # The inner optimizer counts only the steps it applied.
+        skipped = total_steps - int(np.asarray(optimizer.iterations))
+    else:
+        scale = float(np.asarray(optimizer.loss_scale))
+        # tf.keras counts skipped steps as iterations too: below dynamic_growth_steps the scale never grows, so
+        # every halving from the initial scale is one skipped step.
+        initial, growth = float(optimizer.initial_scale), int(optimizer.dynamic_growth_steps)
+        skipped = int(round(np.log2(initial / scale))) if total_steps < growth and scale <= initial else None
+    ctx.report(loss_scale=scale, loss_scale_skipped_steps=skipped)
 
 
 def input_pipeline() -> str:
@@ -107,15 +201,17 @@ class ClockCallback(keras.callbacks.Callback):
     batch's own outputs (the loss / the predictions), which only exist once the step has run: a
     callback boundary alone is not a sync (JAX and TF dispatch asynchronously)."""
 
-    def __init__(self, clock):
+    def __init__(self, clock, ctx=None):
         super().__init__()
-        self.clock = clock
+        self.clock, self.ctx = clock, ctx
 
     def on_train_batch_begin(self, batch, logs=None):
         self.clock.begin()
 
     def on_train_batch_end(self, batch, logs=None):
         self.clock.end(logs)
+        if self.ctx is not None and logs and "loss" in logs:
+            self.ctx.record_loss(logs["loss"])  # Keras's running mean over the epoch; read after the fit
 
     def on_predict_batch_begin(self, batch, logs=None):
         self.clock.begin()
@@ -131,8 +227,10 @@ class FitCell(DrivenCell):
     kinds = ("fit",)
     timed = "model.fit(): one Keras train step per batch, clocked by its batch callbacks"
 
-    def __init__(self, model, x, y, total_steps: int, sample_weight=None):
-        self.model, self.total_steps = model, total_steps
+    def __init__(self, model, x, y, total_steps: int, sample_weight=None, ctx=None):
+        self.ctx, self.model, self.total_steps = ctx, model, total_steps
+        if ctx is not None and ctx.precision == "fp16" and ctx.mixed_dtype:
+            ctx.after_run(lambda: report_loss_scale(ctx, model, total_steps))
         batch = (x, y) if sample_weight is None else (x, y, sample_weight)
         # Endless, and steps_per_epoch ends the epoch: Keras 3.0's fit takes one batch from the data to build
         # the model first, which would leave a dataset of exactly total_steps one batch short.
@@ -140,7 +238,7 @@ class FitCell(DrivenCell):
 
     def drive(self, clock) -> None:
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
-                       callbacks=[ClockCallback(clock)])
+                       callbacks=[ClockCallback(clock, self.ctx)])
 
 
 class PredictCell(DrivenCell):

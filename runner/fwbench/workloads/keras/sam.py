@@ -10,7 +10,7 @@ images with their two point prompts.
 from __future__ import annotations
 
 from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, compile_regression,
-                                            report_model)
+                                            report_model, set_precision_policy)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
 
@@ -70,16 +70,17 @@ def _keras_cv_sam(arch):
 
 def build(ctx):
     check_stack(ctx)
+    set_precision_policy(ctx)
     encoder, segmenter = (_keras_hub_sam if KERAS_HUB else _keras_cv_sam)(ctx.arch)
     images = ctx.arrays["images"]
 
     if ctx.kind == "fit":
-        report_model(ctx, encoder, "float32")
+        report_model(ctx, encoder)
         compile_regression(ctx, encoder)
-        return FitCell(encoder, images, ctx.arrays["target_embeddings"], ctx.total_steps)
+        return FitCell(encoder, images, ctx.arrays["target_embeddings"], ctx.total_steps, ctx=ctx)
 
     model = segmenter()
-    report_model(ctx, model, "float32")
+    report_model(ctx, model)
     model.compile(jit_compile=ctx.jit_compile)
     inputs = {"images": images, "points": ctx.arrays["points"],
               "labels": ctx.arrays["point_labels"].astype("float32")}

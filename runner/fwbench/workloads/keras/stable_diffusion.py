@@ -22,7 +22,8 @@ from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.keras.common import FitCell, check_stack, compile_regression, keras, report_model
+from fwbench.workloads.keras.common import (FitCell, check_stack, compile_regression, keras, report_model,
+                                            set_precision_policy)
 
 # The widths KerasCV's own classes hard-code.
 SD_V1_UNET = dict(unet_channels=(320, 640, 1280, 1280), layers_per_block=2, heads=8, context_dim=768)
@@ -134,8 +135,9 @@ class DenoisingStep(StepCell):
         # As KerasCV 0.8.2: two UNet calls at the prompt batch size, not one on both halves at twice the batch
         # (other kernel shapes, one host round trip less). predict_on_batch runs the (jit-compiled) predict
         # function and returns host arrays.
-        uncond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.unconditional_context]))
-        cond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.context]))
+        uncond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.unconditional_context]),
+                            dtype="float32")  # a mixed-precision UNet returns its half type
+        cond = np.asarray(self.model.predict_on_batch([self.latents, t_emb, self.context]), dtype="float32")
         guided = uncond + arch.guidance_scale * (cond - uncond)
         # KerasCV's DDIM update (StableDiffusion.generate_image).
         a_t = self.alphas[index]
@@ -150,14 +152,15 @@ CELLS = {"fit": FitCell, "predict": DenoisingStep}
 
 def build(ctx):
     check_stack(ctx)
+    set_precision_policy(ctx)
     arch = ctx.arch
     if ctx.kind == "fit":
         encoder = vae_encoder_to_moments(arch)
-        report_model(ctx, encoder, "float32")
+        report_model(ctx, encoder)
         compile_regression(ctx, encoder)
-        return FitCell(encoder, ctx.arrays["images"], ctx.arrays["target_moments"], ctx.total_steps)
+        return FitCell(encoder, ctx.arrays["images"], ctx.arrays["target_moments"], ctx.total_steps, ctx=ctx)
 
     model = unet(arch)
-    report_model(ctx, model, "float32")
+    report_model(ctx, model)
     model.compile(jit_compile=ctx.jit_compile)
     return DenoisingStep(model, arch, ctx.arrays["latents"], ctx.arrays["context"], ctx.arrays["unconditional_context"])

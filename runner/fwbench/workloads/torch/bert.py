@@ -1,4 +1,5 @@
-"""BERT classifier (HF Transformers). fit: Trainer + AdamW + cross-entropy; predict: forward pass."""
+"""BERT classifier (HF Transformers). fit: Trainer + AdamW + cross-entropy (bf16/fp16: the Trainer's own bf16=True /
+fp16=True); predict: forward pass (bf16/fp16: under torch.autocast)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import maybe_compile, report_compiled, report_model, tensor
+from fwbench.workloads.torch.common import maybe_compile, report_compiled, report_model, tensor, with_autocast
 from fwbench.workloads.torch.trainer import TrainerCell
 
 
@@ -37,7 +38,7 @@ def build(ctx):
         problem_type="single_label_classification",
     )
     model = BertForSequenceClassification(config).to(device)
-    report_model(ctx, model, "float32")
+    report_model(ctx, model)
     ctx.report(seq_len=ctx.shapes.seq_len)
     batch = {"input_ids": tensor(ctx.arrays["token_ids"], "cpu", torch.long),
              "attention_mask": tensor(ctx.arrays["padding_mask"], "cpu", torch.long)}
@@ -49,4 +50,4 @@ def build(ctx):
     model.eval()
     forward = maybe_compile(model, ctx.spec.compile_mode)
     report_compiled(ctx, "model forward")
-    return ForwardCell(forward, {key: value.to(device) for key, value in batch.items()})
+    return ForwardCell(with_autocast(ctx, device, forward), {key: value.to(device) for key, value in batch.items()})

@@ -1,5 +1,6 @@
 """The causal-LM recipe shared by Gemma and Mistral (HF Transformers + PEFT), as published:
-fit = Trainer on token ids with rank-4 LoRA on q_proj/v_proj in bfloat16;
+fit = Trainer on token ids with rank-4 LoRA on q_proj/v_proj in bfloat16 (--precision: the whole model in float16
+under fp16, float32 under fp32/tf32; never autocast on top);
 generate = one whole greedy `generate()` call producing exactly `new_tokens` tokens.
 """
 
@@ -11,7 +12,7 @@ import copy
 import torch
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import report_model, tensor
+from fwbench.workloads.torch.common import report_model, tensor, torch_dtype
 from fwbench.workloads.torch.trainer import TrainerCell
 
 
@@ -72,9 +73,10 @@ def build_causal_lm(ctx, model_class, config):
     device, spec = ctx.backend.device, ctx.spec
     # A private copy per model: Trainer flips use_cache on the config it sees. The .to() keeps anything created
     # with an explicit dtype (buffers) as the published recipe had it: the whole model in bfloat16.
-    with created_on(device, torch.bfloat16):
+    dtype = torch_dtype(ctx.model_dtype)  # bfloat16 as published; float16 (fp16) or float32 (fp32, tf32)
+    with created_on(device, dtype):
         model = model_class(copy.deepcopy(config))
-    model = model.to(device=device, dtype=torch.bfloat16)
+    model = model.to(device=device, dtype=dtype)
     check_attention_widths(model, ctx.arch)
     token_ids = tensor(ctx.arrays["token_ids"], "cpu", torch.long)
     padding_mask = tensor(ctx.arrays["padding_mask"], "cpu", torch.long)
@@ -84,14 +86,14 @@ def build_causal_lm(ctx, model_class, config):
 
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                  task_type="CAUSAL_LM"))
-        report_model(ctx, model, "bfloat16")
+        report_model(ctx, model)
         ctx.report(seq_len=token_ids.shape[1])
         # Next-token loss: HF shifts labels inside the model.
         batch = {"input_ids": token_ids, "attention_mask": padding_mask, "labels": token_ids.clone()}
         return TrainerCell(ctx, model, batch)
 
     model.eval()
-    report_model(ctx, model, "bfloat16")
+    report_model(ctx, model)
     if spec.compile_mode != "none":
         # generate() calls self.forward: compiling the module object would bypass this path.
         model.forward = torch.compile(model.forward, mode=spec.compile_mode)

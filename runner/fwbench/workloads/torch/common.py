@@ -42,32 +42,129 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
     return total, trainable
 
 
-def report_model(ctx, model: torch.nn.Module, dtype: str) -> None:
+def report_model(ctx, model: torch.nn.Module) -> None:
+    """Sizes, the declared compute dtype (`dtype`: the precision's), the dtypes the weights are held in, and a probe
+    of the dtype the model really computes in (call it with the module that runs, before it is compiled)."""
     total, trainable = count_params(model)
-    ctx.report(params_total=total, params_trainable=trainable, dtype=dtype)
+    ctx.report(params_total=total, params_trainable=trainable, dtype=ctx.declared_dtype,
+               variable_dtype=variable_dtypes(model.parameters()))
+    DtypeProbe(ctx, model)
 
 
 class RegressionTrainStep(StepCell):
     """One Adam step of `module` towards a fixed target with MSE (the SAM and SD encoder fits). A compiled
-    cell compiles the whole train step, optimizer included, as the published code did."""
+    cell compiles the whole train step, optimizer included, as the published code did. Under bf16/fp16 the forward
+    and loss run under torch.autocast (float32 weights and Adam); fp16 scales the loss with torch.amp.GradScaler,
+    which skips a step whose gradients are not finite and backs its scale off."""
 
     kinds = ("fit",)
     timed = "one Adam step: zero_grad, MSE(module(inputs), target).backward(), optimizer.step()"
     compiled_target = "whole train step (forward, backward, Adam step)"
 
     def __init__(self, ctx, module: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor):
-        self.module, self.inputs, self.target = module, inputs, target
+        self.ctx, self.module, self.inputs, self.target = ctx, module, inputs, target
+        self.device = inputs.device.type
         self.optimizer = torch.optim.Adam(module.parameters(), lr=1e-4)
         self.loss_fn = torch.nn.MSELoss()
+        self.scaler = torch.amp.GradScaler(self.device) if ctx.mixed_dtype == "float16" else None
+        # Skipped steps, counted on the device without a sync: the scale backs off exactly when a step is skipped.
+        self.skipped: Any = 0
+        self.last_scale: Any = self.scaler.get_scale() if self.scaler is not None else None
         self.train_step = maybe_compile(self._train_step, ctx.spec.compile_mode)
         report_compiled(ctx, self.compiled_target)
+        if self.scaler is not None:
+            ctx.after_run(self._report_scaler)
 
     def _train_step(self) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.module(self.inputs), self.target)
-        loss.backward()
-        self.optimizer.step()
+        with autocast(self.ctx, self.device):
+            loss = self.loss_fn(self.module(self.inputs), self.target)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return loss
 
     def step(self) -> torch.Tensor:
-        return self.train_step()
+        loss = self.train_step()
+        self.ctx.record_loss(loss.detach())
+        if self.scaler is not None:
+            scale = self.scaler._scale.detach().clone()  # updated in place by update(): a copy, no sync
+            self.skipped = self.skipped + (scale < self.last_scale).to(torch.int64)
+            self.last_scale = scale
+        return loss
+
+    def _report_scaler(self) -> None:
+        self.ctx.report(loss_scale=float(self.scaler.get_scale()), loss_scale_skipped_steps=int(self.skipped))
+
+
+# -- precision (fwbench.core.precision): what ran, inspected from the model -------------------------------------
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def variable_dtypes(parameters) -> str:
+    """The dtypes parameters are held in, by element count, largest first: 'float32', 'bfloat16+float32'."""
+    counts: dict[str, int] = {}
+    for parameter in parameters:
+        counts[dtype_name(parameter.dtype)] = counts.get(dtype_name(parameter.dtype), 0) + parameter.numel()
+    return "+".join(sorted(counts, key=lambda name: -counts[name]))
+
+
+class DtypeProbe:
+    """Records the output dtype of the model's first linear and first convolution layer while the cell runs
+    (forward hooks; eager cells remove them after their first call, so no hook is left in the timed steps). What
+    the model really computed in, whatever the setting said: the `compute_dtype` column."""
+
+    KINDS = (("linear", torch.nn.Linear), ("conv", (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)))
+
+    def __init__(self, ctx, model: torch.nn.Module):
+        self.seen: dict[str, str] = {}
+        self.handles: dict[str, Any] = {}
+        self.remove_after_first = ctx.spec.compile_mode == "none"
+        for name, kind in self.KINDS:
+            module = next((m for m in model.modules() if isinstance(m, kind)), None)
+            if module is not None:
+                self.handles[name] = module.register_forward_hook(self._hook(name))
+        ctx.after_run(lambda: ctx.report(compute_dtype=self.compute_dtype()))
+
+    def _hook(self, name: str):
+        def hook(module, args, output):
+            if name not in self.seen and isinstance(output, torch.Tensor):
+                self.seen[name] = dtype_name(output.dtype)
+                if self.remove_after_first:
+                    self.handles[name].remove()
+        return hook
+
+    def compute_dtype(self) -> str | None:
+        found = sorted(set(self.seen.values()))
+        return "+".join(found) if found else None
+
+
+def autocast(ctx, device: str):
+    """torch.autocast in the half type the precision asks for (bf16/fp16 on a float32 model), else a no-op context."""
+    import contextlib
+
+    half = ctx.mixed_dtype
+    if half is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype(half))
+
+
+def with_autocast(ctx, device: str, function):
+    """`function` called under autocast (see autocast); the function itself when there is no mixed precision."""
+    if ctx.mixed_dtype is None:
+        return function
+
+    def autocast_call(*args, **kwargs):
+        with autocast(ctx, device):
+            return function(*args, **kwargs)
+    return autocast_call

@@ -7,6 +7,7 @@ prompts (segment_anything's own batching: its mask decoder takes one image at a 
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
 import torch
@@ -14,8 +15,8 @@ from segment_anything.modeling import (ImageEncoderViT, MaskDecoder, PromptEncod
                                        TwoWayTransformer)
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_compiled, report_model,
-                                            tensor)
+from fwbench.workloads.torch.common import (RegressionTrainStep, autocast, maybe_compile, nchw, report_compiled,
+                                            report_model, tensor)
 
 
 def build_sam(arch) -> Sam:
@@ -45,11 +46,16 @@ class SegmentCell(StepCell):
     timed = ("sam.image_encoder(images), then sam.prompt_encoder + sam.mask_decoder per image "
              "(segment_anything's own batching)")
 
-    def __init__(self, sam: Sam, images: torch.Tensor, points: torch.Tensor, labels: torch.Tensor):
+    def __init__(self, sam: Sam, images: torch.Tensor, points: torch.Tensor, labels: torch.Tensor, amp=None):
         self.sam, self.images, self.points, self.labels = sam, images, points, labels
+        self.amp = amp or contextlib.nullcontext  # bf16/fp16: torch.autocast around the whole step
 
     @torch.no_grad()
     def step(self):
+        with self.amp():
+            return self._step()
+
+    def _step(self):
         sam, points, labels = self.sam, self.points, self.labels
         embeddings = sam.image_encoder(self.images)
         dense_pe = sam.prompt_encoder.get_dense_pe()
@@ -74,14 +80,15 @@ def build(ctx):
 
     if ctx.kind == "fit":
         encoder = sam.image_encoder
-        report_model(ctx, encoder, "float32")
+        report_model(ctx, encoder)
         target = tensor(nchw(ctx.arrays["target_embeddings"]), device)
         return RegressionTrainStep(ctx, encoder, images, target)
 
     sam.eval()
-    report_model(ctx, sam, "float32")
+    report_model(ctx, sam)
     # Compile the modules that run (assigning a compiled module keeps sam.<name>(...) on the compiled path).
     sam.image_encoder = maybe_compile(sam.image_encoder, mode)
     sam.mask_decoder = maybe_compile(sam.mask_decoder, mode)
     report_compiled(ctx, "image encoder + mask decoder")
-    return SegmentCell(sam, images, tensor(ctx.arrays["points"], device), tensor(ctx.arrays["point_labels"], device))
+    return SegmentCell(sam, images, tensor(ctx.arrays["points"], device), tensor(ctx.arrays["point_labels"], device),
+                       amp=lambda: autocast(ctx, device))

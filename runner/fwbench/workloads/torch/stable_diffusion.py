@@ -13,7 +13,7 @@ from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 
 from fwbench.workloads import StepCell
 from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_compiled, report_model,
-                                            tensor)
+                                            tensor, with_autocast)
 
 
 def build_vae(arch) -> AutoencoderKL:
@@ -79,15 +79,16 @@ def build(ctx):
 
     if ctx.kind == "fit":
         encoder = build_vae(arch).encoder.to(device)
-        report_model(ctx, encoder, "float32")
+        report_model(ctx, encoder)
         images = tensor(nchw(ctx.arrays["images"]), device)
         target = tensor(nchw(ctx.arrays["target_moments"]), device)
         return RegressionTrainStep(ctx, encoder, images, target)
 
     unet = build_unet(arch).to(device).eval()
-    report_model(ctx, unet, "float32")
+    report_model(ctx, unet)
     context = torch.cat([tensor(ctx.arrays["unconditional_context"], device),
                          tensor(ctx.arrays["context"], device)])
     report_compiled(ctx, "UNet")
-    return DenoisingStep(maybe_compile(unet, mode), sd_v1_scheduler(arch.denoising_steps, device), arch.guidance_scale,
+    # bf16/fp16: the UNet under torch.autocast (float32 weights, latents and scheduler), as a diffusers user would.
+    return DenoisingStep(with_autocast(ctx, device, maybe_compile(unet, mode)), sd_v1_scheduler(arch.denoising_steps, device), arch.guidance_scale,
                          tensor(nchw(ctx.arrays["latents"]), device), context)

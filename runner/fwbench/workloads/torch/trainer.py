@@ -9,7 +9,38 @@ import tempfile
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from fwbench.workloads import DrivenCell
+from fwbench.workloads import DrivenCell, Unsupported
+
+
+def trainer_amp_unsupported(trainer, half: str | None) -> str | None:
+    """Why the Trainer would not really run the mixed precision it was given (None: it will, or none was asked).
+
+    TrainingArguments(fp16=True) on a CPU is accepted, but accelerate turns on autocast (`native_amp`) and the
+    GradScaler only off the CPU: the fit would silently train in float32. bf16=True on a CPU does use autocast."""
+    if half is None:
+        return None
+    accelerator = trainer.accelerator
+    flag = {"bfloat16": "bf16", "float16": "fp16"}[half]
+    device = accelerator.device.type
+    if not getattr(accelerator, "native_amp", False):
+        return (f"the HF Trainer's {flag}=True on {device} would train in float32: accelerate enables autocast "
+                f"only where it supports {flag} ({device}: native_amp is False), so no {half} row can be recorded")
+    if half == "float16" and getattr(accelerator, "scaler", None) is None:
+        return f"the HF Trainer's fp16=True on {device} has no GradScaler: fp16 without loss scaling is not fp16 AMP"
+    return None
+
+
+class RecordingTrainer(Trainer):
+    """The Trainer, keeping each step's loss (the detached tensor training_step returns: no sync) so that the cell
+    can count non-finite ones after the fit. The Trainer's own logging replaces them (logging_nan_inf_filter)."""
+
+    fwbench_ctx = None
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        if self.fwbench_ctx is not None:
+            self.fwbench_ctx.record_loss(loss)
+        return loss
 
 
 class RepeatedBatch(torch.utils.data.Dataset):
@@ -40,6 +71,16 @@ class ClockCallback(TrainerCallback):
         self.clock.end(None)  # torch sync is global: cuda.synchronize()
 
 
+class SkippedStepCallback(TrainerCallback):
+    """fp16: counts the optimizer steps the GradScaler skipped (accelerate decides it inside the step already)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.skipped = trainer, 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.skipped += bool(self.trainer.accelerator.optimizer_step_was_skipped)
+
+
 class TrainerCell(DrivenCell):
     """HF Trainer fit (as published), timed by the harness clock through a TrainerCallback. The Trainer's
     output directory is a temporary directory, removed when the fit ends (or when the cell is collected)."""
@@ -52,7 +93,7 @@ class TrainerCell(DrivenCell):
         # An explicit tf32 (None only where True would raise), with the same state already set through every
         # torch API: left alone, a compiled Trainer switches TF32 on through the new API only (see
         # TorchBackend.trainer_tf32), and --tf32 off would not reach it.
-        tf32, tf32_why = ctx.backend.trainer_tf32(ctx.spec.tf32, compiled=mode != "none")
+        tf32, tf32_why = ctx.backend.trainer_tf32(ctx.tf32_policy, compiled=mode != "none")
         ctx.report(extra={"trainer_tf32": tf32, "trainer_tf32_why": tf32_why})
         self.output_dir = tempfile.TemporaryDirectory(prefix="fwbench-trainer-")
         args = TrainingArguments(
@@ -62,7 +103,10 @@ class TrainerCell(DrivenCell):
             learning_rate=1e-4,
             optim="adamw_torch",
             use_cpu=not ctx.backend.on_gpu,
-            bf16=False,  # the LLMs are bf16 themselves; no autocast on top
+            # bf16/fp16 of the float32 models (BERT): the Trainer's own mixed precision (autocast, and for fp16
+            # accelerate's GradScaler); the LLMs are pure bf16/fp16/fp32 themselves: no autocast on top.
+            bf16=ctx.mixed_dtype == "bfloat16",
+            fp16=ctx.mixed_dtype == "float16",
             report_to=[],
             save_strategy="no",
             logging_strategy="no",
@@ -74,7 +118,18 @@ class TrainerCell(DrivenCell):
             seed=ctx.spec.seed,
             tf32=tf32,
         )
-        self.trainer = Trainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
+        self.trainer = RecordingTrainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
+        self.trainer.fwbench_ctx = ctx
+        reason = trainer_amp_unsupported(self.trainer, ctx.mixed_dtype)
+        if reason:
+            self.output_dir.cleanup()
+            raise Unsupported(reason)
+        self.skipped = None
+        if ctx.mixed_dtype == "float16":
+            self.skipped = SkippedStepCallback(self.trainer)
+            self.trainer.add_callback(self.skipped)
+            ctx.after_run(lambda: ctx.report(loss_scale=float(self.trainer.accelerator.scaler.get_scale()),
+                                             loss_scale_skipped_steps=self.skipped.skipped))
         # TrainingArguments(torch_compile=True) compiles the model the Trainer wraps (forward and backward;
         # the optimizer step stays eager); the row's tf32 columns are read after it.
         if mode != "none":

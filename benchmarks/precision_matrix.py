@@ -1,0 +1,98 @@
+"""Which precision each stack can run for each task: every stack x task x --precision at the tiny preset on this
+machine, one `fwbench run` per (stack, precision) into its own results folder (precision is not yet part of the
+cell identity, so rows of two precisions must not share a folder), then a dated table of statuses: ok, diverged,
+unsupported (with its reason) or error.
+
+    PYTHONPATH=runner:aggregator python benchmarks/precision_matrix.py --out /tmp/precision-matrix \\
+        [--precision bf16 --precision fp16] [--stack native-torch] [--task bert-fit] [--table-only]
+
+Slow on a CPU (every cell is a process: about 10-30 s each, 300 cells for the whole matrix). The table is
+Markdown, for docs/workloads.md#precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+from fwbench.core import precision, registry, results
+
+
+def run(stack: str, value: str, out: Path, threads: int, tasks: list[str]) -> int:
+    folder = out / f"{value}"
+    # --resume: an interrupted matrix goes on where it stopped (ok rows are kept; other statuses run again).
+    command = [sys.executable, "-m", "fwbench.cli", "run", "--stack", stack, "--preset", "tiny", "--threads",
+               str(threads), "--precision", value, "--out", str(folder), "--resume",
+               *(arg for task in tasks for arg in ("--task", task))]
+    with open(out / f"{stack}.{value}.log", "w") as log:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def cell_text(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    status = row["status"]
+    if status == "ok":
+        return f"ok ({row.get('compute_dtype') or '?'})"
+    if status == "diverged":
+        return f"diverged ({row.get('nonfinite_losses')} non-finite)"
+    return f"{status}: {reason_text(row.get('error_message') or '')}"
+
+
+def reason_text(message: str) -> str:
+    """The reason in a table cell: for a library's own dtype failure, where it failed and the line that says what."""
+    from fwbench.harness.cell import DTYPE_MARKERS  # plain Python: no framework import
+
+    message = re.sub(r"\x1b\[[0-9;]*m", "", message)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = next((line for line in lines if any(marker in line.lower() for marker in DTYPE_MARKERS)), None)
+    where = re.search(r"calling (?:layer \"?)?([A-Za-z_]+)", message)
+    if said and where:
+        return f"{where.group(1)}: {said}"[:160].replace("|", "/")
+    return " ".join(message.split())[:160].replace("|", "/")
+
+
+def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, date: str) -> str:
+    lines = [f"Precision matrix, tiny preset, {machine}, {date} (`benchmarks/precision_matrix.py`; ok rows show the "
+             "compute dtype inspected from what ran).", ""]
+    for value in values:
+        rows = {(r["stack"], r["task"]): r for r in (results.read_row(p) for p in sorted((out / value).rglob("*.parquet")))
+                if r}
+        lines += [f"`--precision {value}`", "", "| task | " + " | ".join(stacks) + " |",
+                  "|---|" + "---|" * len(stacks)]
+        for task in tasks:
+            lines.append(f"| {task} | " + " | ".join(cell_text(rows.get((stack, task))) for stack in stacks) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stack", action="append", choices=registry.REPORT_ORDER)
+    parser.add_argument("--precision", action="append", choices=precision.PRECISIONS)
+    parser.add_argument("--task", action="append", choices=list(registry.TASKS))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--machine", default="2-core development machine")
+    parser.add_argument("--date", default=dt.date.today().isoformat())
+    parser.add_argument("--table-only", action="store_true", help="Only print the table of what --out holds.")
+    args = parser.parse_args()
+    stacks = args.stack or list(registry.REPORT_ORDER)
+    values = args.precision or list(precision.PRECISIONS)
+    tasks = args.task or list(registry.TASKS)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        for stack in stacks:  # a stack's column is complete before the next stack starts
+            for value in values:
+                code = run(stack, value, args.out, args.threads, tasks)
+                print(f"{stack} --precision {value}: exit {code}", file=sys.stderr, flush=True)
+    print(table(args.out, stacks, values, tasks, args.machine, args.date))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
