@@ -98,7 +98,7 @@ def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
     assert len(list(out.rglob("*.parquet"))) == 2  # retried in place, never duplicated
 
 
-@pytest.mark.parametrize("option, token", [(["--steps", "7"], "steps-7"), (["--tf32", "on"], "tf32-on"),
+@pytest.mark.parametrize("option, token", [(["--steps", "7"], "steps-7"), (["--tf32", "on"], "prec-tf32"), (["--precision", "bf16"], "prec-bf16"),
                                            (["--threads", "1" if os.cpu_count() > 1 else "2"], "threads-")])
 def test_resume_reruns_a_cell_whose_settings_changed_and_keeps_both_rows(tmp_path, option, token):
     out = tmp_path / "results"

@@ -41,7 +41,8 @@ def main_table_headers(md: str) -> list[str]:
 
 
 @pytest.mark.parametrize("setting, values, labels", [
-    ("tf32_setting", ("default", "on"), ("native-torch [none]", "native-torch [none, tf32=on]")),
+    # Each precision has a table of its own, titled by it: the columns need not name it.
+    ("precision", ("published", "bf16"), ("native-torch [none]", "native-torch [none]")),
     ("threads", (1, 2), ("native-torch [none, threads=1]", "native-torch [none, threads=2]")),
     ("timed_steps", (5, 100), ("native-torch [none, steps=5]", "native-torch [none, steps=100]")),
     ("device_model", ("CPU A", "GPU B"), ("native-torch [none, device=CPU A]", "native-torch [none, device=GPU B]")),
@@ -52,9 +53,11 @@ def test_rows_of_different_settings_are_separate_variants(tmp_path, setting, val
     outcome = aggregate([tmp_path / "res"], tmp_path / "rep")
     assert outcome.loaded.table.num_rows == 2 and not outcome.loaded.notes  # both kept, nothing "de-duplicated"
     md = outcome.report_md.read_text()
-    # TF32 on and off are also precisions (tf32, fp32): such rows get a table each, the others share one.
-    headers = [h for table in md.split("### ms per step")[1:] for h in main_table_headers(table)]
+    # Precisions (TF32 on and off among them: tf32, fp32) get a table each; the other settings share one.
+    tables = md.split("### ms per step")[1:]
+    headers = [h for table in tables for h in main_table_headers(table)]
     assert all(label in headers for label in labels), headers
+    assert len(tables) == (2 if setting == "precision" else 1)
     estimates = [e for summary in outcome.summaries for e in summary.estimates.values()]
     assert len(estimates) == 2 and all(e.repeats == 1 for e in estimates)
 
@@ -72,7 +75,7 @@ def test_identity_round_trips_through_a_parquet_row(tmp_path):
     from fwbench.core.spec import CellSpec
 
     spec = CellSpec(stack="keras3-jax", task="sam-fit", preset="tiny", compile_mode="xla", data_dir="/d", steps=7,
-                    tf32="off", threads=3, image_variant="cpu", device_model="Some CPU", seed=4)
+                    precision="fp32", threads=3, image_variant="cpu", device_model="Some CPU", seed=4)
     path = write_row(base_record(spec) | {"status": "error"}, tmp_path / "x.parquet")
     row = read_row(path)
     assert CellIdentity.of_row(row) == spec.identity
@@ -202,11 +205,12 @@ def test_gate_refuses_cells_with_too_few_samples(tmp_path):
 
 
 def test_compare_pairs_by_identity_and_names_cells_without_partner(tmp_path):
+    # Rows written before --precision existed (no precision column): their TF32 setting is the precision.
     write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=STEPS, tf32_setting="off"))
     write(tmp_path / "b", record("native-torch", "bert-fit", step_ms=STEPS, tf32_setting="on"))
     rows = cmp.compare(loading.load_results([tmp_path / "a"]), loading.load_results([tmp_path / "b"]))
     assert sorted((r.verdict, r.variant.label) for r in rows) == [
-        ("only in A", "native-torch [none, tf32=off]"), ("only in B", "native-torch [none, tf32=on]")]
+        ("only in A", "native-torch [none, precision=fp32]"), ("only in B", "native-torch [none, precision=tf32]")]
 
 
 def test_repeats_are_the_unit_of_the_test(tmp_path):

@@ -19,9 +19,19 @@ STACKS = list(registry.REPORT_ORDER)
 
 def test_precision_values_and_their_tf32_policy():
     assert precision.PRECISIONS == ("published", "fp32", "tf32", "bf16", "fp16")
-    assert [precision.tf32_policy(p, "on") for p in precision.PRECISIONS] == ["on", "off", "on", "off", "off"]
-    assert precision.tf32_policy("published", "default") == "default"
-    assert precision.conflicting_tf32("fp32", "on") and not precision.conflicting_tf32("tf32", "on")
+    assert [precision.tf32_of(p) for p in precision.PRECISIONS] == ["default", "off", "on", "off", "off"]
+    # --tf32 is an alias of the one axis: on is tf32, off is fp32; a contradiction is refused.
+    assert [precision.from_tf32(t) for t in ("default", "on", "off")] == ["published", "tf32", "fp32"]
+    assert precision.from_tf32("on", "tf32") == "tf32" and precision.from_tf32("default", "bf16") == "bf16"
+    with pytest.raises(ValueError, match="contradicts --precision fp32"):
+        precision.from_tf32("on", "fp32")
+    # Rows and specs written before --precision existed read as the precision their TF32 setting means.
+    assert [precision.of_row({"tf32_setting": t}) for t in ("default", "on", "off", None)] == [
+        "published", "tf32", "fp32", "published"]
+    assert precision.of_row({"precision": "bf16", "tf32_setting": "off"}) == "bf16"
+    legacy = CellSpec.from_json('{"stack": "native-torch", "task": "bert-fit", "preset": "tiny", '
+                                '"compile_mode": "none", "data_dir": "/d", "steps": 1, "tf32": "on"}')
+    assert legacy.precision == "tf32" and legacy.tf32 == "on"
     assert [precision.expected_compute_dtype(p, "bert") for p in precision.PRECISIONS] == [
         "float32", "float32", "float32", "bfloat16", "float16"]
     assert [precision.expected_compute_dtype(p, "gemma") for p in precision.PRECISIONS] == [

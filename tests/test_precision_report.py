@@ -173,7 +173,12 @@ def test_the_status_table_counts_diverged(tmp_path, monkeypatch):
 def test_loading_admits_known_precisions_only(tmp_path):
     path = write(tmp_path, record("native-torch", "bert-fit", step_ms=[1.0, 2.0]))
     table = loading.read_result_file(path)
-    assert loading._identity_problem(table.append_column("precision", pa.array(["bf16"]))) is None
-    assert loading._identity_problem(table.append_column("precision", pa.array([None], pa.string()))) is None
-    problem = loading._identity_problem(table.append_column("precision", pa.array(["../x"])))
+    column = table.schema.get_field_index("precision")
+
+    def with_precision(values):
+        return table.set_column(column, "precision", values)
+
+    assert loading._identity_problem(with_precision(pa.array(["bf16"]))) is None
+    assert loading._identity_problem(with_precision(pa.array([None], pa.string()))) is None
+    problem = loading._identity_problem(with_precision(pa.array(["../x"])))
     assert problem == "unknown precision '../x'"

@@ -69,10 +69,10 @@ def test_unreadable_file_is_not_an_ok_row(tmp_path):
 def test_result_paths_are_deterministic_per_cell_and_repeat(tmp_path):
     defaults = replace(SPEC, steps=5, warmup=2, threads=os.cpu_count())  # the tiny preset's and this host's
     assert results.readable_path(defaults, tmp_path) == tmp_path / "tiny" / "native-torch" / "bert-fit.compile-none.r0.parquet"
-    changed = replace(defaults, tf32="on", threads=1, steps=100, warmup=0, per_step_sync=False, seed=3,
+    changed = replace(defaults, precision="tf32", threads=1, steps=100, warmup=0, per_step_sync=False, seed=3,
                       pin_set="paper-2024", repeat=2)
     assert results.readable_path(changed, tmp_path).name == \
-        "bert-fit.compile-none.pins-paper-2024.tf32-on.threads-1.warmup-0.steps-100.nosync.seed-3.r2.parquet"
+        "bert-fit.compile-none.pins-paper-2024.prec-tf32.threads-1.warmup-0.steps-100.nosync.seed-3.r2.parquet"
 
 
 def test_docs_list_every_column():

@@ -14,29 +14,21 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from fwbench.core import precision as core_precision
 from fwbench_aggregator import stats
 from fwbench_aggregator.variants import Variant
 
-PUBLISHED = "published"
-PRECISIONS = (PUBLISHED, "fp32", "tf32", "bf16", "fp16")  # table order
+PUBLISHED = core_precision.DEFAULT_PRECISION
+PRECISIONS = core_precision.PRECISIONS  # table order
 FILE_TOKENS = {p: p for p in PRECISIONS}  # plot file names: the fixed names, never a row's string
-TF32_SETTING_PRECISION = {"default": PUBLISHED, "on": "tf32", "off": "fp32"}
 MATCHED = "bf16"  # the precision at which Keras 3 best and native PyTorch are set side by side
 NATIVE_STACK = "native-torch"
 
 
-def _value(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return None
-    return value
-
-
 def row_precision(row: Mapping[str, Any]) -> str:
-    """The precision a row was asked to run at: its `precision` column, else what its TF32 setting means."""
-    precision = _value(row.get("precision"))
-    if precision is not None:
-        return str(precision)
-    return TF32_SETTING_PRECISION.get(_value(row.get("tf32_setting")) or "default", PUBLISHED)
+    """The precision a row was asked to run at: its `precision` column, else what its TF32 setting means (the one
+    rule of the cell identity, fwbench.core.precision.of_row)."""
+    return core_precision.of_row(row)
 
 
 def precision_column(frame: pd.DataFrame) -> pd.Series:

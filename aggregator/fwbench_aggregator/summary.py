@@ -121,7 +121,7 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
     so they never share a table), presets in order, then precisions. Each (task, variant) pools only rows of one
     cell identity; busy rows count only with include_busy."""
     summaries = []
-    frame = assign_variants(frame)
+    frame = assign_variants(frame, unnamed=("precision",))  # each table is one precision
     frame = frame.assign(_precision=precision_axis.precision_column(frame))
     for preset in _preset_order(frame["preset"].dropna().unique()):
         for precision in precision_axis.ordered(frame.loc[frame["preset"] == preset, "_precision"]):

@@ -66,11 +66,12 @@ def identities(frame: pd.DataFrame) -> list[CellIdentity]:
     return [CellIdentity.of_row(row) for row in frame.to_dict("records")]
 
 
-def assign_variants(frame: pd.DataFrame) -> pd.DataFrame:
+def assign_variants(frame: pd.DataFrame, unnamed: tuple[str, ...] = ()) -> pd.DataFrame:
     """Adds `_identity` (full cell identity) and `_variant` (its column in the tables) to every row.
 
     Settings are named when off their fixed default (--jit, TF32, per-step sync, data seed, pin set) or when they
-    take more than one value within a preset (any setting: threads, steps, device...)."""
+    take more than one value within a preset (any setting: threads, steps, device...); `unnamed` settings never are
+    (the report's tables are one precision each: its title names it)."""
     ids = identities(frame)
     frame = frame.assign(_identity=ids)
     variants = []
@@ -82,7 +83,8 @@ def assign_variants(frame: pd.DataFrame) -> pd.DataFrame:
                 names.add(name)
         varying[str(preset)] = names
     for identity in ids:
-        shown = differing_settings(identity, varying.get(identity.preset, set()))
+        shown = tuple((name, value) for name, value in differing_settings(identity, varying.get(identity.preset, set()))
+                      if name not in unnamed)
         variants.append(Variant(identity.stack, identity.compile_mode, shown))
     return frame.assign(_variant=variants)
 

@@ -54,9 +54,10 @@ def of_row(row) -> str:
     """The precision a row was measured at: its `precision` column, or, for a row written before that column
     existed (or as `published` with a --tf32 on/off beside it), what its TF32 setting means."""
     recorded = row.get("precision")
-    if recorded and recorded != DEFAULT_PRECISION:
-        return str(recorded)
-    return TF32_AS_PRECISION.get(str(row.get("tf32_setting") or "default"), DEFAULT_PRECISION)
+    if isinstance(recorded, str) and recorded and recorded != DEFAULT_PRECISION:  # not missing (None, or NaN read
+        return recorded                                                           # through pandas)
+    tf32 = row.get("tf32_setting")
+    return TF32_AS_PRECISION.get(tf32 if isinstance(tf32, str) else "default", DEFAULT_PRECISION)
 
 
 def tf32_of(precision: str) -> str:
