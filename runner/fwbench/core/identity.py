@@ -28,6 +28,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "per_step_sync": ("per_step_sync", "per_step_sync"),
     "data_seed": ("data_seed", "seed"),
     "device_model": ("device_model", "device_model"),
+    # A version-sweep point (fwbench.core.sweep): "transformers==4.38.2" or "date:2024-03-01"; None: no sweep.
+    "sweep_point": ("sweep_point", "sweep_point"),
 }
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 
@@ -37,15 +39,17 @@ KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 # column bumps SCHEMA_VERSION (fwbench.core.schema). A setting can be read from an older column of the row.
 OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "device_model": lambda row: row.get("device_name"),  # schema v1 recorded only device_name
+    "sweep_point": lambda row: None,  # before schema v8 no row was a sweep point
 }
 
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
-FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "tf32": "default", "per_step_sync": True, "data_seed": 0}
+FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "tf32": "default", "per_step_sync": True, "data_seed": 0,
+                                 "sweep_point": None}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
     "pin_set": "pins-{}", "jit": "jit-{}", "tf32": "tf32-{}", "threads": "threads-{}", "warmup": "warmup-{}",
-    "steps": "steps-{}", "data_seed": "seed-{}",
+    "steps": "steps-{}", "data_seed": "seed-{}", "sweep_point": "at-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 

@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 8
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -21,7 +21,12 @@ ADDED_IN_V5 = PHYSICS_COLUMNS + ENERGY_COLUMNS
 # the model's FLOPs ran at; CUDA-graph replays (whether reduce-overhead really took effect).
 ADDED_IN_V6 = ("device_setting", "gpu_uuid", "tf32_conv", "tf32_conv_effective", "matmul_compute_precision",
                "conv_compute_precision", "conv_flops_per_step", "cudagraph_replays")
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6}
+# v7: the precision columns, added on another branch (the numbering is reconciled when the two meet).
+ADDED_IN_V7: tuple[str, ...] = ()
+# v8: version sweeps (fwbench sweep / bisect): the point a row measured, and what its environment really installed.
+ADDED_IN_V8 = ("sweep_point", "sweep_installed")
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
+            8: ADDED_IN_V8}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable")
 
@@ -182,6 +187,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("throttle_reasons", "string", "NVML clock-throttle reasons active at the end of the timed window, comma-separated "
                                    "(empty = none; idle is not a throttle)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
+    ("sweep_point", "string", "Identity: the version-sweep point the row measured (`fwbench sweep`/`bisect`): "
+                              "'PACKAGE==VERSION' (the pin set's environment with that one package at that version) "
+                              "or 'date:YYYY-MM-DD' (every package as the index had it that day); null: no sweep."),
+    ("sweep_installed", "string", "Sweep rows: what the point's environment really installed, read from it: "
+                                  "'PACKAGE==VERSION' for a package point ('; '-separated top-level requirements "
+                                  "for a date point); a package point whose installed version is not the one asked "
+                                  "for is never measured (status error, SweepVersionMismatch)."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it)."),
 )
