@@ -94,8 +94,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @app.command("bisect")
-    @matrix_options(omit=("parallel", "repeats"), task=Override(required=True, default_text=None,
-                                                                 help="Task id (one)."))
+    @matrix_options(omit=("parallel",), task=Override(required=True, help="Task id (one)."),
+                    repeats=Override(default=3, help="Repeats per tested point, at least 3 (a verdict needs them)."))
     def bisect_cmd(
         options: MatrixOptions,
         package: Optional[str] = typer.Option(None, "--package", help="The package whose releases are searched "
@@ -105,8 +105,6 @@ def register(app: typer.Typer) -> None:
         bad: str = typer.Option(..., "--bad", help="A version (or date) where it has changed."),
         out: Path = typer.Option(..., "--out", help="Results directory (rows of every tested point)."),
         tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
-        repeats: int = typer.Option(3, "--repeats", help="Repeats per tested point (at least 3: a verdict needs "
-                                                          "them)."),
         max_repeats: int = typer.Option(9, "--max-repeats", help="Cap on repeats an inconclusive judgement adds "
                                                                   "up to, per point."),
         versions: Optional[str] = typer.Option(None, "--versions", help="V1,V2,...: search these versions instead "
@@ -118,6 +116,7 @@ def register(app: typer.Typer) -> None:
         from fwbench_aggregator import sweep as report_sweep
         from fwbench.engines.sweep import bisect, run_point
 
+        repeats = options.repeats
         if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
             raise UsageError("bisect takes one --stack, one --task and at most one --compile (one cell)")
         if repeats < 3:
