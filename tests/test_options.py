@@ -23,6 +23,8 @@ EXPECTED = {
     ("k8s", "render"): (("data", "device", "parallel"), {"preset", "threads"}),
     ("verify",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "repeats", "device")), {"task", "repeats"}),
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
+    ("sweep",): (("parallel",), set()),
+    ("bisect",): (("parallel",), {"task", "repeats"}),
 }
 # Options that only choose what to act on, which other commands (list, env, doctor, publish) take in their own sense.
 CHOOSING = {"stack", "task", "preset", "pin_set", "device"}
@@ -75,6 +77,9 @@ REQUIRED = {
     ("k8s", "render"): ["--stack", "keras3-jax", "--release", "{tmp}/release.json", "-o", "{tmp}/out"],
     ("verify",): ["{tmp}/bundle.tar.gz", "--out", "{tmp}/out"],
     ("data",): ["--out", "{tmp}/out"],
+    ("sweep",): ["--stack", "native-torch", "--vary", "tqdm=1.0", "--out", "{tmp}/out"],
+    ("bisect",): ["--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm", "--good", "1.0", "--bad", "2.0",
+                  "--versions", "1.0,2.0", "--out", "{tmp}/out"],
 }
 BAD = [("stack", ["--stack", "nope"], "unknown stack 'nope'"),
        ("task", ["--task", "bert-fly"], "unknown task 'bert-fly'"),

@@ -313,8 +313,10 @@ app.add_typer(_k8s_app, name="k8s")
 app.add_typer(_slurm_app, name="slurm")
 from fwbench.cli.doctor import register as _register_doctor  # noqa: E402
 from fwbench.cli.show import register as _register_show  # noqa: E402
+from fwbench.cli.sweep import register as _register_sweep  # noqa: E402
 _register_doctor(app)
 _register_show(app)
+_register_sweep(app)
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "per_step_sync": ("per_step_sync", "per_step_sync"),
     "data_seed": ("data_seed", "seed"),
     "device_model": ("device_model", "device_model"),
+    # A version-sweep point (fwbench.core.sweep): "transformers==4.38.2" or "date:2024-03-01"; None: no sweep.
+    "sweep_point": ("sweep_point", "sweep_point"),
 }
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 
@@ -41,6 +43,7 @@ OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "device_model": lambda row: row.get("device_name"),  # schema v1 recorded only device_name
     # Before schema v7 the TF32 setting was the axis: default, on, off are published, tf32, fp32.
     "precision": precision.of_row,
+    "sweep_point": lambda row: None,  # before schema v8 no row was a sweep point
 }
 # Settings read through their OLD_ROWS_READ_AS entry even when the row has the column (a `published` row beside a
 # --tf32 on/off is the same one-axis precision).
@@ -49,11 +52,11 @@ ALWAYS_READ_AS = ("precision",)
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
 FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
-                                  "per_step_sync": True, "data_seed": 0}
+                                  "per_step_sync": True, "data_seed": 0, "sweep_point": None}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
     "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
-    "steps": "steps-{}", "data_seed": "seed-{}",
+    "steps": "steps-{}", "data_seed": "seed-{}", "sweep_point": "at-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 

@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -25,7 +25,10 @@ ADDED_IN_V6 = ("device_setting", "gpu_uuid", "tf32_conv", "tf32_conv_effective",
 # and non-finite losses of fits; the status `diverged`.
 ADDED_IN_V7 = ("precision", "compute_dtype", "variable_dtype", "loss_scale", "loss_scale_skipped_steps",
                "nonfinite_losses")
-ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7}
+# v8: version sweeps (fwbench sweep / bisect): the point a row measured, and what its environment really installed.
+ADDED_IN_V8 = ("sweep_point", "sweep_installed")
+ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
+            8: ADDED_IN_V8}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -203,6 +206,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("throttle_reasons", "string", "NVML clock-throttle reasons active at the end of the timed window, comma-separated "
                                    "(empty = none; idle is not a throttle)."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
+    ("sweep_point", "string", "Identity: the version-sweep point the row measured (`fwbench sweep`/`bisect`): "
+                              "'PACKAGE==VERSION' (the pin set's environment with that one package at that version) "
+                              "or 'date:YYYY-MM-DD' (every package as the index had it that day); null: no sweep."),
+    ("sweep_installed", "string", "Sweep rows: what the point's environment really installed, read from it: "
+                                  "'PACKAGE==VERSION' for a package point ('; '-separated top-level requirements "
+                                  "for a date point); a package point whose installed version is not the one asked "
+                                  "for is never measured (status error, SweepVersionMismatch)."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it)."),
 )

@@ -12,7 +12,7 @@ from fwbench.core.identity import CellIdentity
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
 # Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
 # engine) still reads its spec.
-OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting")
+OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class CellSpec:
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
     # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN). Lets tests prove failure paths without a broken framework.
     fault: str | None = None
+    # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
+    # the environment the cell runs in being the pin set's with that change. None: no sweep.
+    sweep_point: str | None = None
 
     @property
     def cell_id(self) -> str:

@@ -9,7 +9,17 @@ with a .pth file pointing at this checkout, so the cells always run the harness 
 uv installs them (`uv pip install --require-hashes --no-deps -r <lock>`, as strict as pip): it downloads
 in parallel into one cache per machine ($FWBENCH_HOME/uv-cache) and hard-links each file from there into
 every environment that needs it, so the torch that native-torch and keras3-torch share, or the
-TensorFlow of four stacks, is downloaded once and stored once. A lock file beside each environment
+TensorFlow of four stacks, is downloaded once and stored once.
+
+A version-sweep point (fwbench.core.sweep) gets an environment of its own, keyed by the point too:
+  PACKAGE==VERSION  the pin set's lock installed as always (hard-linked from the cache: no download), then
+                    `uv pip install --no-deps PACKAGE==VERSION` over it, so every other package stays as the lock
+                    has it; a one-package download. `uv pip check`'s complaints (the new version asks for other
+                    versions of its dependencies) are kept beside the environment and on the rows, not fatal.
+  date:YYYY-MM-DD   the stack's requirements (and fwbench's runtime ones) with their pins removed, resolved
+                    with `--exclude-newer` the end of that day: every package re-resolved, a full environment.
+A point that does not resolve or install raises PointUnavailable with the resolver's one-line reason.
+A lock file beside each environment
 (<name>.lock) lets only one process build it: another fwbench (a demo beside a test run, pytest
 workers) waits, says whom for, and then finds it ready.
 """
@@ -19,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import platform
 import re
@@ -34,6 +45,7 @@ from fwbench.engines.device import expected_model
 from fwbench.core.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
 from fwbench.core.registry import image_name
 from fwbench.core.spec import CellSpec
+from fwbench.core.sweep import SweepPoint
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 READY_MARKER = ".fwbench-ready"
@@ -145,16 +157,59 @@ class UvProgress:
 
 
 VARIANTS = ("cpu", "gpu")
+SWEEP_FILE = ".fwbench-sweep.json"  # in a point's environment: what it installed, and uv pip check's complaints
+
+
+class PointUnavailable(EngineError):
+    """A sweep point's environment could not be made: the version does not exist, does not resolve, or has no
+    file for this platform. `reason` is the resolver's one line."""
+
+    def __init__(self, point: SweepPoint, reason: str, log: Path):
+        super().__init__(f"sweep point {point.label}: {reason} (log: {log})")
+        self.point, self.reason = point, reason
+
+
+def resolver_reason(output: str) -> str:
+    """The one line of uv's failure output that says why: the cause ('╰─▶ Because there is no version of X==9 ...'
+    in a terminal, '  cause: Because ...' otherwise), else the last error line ('× ...', 'error: ...')."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for markers in (("╰─▶", "cause:"), ("×", "error:")):
+        found = [i for i, line in enumerate(lines) if line.startswith(markers)]
+        if found:
+            index = found[-1]
+            marker = next(m for m in markers if lines[index].startswith(m))
+            text = lines[index][len(marker):].strip()
+            for more in lines[index + 1:]:  # uv continues a reason on the lines below it
+                if more.startswith(("×", "╰─▶", "error:", "cause:", "hint:", "help:", "$")):
+                    break
+                text += " " + more
+            return re.sub(r"\s+", " ", text)[:400]
+    return (lines[-1] if lines else "the installer failed without a message")[:400]
+
+
+def unpinned_requirements(*paths: Path) -> list[str]:
+    """The requirement names (with extras and markers) of requirements files, their version pins removed."""
+    names = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line or line.startswith("-"):
+                continue
+            name, _, marker = line.partition(";")
+            name = re.split(r"[<>=!~ ]", name.strip(), maxsplit=1)[0]
+            names.append(name + (f"; {marker.strip()}" if marker.strip() else ""))
+    return list(dict.fromkeys(names))
 
 
 class StackEnvironment:
     """A stack's environment for one pin set and variant: `cpu` (requirements-cpu.lock, what CPU cells need) or
     `gpu` (requirements-gpu.lock: the CUDA builds its GPU image installs), each in a folder of its own."""
 
-    def __init__(self, stack: str, pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, variant: str = "cpu"):
+    def __init__(self, stack: str, pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, variant: str = "cpu",
+                 point: SweepPoint | None = None):
         if variant not in VARIANTS:
             raise EngineError(f"unknown environment variant {variant!r} (choose from: {', '.join(VARIANTS)})")
-        self.stack, self.pin_set, self.variant = stack, pin_set, variant
+        self.stack, self.pin_set, self.variant, self.point = stack, pin_set, variant, point
         folder = pin_set_dir(stack, pin_set)
         self.locked = platform_is_locked()
         # The lock (every package, hash-checked, no resolve) where it fits; elsewhere the requirements,
@@ -172,13 +227,26 @@ class StackEnvironment:
         for path in inputs:
             key.update(path.read_bytes() if path.is_file() else b"")
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
+        if point is not None:
+            key.update(f"sweep:{point.label}".encode())
         self.home = home or fwbench_home()
         name = f"{stack}-{pin_set}" + ("-gpu" if variant == "gpu" else "")
+        if point is not None:
+            name += "-at-" + re.sub(r"[^A-Za-z0-9.+-]+", "_", point.label)[:48]
         self.path = self.home / "venvs" / f"{name}-{key.hexdigest()[:12]}"
 
     @property
     def label(self) -> str:
-        return f"{self.stack} ({self.pin_set}{', GPU' if self.variant == 'gpu' else ''})"
+        at = f" at {self.point.label}" if self.point is not None else ""
+        return f"{self.stack} ({self.pin_set}{', GPU' if self.variant == 'gpu' else ''}{at})"
+
+    def sweep_record(self) -> dict:
+        """A point's environment: {"point", "installed", "mismatch", "conflicts"} (empty without a point or
+        before it is built)."""
+        try:
+            return json.loads((self.path / SWEEP_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
 
     @property
     def python(self) -> Path:
@@ -231,7 +299,8 @@ class StackEnvironment:
             shutil.rmtree(self.path)
         uv_settings = uv_environment(self.home)
         with open(self.log_path, "w") as log:
-            def run(*argv: str | Path, parse: Optional[UvProgress] = None) -> str:
+            def run(*argv: str | Path, parse: Optional[UvProgress] = None, point_step: bool = False,
+                    check: bool = True) -> str:
                 log.write(f"$ {' '.join(map(str, argv))}\n")
                 log.flush()
                 output = []
@@ -248,7 +317,9 @@ class StackEnvironment:
                         if event is not None:
                             report(event)
                     returncode = process.wait()
-                if returncode != 0:
+                if returncode != 0 and point_step:
+                    raise PointUnavailable(self.point, resolver_reason("".join(output)), self.log_path)
+                if returncode != 0 and check:
                     raise EngineError(f"building the {self.label} environment failed (exit {returncode}); "
                                       f"see {self.log_path}")
                 return "".join(output)
@@ -260,7 +331,17 @@ class StackEnvironment:
             run(uv, "venv", "--python", sys.executable, self.path)
             count = requirement_count(self.requirements)
             pip = (uv, "pip", "install", "--python", self.python)
-            if self.locked:
+            if self.point is not None and self.point.is_date:
+                runtime = REPO_ROOT / "images" / "fwbench-runtime.txt"
+                wanted = unpinned_requirements(pin_set_dir(self.stack, self.pin_set) / "requirements.txt", runtime)
+                unpinned = self.path.with_name(self.path.name + ".requirements.txt")
+                unpinned.write_text("\n".join(wanted) + "\n")
+                report(BuildProgress(f"resolving {len(wanted)} requirements as the index had them on "
+                                     f"{self.point.date} (uv --exclude-newer {self.point.exclude_newer}): "
+                                     "every package re-resolved, a full environment"))
+                run(*pip, "--exclude-newer", self.point.exclude_newer, "-r", unpinned, parse=UvProgress(len(wanted)),
+                    point_step=True)
+            elif self.locked:
                 report(BuildProgress(f"installing the {count} locked packages of {self.requirements}"))
                 run(*pip, "--no-deps", "--require-hashes", "-r", self.requirements, parse=UvProgress(count))
             else:
@@ -270,6 +351,12 @@ class StackEnvironment:
                 run(*pip, "-r", self.requirements, *constraints, parse=UvProgress(count))
                 if self.overrides.is_file():
                     run(*pip, "--no-deps", "-r", self.overrides, parse=UvProgress())
+            if self.point is not None and not self.point.is_date:
+                report(BuildProgress(f"installing {self.point.label} over the pin set's {self.point.package} "
+                                     "(no dependencies: every other package as the lock has it)"))
+                run(*pip, "--no-deps", self.point.label, parse=UvProgress(1), point_step=True)
+            if self.point is not None:
+                self._record_point(run)
             report(BuildProgress("linking this fwbench checkout and checking that the harness imports"))
             purelib = run(self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
             (Path(purelib.strip().splitlines()[-1]) / "fwbench-src.pth").write_text(f"{REPO_ROOT / 'runner'}\n")
@@ -277,13 +364,51 @@ class StackEnvironment:
         (self.path / READY_MARKER).write_text(self.requirements.read_text())
         report(BuildProgress(f"the {self.label} environment is ready"))
 
+    def _record_point(self, run) -> None:
+        """Read back what the point's environment installed (SWEEP_FILE): a package point's version as the
+        environment reports it (a version that is not the one asked for is a mismatch), a date point's top-level
+        requirements; and `uv pip check`'s complaints (dependencies the swept version wants otherwise)."""
+        from packaging.version import InvalidVersion, Version
+
+        point = self.point
+        if point.is_date:
+            names = [n.split(";")[0].split("[")[0].strip() for n in unpinned_requirements(
+                pin_set_dir(self.stack, self.pin_set) / "requirements.txt")]
+        else:
+            names = [point.package]
+        script = ("import importlib.metadata as m, json, sys\n"
+                  "out = {}\n"
+                  "for n in sys.argv[1:]:\n"
+                  "    try: out[n] = m.version(n)\n"
+                  "    except m.PackageNotFoundError: out[n] = None\n"
+                  "print(json.dumps(out))")
+        found = json.loads(run(self.python, "-c", script, *names).strip().splitlines()[-1])
+        installed = "; ".join(f"{n}=={v}" for n, v in found.items() if v is not None)
+        mismatch = None
+        if not point.is_date:
+            got = found.get(point.package)
+            try:
+                same = got is not None and Version(got) == Version(point.version)
+            except InvalidVersion:
+                same = got == point.version
+            if not same:
+                mismatch = f"asked for {point.label}, the environment has {point.package} {got or 'missing'}"
+        check = run(uv_binary(), "pip", "check", "--python", self.python, check=False)
+        conflicts = [line.strip() for line in check.splitlines()
+                     if line.strip() and not line.startswith(("Checked", "All installed", "Resolved", "$"))
+                     and ("requires" in line or "incompatible" in line or "missing" in line.lower())]
+        (self.path / SWEEP_FILE).write_text(json.dumps(
+            {"point": point.label, "installed": installed, "mismatch": mismatch, "conflicts": conflicts}, indent=1))
+
 
 class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
     def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str,
-                 pin_set: str, device: str = "cpu"):
+                 pin_set: str, device: str = "cpu", sweep_fields: Callable[[str], dict] | None = None):
         self.name = name
+        # A sweep point's engine: the row fields of a stack's point environment (sweep_installed, conflicts).
+        self.sweep_fields = sweep_fields
         self.variant = variant  # venv / venv-gpu (local), or the image's variant / host (current)
         self.pin_set = pin_set
         self.device = device  # gpu or cpu (fwbench.engines.device)
@@ -313,6 +438,8 @@ class PythonEngine:
             reference = os.environ.get("FWBENCH_IMAGE_DIGEST", "") if self.name == "current" else ""
             if "@sha256:" in reference:
                 outcome.row_fields["image_digest"] = reference
+            if self.sweep_fields is not None:
+                outcome.row_fields.update(self.sweep_fields(spec.stack))
             return outcome
         finally:
             spec_path.unlink(missing_ok=True)
@@ -324,18 +451,29 @@ def local_variant(device: str) -> tuple[str, str]:
     return ("gpu", "venv-gpu") if device == "gpu" else ("cpu", "venv")
 
 
-def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, device: str = "cpu") -> PythonEngine:
+def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, device: str = "cpu",
+                 point: SweepPoint | None = None) -> PythonEngine:
+    """The local engine; with a sweep `point`, each stack's environment is the pin set's at that point (its rows
+    get sweep_installed, and uv pip check's complaints under extra)."""
     environments: dict[str, StackEnvironment] = {}
     variant, image_variant = local_variant(device)
 
-    def interpreter(stack: str, progress: Optional[ProgressCallback] = None) -> Path:
+    def environment(stack: str, progress: Optional[ProgressCallback] = None) -> StackEnvironment:
         if stack not in environments:
-            environment = StackEnvironment(stack, pin_set, home, variant)
-            environment.build(progress)
-            environments[stack] = environment
-        return environments[stack].python
+            built = StackEnvironment(stack, pin_set, home, variant, point)
+            built.build(progress)
+            environments[stack] = built
+        return environments[stack]
 
-    return PythonEngine("local", interpreter, image_variant, pin_set, device)
+    def sweep_fields(stack: str) -> dict:
+        record = environment(stack).sweep_record()
+        fields = {"sweep_point": point.label, "sweep_installed": record.get("installed")}
+        if record.get("conflicts"):
+            fields["sweep_conflicts"] = "; ".join(record["conflicts"])  # not a column: kept under extra
+        return fields
+
+    return PythonEngine("local", lambda stack, progress=None: environment(stack, progress).python, image_variant,
+                        pin_set, device, sweep_fields if point is not None else None)
 
 
 def current_engine(pin_set: str | None = None, device: str = "cpu") -> PythonEngine:

@@ -205,6 +205,8 @@ class _Run:
         # Where the runner placed it, unless the cell said (an image with an older harness does not).
         record.setdefault("cpu_set", spec.cpu_set)
         record.setdefault("gpu_index", spec.gpu_index)
+        # A sweep point is the runner's to say (the cell process does not know it); part of the identity.
+        record.setdefault("sweep_point", spec.sweep_point)
         record["parallel_cells"] = at_once
         # The row's own identity decides where it goes (the device it really ran on may differ).
         path = results.target_path(spec, self.out_dir, CellIdentity.of_row(record))

@@ -1,0 +1,214 @@
+"""`fwbench sweep` (cells at several versions of one package, or at several dates) and `fwbench bisect` (the first
+release at which a cell changed). See fwbench.engines.sweep and docs/versions.md."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default
+from fwbench.cli.options import MatrixOptions, Override, matrix_options
+from fwbench.core import sweep as points_core
+from fwbench.core.usage import UsageError
+
+TOLERANCE_HELP = ("A change smaller than this, in percent, is no change: steps within it can be 'equivalent', beyond "
+                  "it 'faster'/'slower'.")
+VARY_HELP = ("PACKAGE=V1,V2,...: one point per version, each the pin set's environment with that one package at that "
+             "version (installed with --no-deps over the stack's lock; every other package as the lock has it: a "
+             "small install per point).")
+DATE_HELP = ("YYYY-MM-DD,...: one point per date, every package as the index had it at the end of that day (uv "
+             "--exclude-newer: the index must serve upload times, as PyPI does). Each date re-resolves every package: "
+             "a full environment per date (minutes and GBs for a torch stack).")
+
+
+def _points(vary: Optional[str], vary_date: Optional[str]) -> list[points_core.SweepPoint]:
+    try:
+        if vary and vary_date:
+            raise UsageError("give --vary or --vary-date, not both (a sweep varies one thing)")
+        if vary:
+            return points_core.parse_vary(vary)
+        if vary_date:
+            return points_core.parse_dates(vary_date)
+    except points_core.SweepError as exc:
+        raise UsageError(str(exc)) from None
+    raise UsageError("a sweep needs --vary PACKAGE=V1,V2,... or --vary-date YYYY-MM-DD,...")
+
+
+def _device(options: MatrixOptions) -> str:
+    from fwbench.engines import device as devices
+
+    return devices.resolve(options.device)
+
+
+def _status():
+    from fwbench.cli.build_status import build_status
+
+    return lambda label: build_status(console, label)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    @matrix_options(omit=("parallel",))
+    def sweep_cmd(
+        options: MatrixOptions,
+        vary: Optional[str] = typer.Option(None, "--vary", help=VARY_HELP),
+        vary_date: Optional[str] = typer.Option(None, "--vary-date", help=DATE_HELP),
+        out: Path = typer.Option(..., "--out", help="Results directory; the sweep report goes to OUT/sweep-report."),
+        tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
+        resume: bool = typer.Option(False, help="Skip cells that already have an ok row at that point."),
+    ) -> None:
+        """Run cells at several versions of one package (or dates), one environment per point, then print and
+        write the sweep report (ms/step per point with intervals, a plot, a verdict per step)."""
+        from fwbench.cli.commands import _result_line, warn_if_busy
+        from fwbench.engines.sweep import run_point
+
+        points = _points(vary, vary_date)
+        if not tolerance > 0:
+            raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
+        pin_set = pin_set_or_default(options.pin_set)
+        device = _device(options)
+        base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
+                                 threads=options.threads or os.cpu_count() or 1)
+        specs = options.plan(base)
+        check_out_dir(out)
+        warn_if_busy()
+        rows = []
+        for point in points:
+            console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
+            at_point = run_point(specs, point, out, pin_set, device, _status(), resume=resume,
+                                 on_done=lambda result: console.print(_result_line(result)))
+            rows += at_point
+            for row in at_point:
+                if row and row["status"] != "ok" and str(row.get("error_type", "")).startswith("Sweep"):
+                    console.print(f"[red]{row['status']}[/] {escape(row['cell_id'])} at {escape(point.label)}: "
+                                  f"{escape(str(row.get('error_message')))}", highlight=False)
+                    break
+        report = print_sweep_report(out, tolerance)
+        console.print(f"sweep report: {report}")
+        if any(row and row["status"] not in ("ok", "unsupported") for row in rows):
+            raise typer.Exit(1)
+
+    @app.command("bisect")
+    @matrix_options(omit=("parallel",), task=Override(required=True, help="Task id (one)."),
+                    repeats=Override(default=3, help="Repeats per tested point, at least 3 (a verdict needs them)."))
+    def bisect_cmd(
+        options: MatrixOptions,
+        package: Optional[str] = typer.Option(None, "--package", help="The package whose releases are searched "
+                                                                        "(leave out to bisect dates)."),
+        good: str = typer.Option(..., "--good", help="A version (or, without --package, a date) where the cell is "
+                                                    "as it was."),
+        bad: str = typer.Option(..., "--bad", help="A version (or date) where it has changed."),
+        out: Path = typer.Option(..., "--out", help="Results directory (rows of every tested point)."),
+        tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
+        max_repeats: int = typer.Option(9, "--max-repeats", help="Cap on repeats an inconclusive judgement adds "
+                                                                  "up to, per point."),
+        versions: Optional[str] = typer.Option(None, "--versions", help="V1,V2,...: search these versions instead "
+                                                                         "of the index's list."),
+    ) -> None:
+        """Find the first release (or day) between --good and --bad at which a cell changed by more than the
+        tolerance: a binary search, each tested point its own environment, 3+ repeats each."""
+        from fwbench_aggregator import loading
+        from fwbench_aggregator import sweep as report_sweep
+        from fwbench.engines.sweep import bisect, run_point
+
+        repeats = options.repeats
+        if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
+            raise UsageError("bisect takes one --stack, one --task and at most one --compile (one cell)")
+        if repeats < 3:
+            raise UsageError(f"--repeats must be at least 3 (a verdict needs 3 repeats a point), got {repeats}")
+        if max_repeats < repeats:
+            raise UsageError(f"--max-repeats ({max_repeats}) is below --repeats ({repeats})")
+        if not tolerance > 0:
+            raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
+        labels = candidate_points(package, good, bad, versions)
+        console.print(f"{len(labels)} candidate points from {escape(labels[0])} to {escape(labels[-1])}; a binary "
+                      f"search tests about {2 + max(0, len(labels) - 2).bit_length()} of them", highlight=False)
+        pin_set = pin_set_or_default(options.pin_set)
+        device = _device(options)
+        base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
+                                 threads=options.threads or os.cpu_count() or 1)
+        check_out_dir(out)
+        from fwbench.cli.commands import _result_line
+
+        def measure(label: str, n: int) -> None:
+            specs = replace(options, repeats=n).plan(base)
+            run_point(specs, points_core.parse_label(label), out, pin_set, device, _status(), resume=True,
+                      on_done=lambda result: console.print(_result_line(result)))
+
+        def judge(a: str, b: str):
+            loaded = loading.load_results([out])
+            verdicts = report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance)
+            return verdicts[0] if verdicts else report_sweep.StepVerdict(
+                None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no ok rows on one side", "", tolerance)
+
+        def median_of(label: str):
+            loaded = loading.load_results([out])
+            cells = [c for c in report_sweep.cell_sweeps(loaded, tolerance)]
+            for cell in cells:
+                for point in cell.points:
+                    if point.label == label and point.estimate is not None:
+                        return point.estimate.median
+            return None
+
+        result = bisect(labels, measure, judge, median_of, repeats, max_repeats)
+        print_bisect(result, out, tolerance)
+        if result.outcome in ("failed",):
+            raise typer.Exit(1)
+
+
+def candidate_points(package: Optional[str], good: str, bad: str, versions: Optional[str]) -> list[str]:
+    """The labels a bisect searches, good end first."""
+    try:
+        if package is None:
+            good_point, bad_point = points_core.date_point(good), points_core.date_point(bad)
+            return [points_core.date_point(day).label
+                    for day in points_core.dates_between(good_point.date, bad_point.date)]
+        if versions:
+            listed = [v.strip() for v in versions.split(",") if v.strip()]
+        else:
+            listed = points_core.releases_from_page(points_core.fetch_simple_json(package))
+        between = points_core.versions_between(listed, good, bad)
+        return [points_core.package_point(package, v).label for v in between]
+    except points_core.SweepError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def print_sweep_report(out: Path, tolerance: float) -> Path:
+    from fwbench_aggregator import loading
+    from fwbench_aggregator import sweep as report_sweep
+
+    loaded = loading.load_results([out], exclude=out / "sweep-report")
+    for line in report_sweep.summary_lines(report_sweep.cell_sweeps(loaded, tolerance), tolerance):
+        console.print(escape(line), highlight=False)
+    return report_sweep.write_report(loaded, out / "sweep-report", tolerance)
+
+
+def print_bisect(result, out: Path, tolerance: float) -> None:
+    from fwbench_aggregator import loading
+    from fwbench_aggregator import sweep as report_sweep
+
+    console.print("[bold]evidence[/]")
+    for line in result.decisions:
+        console.print("  " + escape(line), highlight=False)
+    loaded = loading.load_results([out])
+    estimates = {p.label: p for cell in report_sweep.cell_sweeps(loaded, tolerance) for p in cell.points}
+    for label, tested in result.tested.items():
+        point = estimates.get(label)
+        console.print(f"  {escape(label):<28} {report_sweep.fmt_estimate(point.estimate if point else None)}"
+                      + (f"  ({escape(tested.note)})" if tested.note else ""), highlight=False)
+    console.print(f"{result.environments} points measured")
+    if result.outcome == "found":
+        console.print(f"[bold]changed ({result.direction}) between {escape(result.good)} and {escape(result.bad)}[/]: "
+                      f"{escape(result.bad)} is the first point {result.direction} than the good end by more than "
+                      f"{tolerance:g}%", highlight=False)
+    elif result.outcome == "no-change":
+        console.print(f"no change beyond {tolerance:g}% between the ends: nothing to bisect")
+    elif result.outcome == "failed":
+        console.print("[red]bisect failed[/]: an end could not be measured")
+    else:
+        console.print("[yellow]inconclusive[/]: the ends could not be told apart at the repeat cap")

@@ -1,0 +1,199 @@
+"""Version sweeps: a sweep point (one package at one version, or every package as the index had it on a date),
+and the index's list of a package's releases (for `fwbench bisect`).
+
+A point is written the way rows carry it in their `sweep_point` identity setting: "transformers==4.38.2" or
+"date:2024-03-01". None (no point) is an ordinary, unswept cell, and what rows written before sweeps read as.
+
+Plain Python (the cell process and the aggregator import it); the index is asked over HTTP only by
+`release_versions`, with the standard library.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+# A distribution name (PEP 508) and a version (PEP 440 public versions; kept strict: it becomes a path and a
+# requirement line).
+_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+DATE_PREFIX = "date:"
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+class SweepError(ValueError):
+    """A point or a listing that cannot be used (one line)."""
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    package: str | None = None  # normalised distribution name (package points)
+    version: str | None = None
+    date: str | None = None  # YYYY-MM-DD (date points)
+
+    @property
+    def label(self) -> str:
+        """The identity value: 'transformers==4.38.2' or 'date:2024-03-01'."""
+        return f"{DATE_PREFIX}{self.date}" if self.date else f"{self.package}=={self.version}"
+
+    @property
+    def is_date(self) -> bool:
+        return self.date is not None
+
+    @property
+    def exclude_newer(self) -> str:
+        """uv's --exclude-newer for a date point: everything uploaded before the end of that day (UTC)."""
+        day = dt.date.fromisoformat(self.date) + dt.timedelta(days=1)
+        return f"{day.isoformat()}T00:00:00Z"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def package_point(package: str, version: str) -> SweepPoint:
+    package, version = package.strip(), version.strip()
+    if not _NAME.match(package):
+        raise SweepError(f"not a package name: {package!r}")
+    if not _VERSION.match(version):
+        raise SweepError(f"not a version: {version!r} (package {package})")
+    return SweepPoint(package=normalise(package), version=version)
+
+
+def date_point(date: str) -> SweepPoint:
+    date = date.strip()
+    if not _DATE.match(date):
+        raise SweepError(f"not a date: {date!r} (YYYY-MM-DD)")
+    try:
+        dt.date.fromisoformat(date)
+    except ValueError:
+        raise SweepError(f"not a date: {date!r} (YYYY-MM-DD)") from None
+    return SweepPoint(date=date)
+
+
+def parse_vary(text: str) -> list[SweepPoint]:
+    """--vary PACKAGE=V1,V2,... -> one point per version, in the order given."""
+    package, sep, versions = text.partition("=")
+    if not sep or not versions.strip():
+        raise SweepError(f"--vary takes PACKAGE=V1,V2,... (got {text!r})")
+    points = [package_point(package, v) for v in versions.split(",") if v.strip()]
+    return _distinct(points)
+
+
+def parse_dates(text: str) -> list[SweepPoint]:
+    """--vary-date D1,D2,... -> one point per date, in the order given."""
+    return _distinct([date_point(d) for d in text.split(",") if d.strip()])
+
+
+def parse_label(label: str | None) -> SweepPoint | None:
+    """A row's sweep_point back into a point (None stays None)."""
+    if label is None:
+        return None
+    if label.startswith(DATE_PREFIX):
+        return date_point(label[len(DATE_PREFIX):])
+    package, sep, version = label.partition("==")
+    if not sep:
+        raise SweepError(f"not a sweep point: {label!r}")
+    return package_point(package, version)
+
+
+def _distinct(points: list[SweepPoint]) -> list[SweepPoint]:
+    if len(set(points)) != len(points):
+        raise SweepError("a point is given twice: " + ", ".join(p.label for p in points))
+    return points
+
+
+def sort_key(label: str | None):
+    """Points in sweep order: by release (PEP 440) for one package, by date for dates; None (unswept) first."""
+    from packaging.version import InvalidVersion, Version
+
+    point = parse_label(label) if label else None
+    if point is None:
+        return (0, "", ())
+    if point.is_date:
+        return (1, "", (point.date,))
+    try:
+        return (2, point.package, (Version(point.version),))
+    except InvalidVersion:
+        return (3, point.package, (point.version,))
+
+
+# --- the index's releases (bisect) ---------------------------------------------------------------------------
+
+def index_url() -> str:
+    """The index uv installs from: $UV_INDEX_URL or $UV_DEFAULT_INDEX, else PyPI."""
+    return (os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL") or DEFAULT_INDEX).rstrip("/")
+
+
+def fetch_simple_json(package: str, index: str | None = None, timeout: float = 30.0) -> dict:
+    """The index's PEP 691 JSON page of a package (files with upload times, PEP 700 versions)."""
+    url = f"{index or index_url()}/{normalise(package)}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            kind = response.headers.get("Content-Type", "")
+            if "json" not in kind:
+                raise SweepError(f"{url} does not serve the JSON simple API (PEP 691); list versions by hand "
+                                 "with --versions")
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise SweepError(f"the index has no package {package!r} ({url}: HTTP {exc.code})") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise SweepError(f"cannot list the releases of {package} at {url}: {exc}") from None
+
+
+def releases_from_page(page: dict) -> list[str]:
+    """Final releases (no pre-, dev- or yanked-only releases) of a PEP 691 page, oldest first."""
+    from packaging.utils import parse_wheel_filename, parse_sdist_filename
+    from packaging.version import Version
+
+    live: dict[Version, str] = {}
+    for file in page.get("files", []):
+        if file.get("yanked"):
+            continue
+        name = file.get("filename", "")
+        try:
+            version = (parse_wheel_filename(name)[1] if name.endswith(".whl") else parse_sdist_filename(name)[1])
+        except Exception:  # noqa: BLE001 - a file name the index serves that packaging cannot read: skip it
+            continue
+        if not (version.is_prerelease or version.is_devrelease):
+            live.setdefault(version, str(version))
+    return [live[v] for v in sorted(live)]
+
+
+def versions_between(versions: list[str], good: str, bad: str) -> list[str]:
+    """The releases from `good` to `bad` inclusive, in release order (either may be the older)."""
+    from packaging.version import Version
+
+    ordered = sorted(dict.fromkeys(versions), key=Version)
+    low, high = sorted((Version(good), Version(bad)))
+    between = [v for v in ordered if low <= Version(v) <= high]
+    for end in (good, bad):
+        if not any(Version(v) == Version(end) for v in between):
+            raise SweepError(f"{end} is not a release the index lists (releases near it: "
+                             f"{', '.join(_near(ordered, end))})")
+    return between if Version(good) <= Version(bad) else between[::-1]
+
+
+def _near(ordered: list[str], version: str) -> list[str]:
+    from packaging.version import Version
+
+    after = [i for i, v in enumerate(ordered) if Version(v) >= Version(version)]
+    i = after[0] if after else len(ordered)
+    return ordered[max(0, i - 2): i + 2] or ["none"]
+
+
+def dates_between(good: str, bad: str) -> list[str]:
+    """Every day from `good` to `bad` inclusive (a date bisect narrows to one day)."""
+    start, end = dt.date.fromisoformat(good), dt.date.fromisoformat(bad)
+    step = 1 if end >= start else -1
+    return [(start + dt.timedelta(days=i * step)).isoformat() for i in range(abs((end - start).days) + 1)]

@@ -1,0 +1,191 @@
+"""Run cells at version-sweep points (`fwbench sweep`), and find where a cell changed (`fwbench bisect`).
+
+A point's cells run in the local engine's environment for that point (fwbench.engines.local: the pin set's lock
+plus one package at another version, or every package re-resolved at a date), one cell at a time (versions are
+compared, so no cell runs beside another). A point whose environment cannot be made, or installed another version
+than the one asked for, is never measured: each of its planned cells gets a row (status error, error_type
+SweepPointUnavailable or SweepVersionMismatch, the resolver's one line as error_message), not a traceback.
+
+Bisect is a binary search over the points between a good and a bad one (a package's releases as the index lists
+them, or days): the ends first, then the middle point, judged against the good end and the bad end with the
+sweep report's verdicts (fwbench_aggregator.sweep.judge). A judgement that is inconclusive adds repeats (to the
+middle point and both ends) until it decides, or the cap is reached; at the cap the point goes to the end whose
+median it is nearer (in log ms/step) and the evidence says so. A middle point that cannot be measured is
+dropped from the list and the search goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from fwbench.core import results
+from fwbench.core.identity import CellIdentity
+from fwbench.core.spec import CellSpec
+from fwbench.core.sweep import SweepPoint
+
+FAILED_POINT = "SweepPointUnavailable"
+MISMATCH = "SweepVersionMismatch"
+
+
+def point_failure_rows(specs: list[CellSpec], out: Path, error_type: str, message: str) -> list[dict]:
+    """One error row per planned cell of a point that cannot be measured."""
+    from fwbench.harness.cell import base_record
+
+    rows = []
+    for spec in specs:
+        record = base_record(spec)
+        record.update(status="error", error_type=error_type, error_message=message, sweep_point=spec.sweep_point)
+        path = results.target_path(spec, out, CellIdentity.of_row(record))
+        results.write_row(record, path)
+        rows.append(results.read_row(path))
+    return rows
+
+
+def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str, device: str,
+              progress_for: Callable[[str], object] | None = None, on_start=lambda spec: None,
+              on_done=lambda result: None, resume: bool = False) -> list[dict]:
+    """Every planned cell at `point` (device: 'cpu' or 'gpu', resolved). Returns the rows written (or kept by
+    resume). `progress_for(label)` gives a context manager yielding a build-progress callback."""
+    import contextlib
+
+    from fwbench.engines import matrix
+    from fwbench.engines.local import PointUnavailable, StackEnvironment, local_engine, local_variant
+
+    engine = local_engine(pin_set, device=device, point=point)
+    variant, _ = local_variant(device)
+    device_model = engine.device_model(None)
+    specs = [replace(spec, sweep_point=point.label, engine=engine.name, pin_set=pin_set,
+                     image_variant=engine.image_variant(spec.stack), device_model=device_model,
+                     device=engine.device) for spec in specs]
+    broken: dict[str, tuple[str, str]] = {}
+    for stack in dict.fromkeys(spec.stack for spec in specs):
+        status = progress_for(f"preparing {stack} at {point.label}") if progress_for else contextlib.nullcontext(None)
+        try:
+            with status as report:
+                engine.prepare(stack, report)
+        except PointUnavailable as exc:
+            broken[stack] = (FAILED_POINT, f"{point.label}: {exc.reason}")
+            continue
+        mismatch = StackEnvironment(stack, pin_set, variant=variant, point=point).sweep_record().get("mismatch")
+        if mismatch:
+            broken[stack] = (MISMATCH, mismatch)
+    rows = []
+    for stack, (error_type, message) in broken.items():
+        rows += point_failure_rows([s for s in specs if s.stack == stack], out, error_type, message)
+    runnable = [spec for spec in specs if spec.stack not in broken]
+    if runnable:
+        matrix.ensure_data(runnable)
+        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done):
+            rows.append(result.row)
+    return rows
+
+
+# --- bisect -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Tested:
+    label: str
+    repeats: int = 0
+    usable: bool = True
+    note: str = ""
+
+
+@dataclass
+class BisectResult:
+    outcome: str  # found | no-change | inconclusive | failed
+    good: str | None = None  # the bracketing pair: the last point like the good end, the first like the bad end
+    bad: str | None = None
+    direction: str | None = None  # slower | faster (bad against good)
+    decisions: list[str] = field(default_factory=list)  # one line per judgement, in order
+    tested: dict[str, Tested] = field(default_factory=dict)  # label -> what was measured, in order
+
+    @property
+    def environments(self) -> int:
+        return len(self.tested)
+
+
+def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callable[[str, str], object],
+           median_of: Callable[[str], float | None], repeats: int = 3, max_repeats: int = 9,
+           add_repeats: int = 3) -> BisectResult:
+    """Binary search over `points` (labels; points[0] the good end, points[-1] the bad one).
+
+    measure(label, n): make sure `n` repeats of the point are on disk (ok or not).
+    judge(a, b): the sweep verdict of b against a (fwbench_aggregator.sweep.StepVerdict), or None when a side has
+    no ok rows. median_of(label): the point's median ms/step (None: no ok rows)."""
+    result = BisectResult("inconclusive")
+    points = list(points)
+
+    def ensure(label: str, n: int) -> bool:
+        tested = result.tested.setdefault(label, Tested(label))
+        if n > tested.repeats:
+            measure(label, n)
+            tested.repeats = n
+        tested.usable = median_of(label) is not None
+        return tested.usable
+
+    good, bad = points[0], points[-1]
+    for end in (good, bad):
+        if not ensure(end, repeats):
+            result.outcome = "failed"
+            result.decisions.append(f"{end}: no ok rows (see its rows' error): cannot bisect from it")
+            return result
+    n = repeats
+    while True:
+        verdict = judge(good, bad)
+        result.decisions.append(f"{good} → {bad} at {n} repeats: {verdict.text()}")
+        if verdict.changed:
+            result.direction = verdict.verdict
+            break
+        if verdict.verdict == "equivalent":
+            result.outcome = "no-change"
+            return result
+        if n >= max_repeats:
+            result.decisions.append(f"still inconclusive at the cap of {max_repeats} repeats: no bisect")
+            return result
+        n = min(max_repeats, n + add_repeats)
+        ensure(good, n)
+        ensure(bad, n)
+    lo, hi = 0, len(points) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        label = points[mid]
+        n = repeats
+        if not ensure(label, n):
+            result.tested[label].note = "no ok rows: left out of the search"
+            result.decisions.append(f"{label}: no ok rows (its rows say why); left out")
+            points.pop(mid)
+            hi -= 1
+            continue
+        while True:
+            from_good, to_bad = judge(good, label), judge(label, bad)
+            said = (f"{label} at {n} repeats: against {good} {from_good.text()}; "
+                    f"against {bad} {to_bad.text()}")
+            if from_good.verdict == result.direction:
+                side = "bad"
+            elif from_good.verdict == "equivalent" or to_bad.verdict == result.direction:
+                side = "good"
+            elif n >= max_repeats:
+                side = _nearer(median_of(label), median_of(good), median_of(bad))
+                said += f"; inconclusive at the cap of {max_repeats} repeats: put with the {side} end, whose median is nearer"
+                result.tested[label].note = f"decided by the nearer median ({side}), not by a test"
+            else:
+                n = min(max_repeats, n + add_repeats)
+                result.decisions.append(said + f"; inconclusive: {n} repeats")
+                for point in (label, good, bad):
+                    ensure(point, n)
+                continue
+            result.decisions.append(said + f" → like the {side} end")
+            break
+        if side == "bad":
+            hi = mid
+        else:
+            lo = mid
+    result.outcome, result.good, result.bad = "found", points[lo], points[hi]
+    return result
+
+
+def _nearer(value: float, good: float, bad: float) -> str:
+    return "good" if abs(math.log(value) - math.log(good)) <= abs(math.log(value) - math.log(bad)) else "bad"

@@ -1,0 +1,180 @@
+"""Version sweeps and bisect: sweep points in the identity, point environments, the sweep report's verdicts, and
+a bisect that finds a planted change in log2 steps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.aggregator_rows import record, samples
+from fwbench.core import sweep as points
+from fwbench.core.identity import CellIdentity, file_tokens
+from fwbench.core.results import target_path, write_row
+from fwbench.core.spec import CellSpec
+from fwbench_aggregator import loading
+from fwbench_aggregator import sweep as report_sweep
+from fwbench.engines.local import PointUnavailable, StackEnvironment, resolver_reason, unpinned_requirements
+from fwbench.engines.sweep import bisect
+
+from tests.conftest import run_fwbench
+
+
+def test_points_parse_and_label():
+    parsed = points.parse_vary("Transformers=4.38.1, 4.38.2")
+    assert [p.label for p in parsed] == ["transformers==4.38.1", "transformers==4.38.2"]
+    assert points.parse_dates("2024-03-01")[0].label == "date:2024-03-01"
+    assert points.date_point("2024-03-01").exclude_newer == "2024-03-02T00:00:00Z"
+    assert points.parse_label("date:2024-03-01") == points.date_point("2024-03-01")
+    assert points.parse_label("tqdm==4.66.1") == points.package_point("tqdm", "4.66.1")
+    for bad in ("tqdm", "tqdm=", "tqdm=1.0,1.0", "../x=1", "tqdm=1.0;rm"):
+        with pytest.raises(points.SweepError):
+            points.parse_vary(bad)
+    with pytest.raises(points.SweepError):
+        points.parse_dates("2024-02-30")
+    assert sorted(["x==1.10", "x==1.9", "x==1.9.1"], key=points.sort_key) == ["x==1.9", "x==1.9.1", "x==1.10"]
+
+
+def test_sweep_point_is_identity_and_old_rows_read_as_none():
+    spec = CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 5, sweep_point="tqdm==4.66.1")
+    plain = CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 5)
+    assert spec.identity != plain.identity and spec.identity.setting("sweep_point") == "tqdm==4.66.1"
+    assert "at-tqdm_4.66.1" in file_tokens(spec.identity, {}) and not file_tokens(plain.identity, {})
+    assert "sweep_point" not in plain.to_json()  # left out when unset: older cells still read their spec
+    old_row = {k: v for k, v in record("native-torch", "bert-fit", step_ms=[1.0]).items()}
+    assert CellIdentity.of_row(old_row).setting("sweep_point") is None
+
+
+def test_releases_and_candidates():
+    page = {"files": [{"filename": f"pkg-{v}-py3-none-any.whl"} for v in ("1.0", "1.1", "1.2rc1", "1.2", "2.0")]
+            + [{"filename": "pkg-1.3.tar.gz"}, {"filename": "pkg-1.4-py3-none-any.whl", "yanked": "bad"}]}
+    releases = points.releases_from_page(page)
+    assert releases == ["1.0", "1.1", "1.2", "1.3", "2.0"]
+    assert points.versions_between(releases, "1.1", "1.3") == ["1.1", "1.2", "1.3"]
+    assert points.versions_between(releases, "1.3", "1.1") == ["1.3", "1.2", "1.1"]
+    with pytest.raises(points.SweepError, match="not a release"):
+        points.versions_between(releases, "1.1", "1.9")
+    assert points.dates_between("2024-02-28", "2024-03-01") == ["2024-02-28", "2024-02-29", "2024-03-01"]
+
+
+def test_point_environment_is_keyed_by_the_point(tmp_path):
+    plain = StackEnvironment("native-torch", "current", tmp_path)
+    at = StackEnvironment("native-torch", "current", tmp_path, point=points.package_point("tqdm", "4.66.1"))
+    other = StackEnvironment("native-torch", "current", tmp_path, point=points.package_point("tqdm", "4.67.1"))
+    assert len({plain.path, at.path, other.path}) == 3 and "-at-tqdm_4.66.1-" in at.path.name
+    assert resolver_reason("error: No solution found when resolving dependencies\n  cause: Because there is no "
+                           "version of tqdm==99 and you require tqdm==99, we can conclude that your\n  requirements "
+                           "are unsatisfiable.\n") == ("Because there is no version of tqdm==99 and you require "
+                                                       "tqdm==99, we can conclude that your requirements are "
+                                                       "unsatisfiable.")
+    requirements = tmp_path / "r.txt"
+    requirements.write_text("torch==2.2.1\ntransformers[torch]==4.38.2  # x\n-c c.txt\nfoo>=1; python_version<'4'\n")
+    assert unpinned_requirements(requirements) == ["torch", "transformers[torch]", "foo; python_version<'4'"]
+
+
+def _write_point(out, label, centre, repeats, rng, task="bert-predict", start=0):
+    for repeat in range(start, repeats):
+        rec = record("native-torch", task, repeat=repeat, step_ms=samples(rng, centre, n=10, spread=0.02),
+                     sweep_point=label, sweep_installed=label)
+        spec = CellSpec("native-torch", task, "tiny", "none", "/d", 10, repeat=repeat, sweep_point=label)
+        write_row(rec, target_path(spec, out, CellIdentity.of_row(rec)))
+
+
+def test_sweep_report_verdicts_and_aggregate_section(tmp_path):
+    rng = np.random.default_rng(1)
+    out = tmp_path / "results"
+    for label, centre in (("pkg==1.0", 10.0), ("pkg==1.1", 10.0), ("pkg==1.2", 20.0), ("pkg==1.10", 20.0)):
+        _write_point(out, label, centre, 3, rng)
+    _write_point(out, "pkg==2.0", 20.0, 1, rng)  # one repeat: no verdict
+    loaded = loading.load_results([out])
+    [cell] = report_sweep.cell_sweeps(loaded, 5.0)
+    assert [p.label for p in cell.points] == ["pkg==1.0", "pkg==1.1", "pkg==1.2", "pkg==1.10", "pkg==2.0"]
+    assert [s.verdict for s in cell.steps] == ["equivalent", "slower", "equivalent", "inconclusive"]
+    assert 1.8 < cell.steps[1].ratio < 2.2 and cell.steps[1].low < cell.steps[1].ratio < cell.steps[1].high
+    assert "needs 3 repeats" in cell.steps[3].detail
+    report = report_sweep.write_report(loaded, tmp_path / "report")
+    text = report.read_text()
+    assert "pkg==1.1 → pkg==1.2: slower" in text and "equivalent within 5%" in text
+    assert (tmp_path / "report" / "sweep-1.png").stat().st_size > 1000
+    from fwbench_aggregator.aggregate import aggregate
+
+    assert "## Version sweeps" in aggregate([out], tmp_path / "agg").report_md.read_text()
+
+
+@pytest.mark.parametrize("planted", [1, 5, 8])
+def test_bisect_finds_a_planted_version_in_log2_steps(tmp_path, planted):
+    """A stand-in for the cell runner writes rows whose steps are 30% slower from the planted version on; bisect
+    over 9 fake versions must bracket it, measuring the two ends and ceil(log2(8)) = 3 middle versions."""
+    versions = [f"pkg=={v}" for v in ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8")]
+    rng = np.random.default_rng(planted)
+    measured = []
+
+    def measure(label, n):
+        measured.append((label, n))
+        centre = 13.0 if versions.index(label) >= planted else 10.0
+        existing = {r["repeat"] for r in _rows(tmp_path) if r["sweep_point"] == label}
+        for repeat in range(n):
+            if repeat not in existing:
+                _write_point(tmp_path, label, centre, repeat + 1, rng, start=repeat)
+
+    def judge(a, b):
+        loaded = loading.load_results([tmp_path])
+        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0)[0]
+
+    def median_of(label):
+        return float(np.median(np.concatenate([r["step_ms"] for r in _rows(tmp_path) if r["sweep_point"] == label])))
+
+    result = bisect(versions, measure, judge, median_of)
+    assert result.outcome == "found" and result.direction == "slower"
+    assert (result.good, result.bad) == (versions[planted - 1], versions[planted])
+    assert result.environments == 2 + math.ceil(math.log2(len(versions) - 1))
+    assert all(n == 3 for _, n in measured)  # clear-cut steps: no added repeats
+
+
+def test_bisect_no_change(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = ["pkg==1.0", "pkg==1.1", "pkg==1.2"]
+
+    def measure(label, n):
+        _write_point(tmp_path, label, 10.0, n, rng)
+
+    def judge(a, b):
+        loaded = loading.load_results([tmp_path])
+        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0)[0]
+
+    result = bisect(labels, measure, judge, lambda label: 10.0)
+    assert result.outcome == "no-change" and result.environments == 2
+
+
+def _rows(out):
+    return [row for path in out.rglob("*.parquet") for row in pq.read_table(path).to_pylist()]
+
+
+@pytest.mark.integration
+def test_sweep_two_real_versions_and_an_unresolvable_one(tmp_path, shared_data):
+    """End to end: native-torch's environment with tqdm at two real versions (installed over the lock from the
+    shared cache) and one that does not exist: two ok rows, each recording what was installed, and an error row
+    with the resolver's reason, not a traceback."""
+    out = tmp_path / "sweep"
+    proc = run_fwbench("sweep", "--stack", "native-torch", "--task", "bert-predict", "--steps", "3", "--warmup", "0",
+                       "--threads", "1", "--data", str(shared_data), "--vary", "tqdm=4.66.1,4.67.1,99.0.0",
+                       "--out", str(out), timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the unresolvable point is an error row
+    assert "Traceback" not in proc.stdout + proc.stderr
+    rows = {row["sweep_point"]: row for row in _rows(out)}
+    assert set(rows) == {"tqdm==4.66.1", "tqdm==4.67.1", "tqdm==99.0.0"}
+    for version in ("4.66.1", "4.67.1"):
+        row = rows[f"tqdm=={version}"]
+        assert row["status"] == "ok" and row["sweep_installed"] == f"tqdm=={version}"
+    failed = rows["tqdm==99.0.0"]
+    assert failed["status"] == "error" and failed["error_type"] == "SweepPointUnavailable"
+    assert "no version of tqdm==99.0.0" in failed["error_message"]
+    assert (out / "sweep-report" / "sweep.md").is_file()
+    assert "tqdm==4.66.1 → tqdm==4.67.1" in proc.stdout
+
+
+def test_unavailable_point_is_an_exception_with_a_reason(tmp_path):
+    exc = PointUnavailable(points.package_point("tqdm", "99"), "no such version", tmp_path / "log")
+    assert exc.reason == "no such version" and "tqdm==99" in str(exc)
