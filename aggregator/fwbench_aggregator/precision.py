@@ -8,7 +8,6 @@ off -> fp32.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 

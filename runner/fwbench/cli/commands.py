@@ -18,8 +18,9 @@ from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
-from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, STATUS_STYLE, check_out_dir, console,
-                                 default_data_dir, make_engine, pin_set_or_default)
+from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
+                                 default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
+                                 warn_if_busy)
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -106,17 +107,6 @@ def engine_gpus(runner) -> list[int]:
     return gpus
 
 
-def warn_if_busy() -> None:
-    """Timings on a busy machine are meaningless (CPU cells ran up to 100x slower here): say so up front."""
-    from fwbench.harness.contention import BUSY_OTHER_CPU_CORES, host_load
-
-    cores, top = host_load(sample_s=0.5)
-    if cores is not None and cores > BUSY_OTHER_CPU_CORES:
-        console.print(f"[yellow]warning:[/] the machine is busy ({cores:.1f} CPU cores in use by other processes"
-                      f"{': ' + escape(', '.join(top)) if top else ''}); timings will be flagged busy "
-                      "on their rows", highlight=False)
-
-
 def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None) -> list:
     """Prepare environments and data, run every cell with live progress (up to one per slot at once),
     print the summary."""
@@ -143,49 +133,19 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
             progress.update(bar, description=escape(" | ".join(running.values()) or "cells"))
 
         def on_start(spec: CellSpec) -> None:
-            running[id(spec)] = _cell_name(spec)
+            running[id(spec)] = cell_name(spec)
             show_running()
 
         def on_done(result) -> None:
             running.pop(id(result.spec), None)
             show_running()
             progress.advance(bar)
-            progress.console.print(_result_line(result))
+            progress.console.print(result_line(result))
 
         outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done, slots)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")
     return outcomes
-
-
-def _ran_concurrently(row: dict) -> bool:
-    return (row.get("parallel_cells") or 1) > 1
-
-
-def _cell_name(spec: CellSpec) -> str:
-    return f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}"
-
-
-def _result_line(result) -> str:
-    spec = result.spec
-    name = escape(_cell_name(spec))
-    if result.skipped:
-        return f"[dim]skip[/] {name}: an ok row with the same settings exists"
-    row = result.row
-    status = row["status"]
-    style = STATUS_STYLE.get(status, "red")
-    if status == "ok":
-        detail = f"{row['ms_per_step']:.2f} ms/step (first step {row['first_step_s']:.2f} s)"
-        if row.get("compiled_graphs"):
-            detail += f", {row['compiled_graphs']} compiled graphs"
-        if _ran_concurrently(row):
-            where = f"CPUs {row.get('cpu_set')}" + (f", GPU {row['gpu_index']}" if row.get("gpu_index") is not None else "")
-            detail += f" [cyan]concurrent: {row['parallel_cells']} cells at once, {escape(where)}[/]"
-        if row.get("busy"):
-            detail += f" [yellow]busy: {escape(row.get('busy_reasons') or '')}[/]"
-    else:
-        detail = escape((row.get("error_message") or " ").splitlines()[0][:200])
-    return f"[{style}]{status}[/] {name}: {detail}"
 
 
 def _summary_table(outcomes) -> Table:
@@ -211,7 +171,7 @@ def _summary_table(outcomes) -> Table:
             all_ok = [row for row in rows if row["status"] == "ok"]
             # As in the report: busy rows count only where nothing else ran ok, and then marked.
             ok = [row for row in all_ok if not row.get("busy")] or all_ok
-            marks = (f" {CONCURRENT_MARK}" if any(_ran_concurrently(row) for row in ok) else "") + (
+            marks = (f" {CONCURRENT_MARK}" if any(ran_concurrently(row) for row in ok) else "") + (
                 f" [yellow]{BUSY_MARK}[/]" if ok and ok[0].get("busy") else "")
             if ok:
                 values.append(f"{median([row['ms_per_step'] for row in ok]):.2f}{marks}")
@@ -222,7 +182,7 @@ def _summary_table(outcomes) -> Table:
                 values.append("")
         table.add_row(task_id, *values)
     captions = []
-    if any(r.row and r.row["status"] == "ok" and _ran_concurrently(r.row) for r in outcomes):
+    if any(r.row and r.row["status"] == "ok" and ran_concurrently(r.row) for r in outcomes):
         captions.append(f"{CONCURRENT_MARK} ran beside other cells of this run, each on CPU cores (and a GPU) of its own")
     busy = sum(1 for r in outcomes if r.row and r.row["status"] == "ok" and r.row.get("busy"))
     if busy:

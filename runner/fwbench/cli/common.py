@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fwbench.core import pins
 from fwbench.core.usage import UsageError
@@ -116,3 +117,41 @@ def report_planned_cell(spec, result) -> None:
     print(f"{row.get('status', '?')} {spec.cell_id} r{spec.repeat}: {result.path}", file=sys.stderr)
     if not result.path.is_file():
         raise typer.Exit(1)
+
+
+def warn_if_busy() -> None:
+    """Timings on a busy machine are meaningless (CPU cells ran up to 100x slower here): say so up front."""
+    from fwbench.harness.contention import BUSY_OTHER_CPU_CORES, host_load
+
+    cores, top = host_load(sample_s=0.5)
+    if cores is not None and cores > BUSY_OTHER_CPU_CORES:
+        console.print(f"[yellow]warning:[/] the machine is busy ({cores:.1f} CPU cores in use by other processes"
+                      f"{': ' + escape(', '.join(top)) if top else ''}); timings will be flagged busy "
+                      "on their rows", highlight=False)
+
+def ran_concurrently(row: dict) -> bool:
+    return (row.get("parallel_cells") or 1) > 1
+
+def cell_name(spec) -> str:
+    return f"{spec.stack} {spec.task} [{spec.compile_mode}] r{spec.repeat}"
+
+def result_line(result) -> str:
+    spec = result.spec
+    name = escape(cell_name(spec))
+    if result.skipped:
+        return f"[dim]skip[/] {name}: an ok row with the same settings exists"
+    row = result.row
+    status = row["status"]
+    style = STATUS_STYLE.get(status, "red")
+    if status == "ok":
+        detail = f"{row['ms_per_step']:.2f} ms/step (first step {row['first_step_s']:.2f} s)"
+        if row.get("compiled_graphs"):
+            detail += f", {row['compiled_graphs']} compiled graphs"
+        if ran_concurrently(row):
+            where = f"CPUs {row.get('cpu_set')}" + (f", GPU {row['gpu_index']}" if row.get("gpu_index") is not None else "")
+            detail += f" [cyan]concurrent: {row['parallel_cells']} cells at once, {escape(where)}[/]"
+        if row.get("busy"):
+            detail += f" [yellow]busy: {escape(row.get('busy_reasons') or '')}[/]"
+    else:
+        detail = escape((row.get("error_message") or " ").splitlines()[0][:200])
+    return f"[{style}]{status}[/] {name}: {detail}"

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default
+from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, result_line, warn_if_busy
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
 from fwbench.core.usage import UsageError
@@ -64,7 +64,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run cells at several versions of one package (or dates), one environment per point, then print and
         write the sweep report (ms/step per point with intervals, a plot, a verdict per step)."""
-        from fwbench.cli.commands import _result_line, warn_if_busy
         from fwbench.engines.sweep import run_point
 
         points = _points(vary, vary_date)
@@ -81,7 +80,7 @@ def register(app: typer.Typer) -> None:
         for point in points:
             console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
             at_point = run_point(specs, point, out, pin_set, device, _status(), resume=resume,
-                                 on_done=lambda result: console.print(_result_line(result)))
+                                 on_done=lambda result: console.print(result_line(result)))
             rows += at_point
             for row in at_point:
                 if row and row["status"] != "ok" and str(row.get("error_type", "")).startswith("Sweep"):
@@ -133,12 +132,11 @@ def register(app: typer.Typer) -> None:
         base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
                                  threads=options.threads or os.cpu_count() or 1)
         check_out_dir(out)
-        from fwbench.cli.commands import _result_line
 
         def measure(label: str, n: int) -> None:
             specs = replace(options, repeats=n).plan(base)
             run_point(specs, points_core.parse_label(label), out, pin_set, device, _status(), resume=True,
-                      on_done=lambda result: console.print(_result_line(result)))
+                      on_done=lambda result: console.print(result_line(result)))
 
         def judge(a: str, b: str):
             loaded = loading.load_results([out])
