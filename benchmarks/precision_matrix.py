@@ -56,7 +56,7 @@ def reason_text(message: str) -> str:
     return " ".join(message.split())[:160].replace("|", "/")
 
 
-def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, date: str) -> str:
+def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, *, date: str) -> str:
     lines = [f"Precision matrix, tiny preset, {machine}, {date} (`benchmarks/precision_matrix.py`; ok rows show the "
              "compute dtype inspected from what ran).", ""]
     for value in values:
@@ -90,7 +90,7 @@ def main() -> int:
             for value in values:
                 code = run(stack, value, args.out, args.threads, tasks)
                 print(f"{stack} --precision {value}: exit {code}", file=sys.stderr, flush=True)
-    print(table(args.out, stacks, values, tasks, args.machine, args.date))
+    print(table(args.out, stacks, values, tasks, args.machine, date=args.date))
     return 0
 
 

@@ -209,7 +209,7 @@ class _SimCell:
 def _judge_bundle(pub: tuple, rerun: tuple, rule: verification.Rule, old: bool = False) -> list[_SimCell]:
     """Every cell's verdict from the moments (mean, variance, count) of simulated log repeat medians, through
     compare's capped Welch test and verification's rule (all cells at once)."""
-    log_ratio, se, dof = compare.capped_welch(*pub, *rerun)
+    log_ratio, se, dof = compare.capped_welch(pub, rerun)
     verdicts, low, high, _, _ = verification.judge_arrays(log_ratio, se, dof, rule)
     if old:  # issue 16's rule: the 90% interval wholly beyond a bound, per cell, no family-wise level
         bound = rule.tolerance_pct / 100

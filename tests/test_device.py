@@ -125,7 +125,7 @@ def test_a_gpu_cell_whose_framework_sees_none_is_a_device_unavailable_row_not_a_
     engine = local_engine(device="cpu")  # the CPU environment: its torch is the one a GPU host would fail to use
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str(shared_data), steps=2,
                     threads=1, device_setting="gpu")
-    [cell] = matrix.plan(["native-torch"], ["bert-predict"], "tiny", None, 1, base)
+    [cell] = matrix.plan(["native-torch"], ["bert-predict"], "tiny", None, 1, base=base)
     engine.prepare("native-torch")
     engine.device = "gpu"  # what --device gpu resolves to on a GPU host (NVML is the boundary)
     [result] = matrix.run_matrix([cell], tmp_path / "out", engine, resume=False)

@@ -63,7 +63,7 @@ def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]],
 def bert_predict(tmp_path, *stacks: str) -> list[CellSpec]:
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str(tmp_path / "data"), steps=5,
                     warmup=2, threads=2)
-    return matrix.plan(stacks, ["bert-predict"], "tiny", None, 1, base)
+    return matrix.plan(stacks, ["bert-predict"], "tiny", None, 1, base=base)
 
 
 GPU = {"io.fwbench.variant": "gpu", "io.fwbench.pin-set": "paper-2024"}

@@ -236,7 +236,7 @@ def test_jit_policy_is_part_of_the_identity_of_keras_cells_only():
 
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=5,
                     threads=os.cpu_count(), jit="on")
-    specs = matrix.plan(["keras3-jax", "native-torch"], ["bert-fit"], "tiny", None, 1, base)
+    specs = matrix.plan(["keras3-jax", "native-torch"], ["bert-fit"], "tiny", None, 1, base=base)
     by_stack = {s.stack: s for s in specs}
     assert by_stack["keras3-jax"].jit == "on" and by_stack["native-torch"].jit == "published"
     assert results.readable_path(by_stack["keras3-jax"], Path("r")).name == "bert-fit.compile-xla.jit-on.r0.parquet"

@@ -38,11 +38,11 @@ def test_the_validation_itself_refuses_typos_wrong_types_and_missing_fields():
 
 def specs():
     base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=5, threads=4)
-    return matrix.plan(["keras3-jax"], ["bert-predict", "bert-fit"], "tiny", None, 2, base)
+    return matrix.plan(["keras3-jax"], ["bert-predict", "bert-fit"], "tiny", None, 2, base=base)
 
 
 def test_rendered_objects_are_valid_kubernetes_objects_with_the_required_properties(tmp_path):
-    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "fwbench-tiny", 2, "fwbench-results", True, "bench")
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "fwbench-tiny", 2, results_claim="fwbench-results", gpu=True, namespace="bench")
     configmap, job = yaml.safe_load_all(files[0].read_text())
     policy = yaml.safe_load(files[1].read_text())
     job_model = deserialize(job, "V1Job")
@@ -64,7 +64,7 @@ def test_rendered_objects_are_valid_kubernetes_objects_with_the_required_propert
 
 
 def test_each_completion_index_reads_its_own_cell(tmp_path):
-    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, "c", False, None)
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, results_claim="c", gpu=False, namespace=None)
     configmap, job = yaml.safe_load_all(files[0].read_text())
     assert "nvidia.com/gpu" not in job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     plan = tmp_path / "cells.json"
@@ -97,7 +97,7 @@ def test_render_command_writes_the_objects_of_a_release_and_refuses_bad_input(tm
 
 
 def rendered_pod(tmp_path, gpu: bool = True) -> dict:
-    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "fwbench-tiny", 2, "fwbench-results", gpu, "bench")
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "fwbench-tiny", 2, results_claim="fwbench-results", gpu=gpu, namespace="bench")
     _configmap, job = yaml.safe_load_all(files[0].read_text())
     return job["spec"]["template"]["spec"]
 
@@ -145,12 +145,12 @@ def test_long_names_stay_unique_and_valid_after_truncation(tmp_path):
              for stack in ("keras3-tensorflow", "keras2-tensorflow", "no-network")}
     assert len(names) == 6 and all(len(n) <= 63 and n[-1] != "-" for n in names)
     assert k8s.object_name("fwbench", "keras3-jax") == "fwbench-keras3-jax"  # short names unchanged
-    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "b" * 63, 1, "c", False, None)
+    files = k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "b" * 63, 1, results_claim="c", gpu=False, namespace=None)
     for document in yaml.safe_load_all(files[0].read_text()):
         assert len(document["metadata"]["name"]) <= 63
 
 
 def test_bad_resource_quantities_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
-        k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, "c", False, None,
-                   k8s.PodResources(memory="lots\nof: it"))
+        k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, results_claim="c", gpu=False, namespace=None,
+                   resources=k8s.PodResources(memory="lots\nof: it"))

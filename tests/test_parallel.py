@@ -82,8 +82,8 @@ def test_results_come_back_in_plan_order_whatever_finishes_first(tmp_path):
     matrix.ensure_data(specs)
     started, finished = [], []
     outcomes = matrix.run_matrix(specs, tmp_path / "out", current_engine(), False,
-                                 lambda spec: started.append(spec.task), lambda result: finished.append(result.spec.task),
-                                 plan_slots(2, 1, CORES, []))
+                                 lambda spec: started.append(spec.task), on_done=lambda result: finished.append(result.spec.task),
+                                 slots=plan_slots(2, 1, CORES, []))
     assert [result.spec.task for result in outcomes] == ["bert-fit", "bert-predict", "sam-fit"]
     assert finished[-1] == "bert-fit" and sorted(started) == sorted(finished) == sorted(s.task for s in specs)
     long, short_a, short_b = (result.row for result in outcomes)

@@ -69,7 +69,7 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
 
 
 def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float,
-                across: list[str] | None = None) -> int:
+                *, across: list[str] | None = None) -> int:
     """Print the per-cell comparison; returns the exit code (1 if a regression exceeds fail_above)."""
     from rich.console import Console
     from rich.markup import escape
@@ -179,6 +179,6 @@ def register(app: typer.Typer) -> None:
         if fail_above is not None and "device_model" in named:
             raise _fail("--fail-above with --across device_model: a ratio across device models is not a regression "
                         "to gate on", 2)
-        code = run_compare(a, b, fail_above, alpha, min_effect, list(dict.fromkeys(across or [])))
+        code = run_compare(a, b, fail_above, alpha, min_effect, across=list(dict.fromkeys(across or [])))
         if code:
             raise typer.Exit(code)

@@ -271,16 +271,16 @@ def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
     Welch-Satterthwaite let false alarms multiply at 10 vs 3 repeats under Holm's small per-cell alpha.
     None when both sides' repeats are identical: no spread to test against (undefined, never p = 0)."""
     la, lb = np.log(a), np.log(b)
-    log_ratio, se, dof = capped_welch(la.mean(), la.var(ddof=1), la.size, lb.mean(), lb.var(ddof=1), lb.size)
+    log_ratio, se, dof = capped_welch((la.mean(), la.var(ddof=1), la.size), (lb.mean(), lb.var(ddof=1), lb.size))
     if se == 0:
         return None
     return LogRatioTest(float(log_ratio), float(se), float(dof))
 
 
-def capped_welch(mean_a, var_a, n_a, mean_b, var_b, n_b):
-    """log_ratio_test's (log ratio, standard error, capped df) from each side's mean, variance (ddof 1) and size
-    of log values; vectorised (numpy arrays of cells work), so simulations judge many cells at once."""
-    mean_a, var_a, n_a, mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in (mean_a, var_a, n_a, mean_b, var_b, n_b))
+def capped_welch(side_a, side_b):
+    """log_ratio_test's (log ratio, standard error, capped df) from each side's (mean, variance (ddof 1), size) of
+    log values; vectorised (numpy arrays of cells work), so simulations judge many cells at once."""
+    mean_a, var_a, n_a, mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in (*side_a, *side_b))
     va, vb = var_a / n_a, var_b / n_b
     with np.errstate(invalid="ignore", divide="ignore"):
         welch_dof = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))

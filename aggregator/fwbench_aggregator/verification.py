@@ -168,7 +168,7 @@ def _facts(frame: pd.DataFrame) -> dict[CellIdentity, dict]:
 
 
 def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
-           fail_above_pct: float | None = None, allow_inconclusive: bool = False, looks: int = 1,
+           fail_above_pct: float | None = None, allow_inconclusive: bool = False, *, looks: int = 1,
            alpha: float = DEFAULT_ALPHA) -> list[VerifiedCell]:
     """One VerifiedCell per published cell; `fails` is True for every verdict but "reproduced" (and
     "inconclusive" with allow_inconclusive), and for a cell whose interval lies above +fail_above_pct.

@@ -87,7 +87,7 @@ def run_cmd(
     base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
                              threads=options.threads or os.cpu_count() or 1)
     specs = options.plan(base)
-    runner = make_engine(engine, image, options.device, docker_memory, options.pin_set, release, options.stack)
+    runner = make_engine(engine, image, options.device, docker_memory, options.pin_set, release=release, stacks=options.stack)
     slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner))
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
@@ -142,7 +142,7 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
             progress.advance(bar)
             progress.console.print(result_line(result))
 
-        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done, slots)
+        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done=on_done, slots=slots)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")
     return outcomes

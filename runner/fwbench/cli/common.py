@@ -46,7 +46,7 @@ ENGINES = ("local", "current", "docker")
 
 
 def make_engine(name: str, image: str | None = None, device: str = "auto", memory: str | None = None,
-                pin_set: str | None = None, release: Path | None = None, stacks: list[str] | None = None):
+                pin_set: str | None = None, *, release: Path | None = None, stacks: list[str] | None = None):
     """pin_set None: the default one (current engine inside an image: the image's). device: --device, resolved
     here once for the whole run. release: the docker engine runs `stacks` in that release's images, by digest."""
     from fwbench.engines import device as devices

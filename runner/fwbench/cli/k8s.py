@@ -54,8 +54,8 @@ def render_cmd(
     specs = options.plan(base)
     images = released_images(release, [s.stack for s in specs], pin_set, variant)
     try:
-        files = k8s.render(specs, images, output, name, parallelism, results_claim, variant == "gpu", namespace,
-                           resources)
+        files = k8s.render(specs, images, output, name, parallelism, results_claim=results_claim, gpu=variant == "gpu", namespace=namespace,
+                           resources=resources)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for path in files:

@@ -182,7 +182,7 @@ class MatrixOptions:
         """Every cell of these options (stack x task x compile mode x repeat), from `base`."""
         from fwbench.engines import matrix
 
-        return matrix.plan(self.stack or [], self.task, self.preset, self.compile, self.repeats, base)
+        return matrix.plan(self.stack or [], self.task, self.preset, self.compile, self.repeats, base=base)
 
 
 def declaration(name: str) -> Declaration:

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         if sign_key is not None and not sign_key.is_file():
             raise _fail(f"no signing key at {sign_key}", 2)
         try:
-            release = publish(registry_host, pin_set, variant, stacks, out, sign_key, cosign_key, image, pushed)
+            release = publish(registry_host, pin_set, variant, stacks, out, sign_key=sign_key, cosign_key=cosign_key, image_template=image, pushed=pushed)
         except (ReleaseError, SigningError) as exc:
             raise _fail(str(exc)) from None
         print(f"release: {out / 'release.json'} ({len(release.images)} image(s)); "

@@ -110,7 +110,7 @@ def submit_cmd(
                 runner.prepare(stack_id, lambda event: print(event.message, file=sys.stderr))
 
     try:
-        submission = slurm.submit(specs, out, data_root, slurm_options, images, probe_timeout if probe else None, prepare)
+        submission = slurm.submit(specs, out, data_root, slurm_options, images, probe_timeout_s=probe_timeout if probe else None, prepare=prepare)
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
     if submission is None:

@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         rows = []
         for point in points:
             console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
-            at_point = run_point(specs, point, out, pin_set, device, _status(), resume=resume,
+            at_point = run_point(specs, point, out, pin_set, device, progress_for=_status(), resume=resume,
                                  on_done=lambda result: console.print(result_line(result)))
             rows += at_point
             for row in at_point:
@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
 
         def measure(label: str, n: int) -> None:
             specs = replace(options, repeats=n).plan(base)
-            run_point(specs, points_core.parse_label(label), out, pin_set, device, _status(), resume=True,
+            run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(), resume=True,
                       on_done=lambda result: console.print(result_line(result)))
 
         def judge(a: str, b: str):
@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
                         return point.estimate.median
             return None
 
-        result = bisect(labels, measure, judge, median_of, repeats, max_repeats)
+        result = bisect(labels, measure, judge, median_of, repeats, max_repeats=max_repeats)
         print_bisect(result, out, tolerance)
         if result.outcome in ("failed",):
             raise typer.Exit(1)

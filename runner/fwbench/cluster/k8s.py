@@ -130,7 +130,7 @@ def _metadata(name: str, stack: str, prefix: str, namespace: str | None) -> dict
 
 
 def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix: str, parallelism: int,
-           results_claim: str, gpu: bool, namespace: str | None, resources: PodResources = PodResources()) -> list[Path]:
+           *, results_claim: str, gpu: bool, namespace: str | None, resources: PodResources = PodResources()) -> list[Path]:
     """One YAML file per stack (ConfigMap + Job) and the NetworkPolicy; returns the files written."""
     import yaml
 

@@ -312,7 +312,7 @@ def ok_cells(out: Path) -> set[tuple[CellIdentity, int]]:
 
 
 def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptions, images: dict[str, str],
-           probe_timeout_s: float | None, prepare: Callable[[list[CellSpec]], None] = lambda todo: None,
+           *, probe_timeout_s: float | None, prepare: Callable[[list[CellSpec]], None] = lambda todo: None,
            ) -> Submission | None:
     """Check, write and sbatch one job array for the cells without ok rows (None: all have one).
     `prepare(cells)` makes their inputs and environments once every check has passed, before sbatch."""

@@ -405,7 +405,7 @@ class PythonEngine:
     """Runs `python -m fwbench.harness.cell` with the interpreter chosen for the stack."""
 
     def __init__(self, name: str, interpreter_for: Callable[[str, Optional[ProgressCallback]], Path], variant: str,
-                 pin_set: str, device: str = "cpu", sweep_fields: Callable[[str], dict] | None = None):
+                 pin_set: str, device: str = "cpu", *, sweep_fields: Callable[[str], dict] | None = None):
         self.name = name
         # A sweep point's engine: the row fields of a stack's point environment (sweep_installed, conflicts).
         self.sweep_fields = sweep_fields
@@ -473,7 +473,7 @@ def local_engine(pin_set: str = DEFAULT_PIN_SET, home: Path | None = None, devic
         return fields
 
     return PythonEngine("local", lambda stack, progress=None: environment(stack, progress).python, image_variant,
-                        pin_set, device, sweep_fields if point is not None else None)
+                        pin_set, device, sweep_fields=sweep_fields if point is not None else None)
 
 
 def current_engine(pin_set: str | None = None, device: str = "cpu") -> PythonEngine:

@@ -29,7 +29,7 @@ class CellResult:
 
 
 def plan(stacks: Iterable[str], tasks: Iterable[str] | None, preset: str, compile_modes: Iterable[str] | None,
-         repeats: int, base: CellSpec) -> list[CellSpec]:
+         repeats: int, *, base: CellSpec) -> list[CellSpec]:
     """Every (stack, task, compile mode, repeat) cell; validates names first (RegistryError). A base without
     steps gives each task its own default (fwbench.core.registry.default_steps)."""
     registry.get_preset(preset)
@@ -94,7 +94,7 @@ def outcome_record(spec: CellSpec, outcome: CellOutcome) -> dict:
 
 def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
                on_start: Callable[[CellSpec], None] = lambda spec: None,
-               on_done: Callable[[CellResult], None] = lambda result: None,
+               *, on_done: Callable[[CellResult], None] = lambda result: None,
                slots: list[Slot] | None = None) -> list[CellResult]:
     """Run every cell, one at a time per slot (fwbench.engines.slots; default: one unpinned slot, one cell at a
     time). The callbacks are never called concurrently; the results come back in plan order."""

@@ -45,7 +45,7 @@ def point_failure_rows(specs: list[CellSpec], out: Path, error_type: str, messag
 
 
 def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str, device: str,
-              progress_for: Callable[[str], object] | None = None, on_start=lambda spec: None,
+              *, progress_for: Callable[[str], object] | None = None, on_start=lambda spec: None,
               on_done=lambda result: None, resume: bool = False) -> list[dict]:
     """Every planned cell at `point` (device: 'cpu' or 'gpu', resolved). Returns the rows written (or kept by
     resume). `progress_for(label)` gives a context manager yielding a build-progress callback."""
@@ -78,7 +78,7 @@ def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str,
     runnable = [spec for spec in specs if spec.stack not in broken]
     if runnable:
         matrix.ensure_data(runnable)
-        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done):
+        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done=on_done):
             rows.append(result.row)
     return rows
 
@@ -108,7 +108,7 @@ class BisectResult:
 
 
 def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callable[[str, str], object],
-           median_of: Callable[[str], float | None], repeats: int = 3, max_repeats: int = 9,
+           median_of: Callable[[str], float | None], repeats: int = 3, *, max_repeats: int = 9,
            add_repeats: int = 3) -> BisectResult:
     """Binary search over `points` (labels; points[0] the good end, points[-1] the bad one).
 

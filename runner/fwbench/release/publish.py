@@ -23,7 +23,7 @@ def git_revision() -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], out: Path, sign_key: Path | None,
+def publish(registry_host: str, pin_set: str, variant: str, stacks: list[str], out: Path, *, sign_key: Path | None,
             cosign_key: Path | None, image_template: str, pushed: bool = False) -> Release:
     """pushed: the images are already on the registry (CI's Buildx pushed them): record them by the digest their
     tag resolves to, reading their facts from a pull by that digest."""

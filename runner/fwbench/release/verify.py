@@ -159,7 +159,7 @@ def rerun(specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for) -> N
 
 
 def rerun_and_judge(published, specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for, references: set[str],
-                    tolerance: float, fail_above: float | None, allow_inconclusive: bool, repeats: int | None,
+                    *, tolerance: float, fail_above: float | None, allow_inconclusive: bool, repeats: int | None,
                     max_repeats: int | None, max_added_s: float | None) -> tuple[list, int]:
     """The first re-runs, then added repeats for inconclusive cells (module doc). (cells, looks per cell)."""
     from fwbench_aggregator import loading, verification
@@ -242,8 +242,8 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
     results_dir = out / "results"
     cells, looks = rerun_and_judge(
         published, specs, results_dir, lambda pin_set, refs: DockerEngine(device=device, pin_set=pin_set, images=refs),
-        set(needed), tolerance, fail_above, allow_inconclusive, repeats, max_repeats,
-        None if max_added_minutes is None else max_added_minutes * 60)
+        set(needed), tolerance=tolerance, fail_above=fail_above, allow_inconclusive=allow_inconclusive, repeats=repeats, max_repeats=max_repeats,
+        max_added_s=None if max_added_minutes is None else max_added_minutes * 60)
     reruns_s = time.perf_counter() - started - checks_s
     facts = [("bundle", str(bundle)), ("release", f"{release.git_revision} ({len(release.images)} image(s), "
                                                   f"registry {release.registry})"),

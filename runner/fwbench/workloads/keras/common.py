@@ -227,7 +227,7 @@ class FitCell(DrivenCell):
     kinds = ("fit",)
     timed = "model.fit(): one Keras train step per batch, clocked by its batch callbacks"
 
-    def __init__(self, model, x, y, total_steps: int, sample_weight=None, ctx=None):
+    def __init__(self, model, x, y, total_steps: int, sample_weight=None, *, ctx=None):
         self.ctx, self.model, self.total_steps = ctx, model, total_steps
         if ctx is not None and ctx.precision == "fp16" and ctx.mixed_dtype:
             ctx.after_run(lambda: report_loss_scale(ctx, model, total_steps))
