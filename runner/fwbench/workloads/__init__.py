@@ -167,10 +167,8 @@ class CellContext:
 
     @property
     def tf32_policy(self) -> str:
-        """The TF32 policy the harness applied (fwbench.core.precision.tf32_policy)."""
-        from fwbench.core import precision
-
-        return precision.tf32_policy(self.spec.precision, self.spec.tf32)
+        """The TF32 policy the harness applied: the precision's (CellSpec.tf32)."""
+        return self.spec.tf32
 
     @property
     def mixed_dtype(self) -> str | None:
