@@ -36,9 +36,10 @@ def test_runs_differing_in_one_setting_keep_all_rows_and_resume_by_identity(tmp_
 
     report = aggregate([out], tmp_path / "report")
     assert report.loaded.table.num_rows == 4 and not report.loaded.notes
-    labels = {v.label for summary in report.summaries for v in summary.variants}  # tf32/fp32: a table each
-    assert {"native-torch [none, tf32=off]", "native-torch [none, tf32=on]"} <= {
-        label.replace(", threads=2", "").replace(", steps=5", "") for label in labels}, labels
+    # --tf32 off / on are the precisions fp32 / tf32 (one axis): a table each; the others share the published one.
+    assert {row["precision"] for row in rows} == {"fp32", "tf32", "published"}
+    assert {summary.precision for summary in report.summaries} == {"fp32", "tf32", "published"}
+    labels = {v.label for summary in report.summaries for v in summary.variants}
     assert any("threads=1" in label for label in labels) and any("steps=3" in label for label in labels), labels
 
     same = bert_predict(out, shared_data, "--tf32", "on", "--resume")

@@ -58,13 +58,16 @@ def test_cpu_rows_carry_the_physics_columns(tmp_path, shared_data):
                        "--preset", "tiny", "--out", str(out), "--data", str(shared_data))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [results.read_row(p) for p in sorted(out.rglob("*.parquet"))]
-    assert len(rows) == 2 and len({r["peak_tflops"] for r in rows}) == 1  # one ceiling per run
+    assert len(rows) == 2
     for row in rows:
         assert row["status"] == "ok", row["error_message"]
         cost = physics.step_cost(row["model"], row["task_kind"], "tiny", row["batch_size"])
         assert row["model_flops_per_step"] == cost.flops and row["flops_convention"] == cost.convention
         assert row["achieved_tflops"] == pytest.approx(cost.flops / row["ms_per_step"] * 1e3 / 1e12)
-        assert row["peak_source"].startswith("measured fp32 GEMM") and row["peak_tflops"] > 0
+        # Each against the ceiling of the precision it ran at, measured once per run: fp32 (NumPy) for BERT,
+        # bf16 through torch for the bfloat16 LLM.
+        wanted = "measured fp32 GEMM" if row["compute_precision"] == "fp32" else "measured bf16 GEMM"
+        assert row["peak_source"].startswith(wanted) and row["peak_tflops"] > 0, row["peak_source"]
         assert row["pct_of_peak"] == pytest.approx(100 * row["achieved_tflops"] / row["peak_tflops"])
         assert row["precision_suspect"] is False and row["energy_status"] is None
     generate = next(r for r in rows if r["task_kind"] == "generate")
