@@ -91,9 +91,10 @@ def register(app: typer.Typer) -> None:
                                                        "allowed-signers file (obtained from them, not the bundle)."),
         allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Go on without a valid signature (said in "
                                                                             "the report)."),
-        max_repeats: int = typer.Option(15, "--max-repeats", help="Re-runs an inconclusive cell may get: batches of "
-                                        "--repeats more, judged after each at levels adjusted for the looks "
-                                        "(--max-repeats equal to --repeats: none added, one look)."),
+        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", help="Re-runs an inconclusive cell may get: "
+                                                  "batches of --repeats more, judged after each at levels adjusted "
+                                                  "for the looks, e.g. 15 (default: --repeats, none added, one look: "
+                                                  "every look widens the first one's interval)."),
         max_added_minutes: float = typer.Option(120.0, "--max-added-minutes", help="No batch of added re-runs "
                                                 "starts once they have taken this long."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
@@ -116,6 +117,7 @@ def register(app: typer.Typer) -> None:
         if options.repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
+        max_repeats = options.repeats if max_repeats is None else max_repeats
         if options.repeats > 100 or max_repeats > 100:
             raise _fail("--repeats and --max-repeats must be at most 100", 2)
         if max_repeats < options.repeats:
