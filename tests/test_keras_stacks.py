@@ -105,7 +105,7 @@ def test_backend_switches_are_recorded(stack_results):
         assert environment["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
         assert (environment["TF_USE_LEGACY_KERAS"] == "1") is (stack == "keras2-tensorflow")
         assert row["framework_version"].split("+")[0] == locked_version(stack)
-        # TensorFlow only feeds the data of the JAX and PyTorch backends: it is given no GPU, so it can hold no
-        # CUDA context or memory beside theirs (on a GPU host; here the call is what can be seen).
+        # TensorFlow only feeds the data of the JAX and PyTorch backends: on a GPU host it is given no GPU, so it can
+        # hold no CUDA context or memory beside theirs; a CPU cell has none to hide (CUDA_VISIBLE_DEVICES empty).
         hidden = json.loads(row["extra"]).get("tensorflow_gpus")
-        assert hidden == ("hidden" if backend in ("jax", "torch") else None), (stack, hidden)
+        assert hidden == ("none visible" if backend in ("jax", "torch") else None), (stack, hidden)

@@ -39,6 +39,10 @@ def _hide_gpus_from_tensorflow() -> str | None:
     Returns what happened (the row's extra.tensorflow_gpus), None where TensorFlow is the backend or absent."""
     if not KERAS3 or BACKEND == "tensorflow" or importlib.util.find_spec("tensorflow") is None:
         return None
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        # A CPU cell (fwbench.engines.device.hide_gpus): nothing to hide, and TensorFlow's runtime is not started
+        # ahead of its time (started at import, its thread pools made tiny CPU cells slower and noisier here).
+        return "none visible"
     import tensorflow as tf
 
     try:
