@@ -4,6 +4,7 @@ containers themselves are tested end to end in test_docker_e2e.py and images/che
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -154,7 +155,8 @@ class StandInContainer:
         return {"StatusCode": 0}
 
     def reload(self):
-        pass
+        if self.client.reload_error is not None:
+            raise self.client.reload_error
 
     def logs(self, stdout, stderr):
         return b"log"
@@ -181,7 +183,7 @@ class StandInContainers:
         return [c for c in self.client.existing if c.labels.get(key) == value]
 
 
-def engine_with_containers(monkeypatch, start_error=None, create_error=None):
+def engine_with_containers(monkeypatch, start_error=None, create_error=None, reload_error=None):
     """The real DockerEngine.run_cell against a stand-in daemon (no Docker here: a true boundary); the watchdog
     process is recorded, not started."""
     import subprocess
@@ -190,7 +192,7 @@ def engine_with_containers(monkeypatch, start_error=None, create_error=None):
 
     client = StandInClient({"fwbench/keras3-jax:paper-2024-cpu": StandInImage(CPU)})
     client.containers, client.events, client.existing = StandInContainers(client), [], []
-    client.start_error, client.create_error = start_error, create_error
+    client.start_error, client.create_error, client.reload_error = start_error, create_error, reload_error
     monkeypatch.setattr(docker, "from_env", lambda: client)
 
     class Watchdog:
@@ -221,6 +223,21 @@ def test_a_container_whose_create_answer_failed_is_still_removed(monkeypatch, tm
     engine, client = engine_with_containers(monkeypatch, create_error=docker.errors.APIError("timeout"))
     [done] = matrix.run_matrix(bert_predict(tmp_path, "keras3-jax"), tmp_path / "out", engine, resume=False)
     assert client.existing == [] and done.row["status"] == "error"
+
+
+def test_a_daemon_that_stops_answering_mid_cell_still_leaves_a_row_and_the_run_goes_on(monkeypatch, tmp_path):
+    """CI once saw Docker stop answering after a memory-starved container: the run ended with no row at all."""
+    import requests
+
+    error = requests.exceptions.ConnectionError("Read timed out. (read timeout=60)")
+    engine, client = engine_with_containers(monkeypatch, reload_error=error)
+    [spec] = bert_predict(tmp_path, "keras3-jax")
+    specs = [spec, dataclasses.replace(spec, repeat=1)]
+    done = matrix.run_matrix(specs, tmp_path / "out", engine, resume=False)
+    assert [d.row["status"] for d in done] == ["error", "error"]
+    assert done[0].row["error_type"] == "EngineFailed"
+    assert "docker engine failed around the cell: ConnectionError: Read timed out" in done[0].row["error_message"]
+    assert client.existing == [] and client.events.count("watchdog stopped") == 2
 
 
 def test_the_watchdog_runs_before_any_container_exists_and_removes_it_by_token(monkeypatch, tmp_path):

@@ -44,6 +44,7 @@ class CellOutcome:
     record_path: Path
     oom_killed: bool = False  # the engine saw the kernel/cgroup OOM killer end the cell
     row_fields: dict = field(default_factory=dict)  # engine facts for the row (image id, digest)
+    engine_failure: str | None = None  # the engine itself failed around the cell (e.g. Docker stopped answering)
 
     def log_tail(self, lines: int = 15) -> str:
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from fwbench.core import data, registry, results
-from fwbench.engines import CellOutcome
+from fwbench.engines import CellOutcome, EngineError
 from fwbench.harness.cell import base_record
 from fwbench.core.identity import CellIdentity
 from fwbench.engines.slots import UNPINNED, Slot
@@ -74,7 +74,10 @@ def outcome_record(spec: CellSpec, outcome: CellOutcome) -> dict:
         return {**record, **outcome.row_fields}
     record = {**base_record(spec), **outcome.row_fields}
     code = outcome.returncode
-    if outcome.timed_out:
+    if outcome.engine_failure is not None:
+        record.update(status="error", error_type="EngineFailed",
+                      error_message=f"the {spec.engine} engine failed around the cell: {outcome.engine_failure}")
+    elif outcome.timed_out:
         record.update(status="timeout", error_type="Timeout",
                       error_message=f"cell exceeded its timeout of {spec.timeout_s:g} s and was killed")
     elif outcome.oom_killed:
@@ -192,7 +195,14 @@ class _Run:
         record_path = self.out_dir / ".work" / f"{name}.record.json"
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.unlink(missing_ok=True)
-        return record_path, self.engine.run_cell(spec, record_path, self.out_dir / "logs" / f"{name}.log")
+        log_path = self.out_dir / "logs" / f"{name}.log"
+        try:
+            return record_path, self.engine.run_cell(spec, record_path, log_path)
+        except EngineError:
+            raise  # the run cannot go on (no image, no Docker): one clear error, not a failed row per cell
+        except Exception as exc:  # the engine broke mid-cell: the cell still gets its row, with the reason
+            failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            return record_path, CellOutcome(None, False, log_path, record_path, engine_failure=failure)
 
     def _write(self, spec: CellSpec, launched: tuple[Path, CellOutcome], at_once: int, process_s: float) -> CellResult:
         record_path, outcome = launched
