@@ -46,7 +46,7 @@ def docker_engine(monkeypatch, template: str, images: dict[str, dict[str, str]],
     from fwbench.engines.docker import DockerEngine
 
     client = StandInClient({name: StandInImage(labels) for name, labels in images.items()})
-    monkeypatch.setattr(docker, "from_env", lambda: client)
+    monkeypatch.setattr(docker, "from_env", lambda **kwargs: client)
     monkeypatch.setattr(devices, "host_has_gpu", lambda: device == "gpu")
     engine = DockerEngine(template, device=device, pin_set="paper-2024")
     ran: list[CellSpec] = []
@@ -193,7 +193,7 @@ def engine_with_containers(monkeypatch, start_error=None, create_error=None, rel
     client = StandInClient({"fwbench/keras3-jax:paper-2024-cpu": StandInImage(CPU)})
     client.containers, client.events, client.existing = StandInContainers(client), [], []
     client.start_error, client.create_error, client.reload_error = start_error, create_error, reload_error
-    monkeypatch.setattr(docker, "from_env", lambda: client)
+    monkeypatch.setattr(docker, "from_env", lambda **kwargs: client)
 
     class Watchdog:
         def __init__(self, argv, **kwargs):

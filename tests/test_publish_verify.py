@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from fwbench.engines.docker_client import docker_client
 from fwbench.release.record import read_release
 from tests.conftest import run_fwbench
 from tests.test_docker_e2e import PIN_SET, REQUIRED, compose, docker_ready
@@ -60,9 +61,7 @@ def local_registry(tmp_path_factory):
         process.kill()
         pytest.fail(f"docker-registry did not start: {(work / 'registry.log').read_text()[-500:]}")
     yield f"127.0.0.1:{port}"
-    import docker
-
-    client = docker.from_env()  # the pushed tags and the tampered image: no disk left behind
+    client = docker_client()  # the pushed tags and the tampered image: no disk left behind
     for image in client.images.list():
         if any(tag.startswith(f"127.0.0.1:{port}/") for tag in image.tags):
             for tag in image.tags:
@@ -96,9 +95,11 @@ def published(local_registry, tmp_path_factory):
     assert f"FWBENCH_DIGEST_KERAS3_JAX=@{image.digest}" in (work / "release" / "release.env").read_text()
     sbom = (work / "release" / "sboms" / f"{STACK}-{PIN_SET}-cpu.cdx.json").read_text()
     assert '"bomFormat": "CycloneDX"' in sbom and "pkg:pypi/jax@" in sbom and "pkg:deb/debian/" in sbom
+    # 100 steps: a tiny step takes milliseconds and jitters; the median of 10 of them moved up to 2x from one
+    # container to the next here, the median of 100 about 10% (5 repeats each, 2026-11-25, the 2-core machine).
     done = run_fwbench("run", "--engine", "docker", "--release", str(work / "release" / "release.json"),
                        "--pin-set", PIN_SET, "--stack", STACK, "--task", "bert-predict", "--preset", "tiny",
-                       "--steps", "10", "--repeats", "5", "--data", str(work / "data"), "--out", str(work / "results"))
+                       "--steps", "100", "--repeats", "5", "--data", str(work / "data"), "--out", str(work / "results"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     row_files = sorted((work / "results").rglob("*.parquet"))
     assert len(row_files) == 5
@@ -153,26 +154,31 @@ def rewrite_bundle(published, name: str, edit, resign: bool = True) -> Path:
 
 
 def test_verify_passes_on_the_published_bundle(published):
-    """An honest 5-repeat bundle, re-run 5 times (the default) in the released image: every cell reproduced.
-    The tolerance is stated: +-25%, since tiny cells on a shared 2-core CI machine vary more than 10% from one
-    process to the next (the default +-10% would often, and honestly, say inconclusive here).
+    """An honest 5-repeat bundle, re-run 5 times (the default) in the released image, at a stated tolerance of
+    +-25%: never a false claim (slower, faster, not reproduced), and reproduced or, honestly, inconclusive.
 
-    Load-proof through the busy signal: when rows of either side were timed beside other load (the machine was
-    busy, the rows say so), "inconclusive" saying so is the honest verdict, and the only other one accepted."""
+    Why inconclusive is accepted: tiny cells in containers here vary up to 2x from one process to the next
+    (per-process medians of 100 steps 2.9-5.9 ms, 10 repeats, 2026-11-25, the 2-core development machine; a
+    log-sd of 0.17), and at that noise 5 repeats a side call an honest bundle reproduced only about 40% of the
+    time (simulated with verify's own rule). Reproducing is a matter of power (more repeats, a quieter machine);
+    what verify must never do is accuse an honest publisher, which this test checks, with
+    --allow-inconclusive so that the exit status says the same. test_verify_fails_rows_edited_to_be_3x_faster
+    checks that a real difference is caught."""
     out = published["work"] / "verify-ok"
-    done = verify(published, published["work"] / "bundle.tar.gz", out, "--tolerance", "25")
+    done = verify(published, published["work"] / "bundle.tar.gz", out, "--tolerance", "25", "--allow-inconclusive")
     assert (out / "report" / "verification.md").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     report = (out / "report" / "verification.md").read_text()
     assert "good signature by publisher@test" in report
     [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
     assert (cell["stack"], cell["task"], cell["preset"]) == ("keras3-jax", "bert-predict", "tiny")
-    if cell["verdict"] == "inconclusive" and "busy rows" in cell["detail"]:
-        assert done.returncode == 1 and "(inconclusive)" in done.stderr, done.stderr[-3000:]
-        print(f"\nthe machine was busy: {cell['detail']}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert cell["verdict"] in ("reproduced", "inconclusive"), cell["detail"]
+    assert "not reproduced" not in report and "(FAIL)" not in report
+    if cell["verdict"] == "inconclusive":
+        assert "straddles a tolerance bound" in cell["detail"] or "busy rows" in cell["detail"], cell["detail"]
+        print(f"\nan honest inconclusive: {cell['detail']}")
     else:
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert cell["verdict"] == "reproduced" and "| reproduced |" in report
-        assert "not reproduced" not in report and "(FAIL)" not in report
+        assert "| reproduced |" in report
     assert (out / "report" / "verification.html").is_file() and (out / "report" / "verification.parquet").is_file()
     reruns = sorted((out / "results").rglob("*.parquet"))
     assert len(reruns) == 5
@@ -259,9 +265,7 @@ def test_verify_refuses_a_wrong_digest(published):
 def test_verify_refuses_a_tampered_image(published):
     """The released tag re-pushed with one extra layer: pulling by digest still gets the original, but the tag
     no longer names it, and verify refuses rather than vouch for a release whose images changed."""
-    import docker
-
-    client = docker.from_env()
+    client = docker_client()
     image = published["image"]
     container = client.containers.run(image.reference, entrypoint=["sh", "-c", "echo tampered > /tmp/extra"],
                                       detach=True, network_disabled=True)

@@ -22,6 +22,7 @@ from fwbench.engines.watchdog import WATCHDOG_LABEL, remove_containers
 from fwbench.core.pins import DEFAULT_PIN_SET
 from fwbench.core.registry import IMAGE_TEMPLATE
 from fwbench.core.spec import CellSpec
+from fwbench.engines.docker_client import docker_client
 
 DEFAULT_IMAGE = IMAGE_TEMPLATE  # fwbench/<stack>:<pin set>-<variant>, e.g. fwbench/keras3-jax:paper-2024-gpu
 
@@ -45,11 +46,11 @@ class DockerEngine:
         """device: --device (auto, gpu, cpu). images: stack -> image reference by digest (a release's), used
         instead of the template and pulled when not present."""
         try:
-            import docker
+            import docker  # noqa: F401 (only: is the SDK installed?)
         except ImportError:
             raise EngineError("the docker engine needs the Docker SDK: pip install 'fwbench[docker]'") from None
         try:
-            self.client = docker.from_env()
+            self.client = docker_client()
             self.client.ping()
         except Exception as exc:  # docker.errors.DockerException and connection errors
             raise EngineError(f"cannot reach a Docker engine: {exc}") from None

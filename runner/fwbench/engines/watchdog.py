@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from fwbench.engines.docker_client import docker_client
+
 POLL_S = 0.2
 WATCHDOG_LABEL = "io.fwbench.watchdog-token"
 
@@ -52,9 +54,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m fwbench.engines.watchdog RUNNER_PID TOKEN", file=sys.stderr)
         return 2
     runner_pid, token = int(argv[0]), argv[1]
-    import docker
-
-    client = docker.from_env()
+    client = docker_client()
     while alive(runner_pid):
         time.sleep(POLL_S)
     remove_containers(client, token)

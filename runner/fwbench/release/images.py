@@ -10,17 +10,18 @@ import json
 import tarfile
 
 from fwbench.release.record import IMAGE_MANIFEST_PATH, IMAGE_SBOM_PATH, ReleaseError, ReleasedImage
+from fwbench.engines.docker_client import docker_client as engine_client
 
 LABEL_STACK, LABEL_VARIANT, LABEL_PIN_SET = "io.fwbench.stack", "io.fwbench.variant", "io.fwbench.pin-set"
 
 
 def docker_client():
     try:
-        import docker
+        import docker  # noqa: F401 (only: is the SDK installed?)
     except ImportError:
         raise ReleaseError("publishing and verifying need the Docker SDK: pip install 'fwbench[docker]'") from None
     try:
-        client = docker.from_env()
+        client = engine_client()
         client.ping()
     except Exception as exc:  # docker.errors.DockerException and connection errors
         raise ReleaseError(f"cannot reach a Docker engine: {exc}") from None
