@@ -19,8 +19,8 @@ ALL_OPTIONS = [f.name for f in fields(matrix.MatrixOptions)]
 EXPECTED = {
     ("run",): ((), set()),
     ("demo",): (("preset", "compile"), {"stack", "steps", "parallel", "data"}),
-    ("slurm", "submit"): (("parallel",), {"threads", "device"}),
-    ("k8s", "render"): (("data", "device", "parallel"), {"preset", "threads"}),
+    ("slurm", "submit"): (("parallel", "devices", "global_batch"), {"threads", "device"}),
+    ("k8s", "render"): (("data", "device", "parallel", "devices", "global_batch"), {"preset", "threads"}),
     ("verify",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "repeats", "device")), {"task", "repeats"}),
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),
@@ -94,7 +94,12 @@ BAD = [("stack", ["--stack", "nope"], "unknown stack 'nope'"),
        ("repeats", ["--repeats", "0"], "--repeats must be at least 1, got 0"),
        ("timeout", ["--timeout", "0"], "--timeout must be more than 0, got 0"),
        ("threads", ["--threads", "0"], "--threads must be at least 1, got 0"),
-       ("parallel", ["--parallel", "many"], "--parallel must be a positive number or auto")]
+       ("parallel", ["--parallel", "many"], "--parallel must be a positive number or auto"),
+       ("devices", ["--devices", "0"], "--devices must be at least 1, got 0"),
+       ("devices", ["--devices", "two"], "--devices must be an integer, got 'two'"),
+       ("global_batch", ["--global-batch", "0"], "--global-batch must be at least 1, got 0"),
+       ("global_batch", ["--devices", "2", "--global-batch", "3"],
+        "--global-batch 3 does not split evenly over --devices 2")]
 
 
 def fwbench_main(monkeypatch, capsys, args: list[str]) -> tuple[int, str]:
@@ -122,10 +127,12 @@ def test_a_bad_value_is_one_line_and_exit_2_before_anything_else(tmp_path, monke
 
 def test_base_spec_carries_every_option_that_sets_a_spec_field():
     options = matrix.MatrixOptions(stack=["native-torch"], preset="small", steps=7, warmup=0, timeout=5.0, jit="on",
-                                   tf32="off", seed=3, per_step_sync=False, device="cpu", inject_fault="raise")
+                                   tf32="off", seed=3, per_step_sync=False, device="cpu", inject_fault="raise",
+                                   devices=2, global_batch=8)
     spec = options.base_spec(data_dir="/d", threads=2, pin_set="paper-2024")
     assert (spec.preset, spec.steps, spec.warmup, spec.timeout_s, spec.jit, spec.tf32, spec.seed, spec.per_step_sync,
-            spec.device_setting, spec.fault, spec.data_dir, spec.threads, spec.pin_set) == (
-        "small", 7, 0, 5.0, "on", "off", 3, False, "cpu", "raise", "/d", 2, "paper-2024")
+            spec.device_setting, spec.fault, spec.data_dir, spec.threads, spec.pin_set, spec.devices,
+            spec.global_batch) == (
+        "small", 7, 0, 5.0, "on", "off", 3, False, "cpu", "raise", "/d", 2, "paper-2024", 2, 8)
     defaults = matrix.MatrixOptions(preset="paper").base_spec(data_dir="/d", threads=1)
     assert (defaults.warmup, defaults.timeout_s, defaults.steps) == (2, 7200.0, None)

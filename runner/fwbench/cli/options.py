@@ -32,6 +32,7 @@ import typer
 
 from fwbench.core import precision as precisions
 from fwbench.core import registry
+from fwbench.core import scaling
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
 from fwbench.cli.common import DEVICE_HELP, PIN_SET_HELP, check_pin_set
@@ -50,6 +51,9 @@ class Declaration:
     envvar: str | None = None
     hidden: bool = False
     spec_field: str | None = None  # the CellSpec field the value goes to as given (others: base_spec)
+    # Reads the command line's text into the field's type with a one-line UsageError (Typer's own type errors
+    # are a multi-line box); the option is then shown to Typer as text.
+    parse: Callable[[Any], Any] | None = None
 
 
 _UNCHANGED: Any = object()
@@ -86,6 +90,17 @@ def _at_least(flag: str, least: int) -> Callable[[Any], None]:
         if value < least:
             raise UsageError(f"{flag} must be at least {least}, got {value}")
     return check
+
+
+def _integer(flag: str) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise UsageError(f"{flag} must be an integer, got '{value}'") from None
+    return parse
 
 
 def _positive(flag: str) -> Callable[[Any], None]:
@@ -142,6 +157,14 @@ class MatrixOptions:
                                      default_text="$FWBENCH_DATA or ~/.cache/fwbench/data")
     seed: int = _declared(0, "Seed of the shared data.", spec_field="seed")
     per_step_sync: bool = _declared(True, "Sync after every timed step (per-step times).", spec_field="per_step_sync")
+    devices: int = _declared(1, "Data-parallel devices per fit cell (each stack's own data parallelism; on a CPU, "
+                             "logical devices sharing the cell's cores: correctness, not speed). Other tasks with "
+                             "more than 1 are unsupported rows.", check=_at_least("--devices", 1),
+                             spec_field="devices", parse=_integer("--devices"))
+    global_batch: Optional[int] = _declared(None, "Strong scaling: the global batch, split evenly over --devices.",
+                                            check=_at_least("--global-batch", 1),
+                                            default_text="weak scaling, the task's batch on each device",
+                                            spec_field="global_batch", parse=_integer("--global-batch"))
     device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
     parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
@@ -158,6 +181,10 @@ class MatrixOptions:
             for mode in self.compile or ():
                 registry.check_compile_mode(registry.get_stack(stack_id), mode)
         self.resolved_precision()
+        try:
+            scaling.check(self.devices, self.global_batch)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     def resolved_precision(self) -> str:
         """--precision with its --tf32 alias applied (they must not contradict each other)."""
@@ -217,12 +244,12 @@ def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None =
         own = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY,
                                  annotation=hints.get(parameter.name, parameter.annotation))
                for parameter in list(inspect.signature(command).parameters.values())[1:]]
-        shown = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[name],
+        shown = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_shown_type(name),
                                    default=_typer_option(name, overrides.get(name))) for name in names]
 
         @functools.wraps(command)
         def with_options(**values: Any) -> Any:
-            options = MatrixOptions(**fixed, **{name: values.pop(name) for name in names})
+            options = MatrixOptions(**fixed, **{name: _parsed(name, values.pop(name)) for name in names})
             options.check()
             return command(options, **values)
 
@@ -233,6 +260,16 @@ def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None =
         return with_options
 
     return decorate
+
+
+def _shown_type(name: str) -> Any:
+    """The type Typer parses an option as: text where the option parses itself (Declaration.parse)."""
+    return Optional[str] if declaration(name).parse else _TYPES[name]
+
+
+def _parsed(name: str, value: Any) -> Any:
+    parse = declaration(name).parse
+    return parse(value) if parse else value
 
 
 def _typer_option(name: str, override: Override | None) -> Any:
@@ -247,4 +284,5 @@ def _typer_option(name: str, override: Override | None) -> Any:
         required = required if override.required is None else override.required
     if default_text:
         help = help.rstrip(".") + f" (default: {default_text})."
-    return typer.Option(... if required else default, help=help, envvar=declared.envvar, hidden=declared.hidden)
+    return typer.Option(... if required else default, help=help, envvar=declared.envvar, hidden=declared.hidden,
+                        metavar="<int>" if declared.parse else None)

@@ -19,7 +19,8 @@ slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm jo
 
 
 @slurm_app.command("submit")
-@matrix_options(omit=("parallel",), threads=Override(default_text="--cpus-per-task"),
+# A scaling cell needs N devices in its allocation: not rendered yet (issue 29), so not offered.
+@matrix_options(omit=("parallel", "devices", "global_batch"), threads=Override(default_text="--cpus-per-task"),
                 device=Override(help="Device of every cell: auto (gpu when --gres gives the task a GPU, else cpu), "
                                      "gpu or cpu."))
 def submit_cmd(

@@ -32,6 +32,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "device_model": ("device_model", "device_model"),
     # A version-sweep point (fwbench.core.sweep): "transformers==4.38.2" or "date:2024-03-01"; None: no sweep.
     "sweep_point": ("sweep_point", "sweep_point"),
+    # Data-parallel scaling (fwbench.core.scaling): the devices a fit ran data-parallel on, and the global batch
+    # asked for (--global-batch: strong scaling; None: weak scaling, the task's batch per device).
+    "devices": ("devices", "devices"),
+    "global_batch": ("global_batch_setting", "global_batch"),
 }
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 
@@ -44,6 +48,8 @@ OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     # Before schema v7 the TF32 setting was the axis: default, on, off are published, tf32, fp32.
     "precision": precision.of_row,
     "sweep_point": lambda row: None,  # before schema v8 no row was a sweep point
+    "devices": lambda row: 1,  # before schema v9 every cell ran on one device
+    "global_batch": lambda row: None,  # ... with the task's batch (weak scaling's)
 }
 # Settings read through their OLD_ROWS_READ_AS entry even when the row has the column (a `published` row beside a
 # --tf32 on/off is the same one-axis precision).
@@ -52,11 +58,13 @@ ALWAYS_READ_AS = ("precision",)
 # Settings whose default does not depend on the host or the preset: shown in labels and file names
 # only when they differ from it.
 FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
-                                  "per_step_sync": True, "data_seed": 0, "sweep_point": None}
+                                  "per_step_sync": True, "data_seed": 0, "sweep_point": None,
+                                  "devices": 1, "global_batch": None}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
     "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
     "steps": "steps-{}", "data_seed": "seed-{}", "sweep_point": "at-{}",
+    "devices": "devices-{}", "global_batch": "gbatch-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 

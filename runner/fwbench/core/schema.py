@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -27,8 +27,11 @@ ADDED_IN_V7 = ("precision", "compute_dtype", "variable_dtype", "loss_scale", "lo
                "nonfinite_losses")
 # v8: version sweeps (fwbench sweep / bisect): the point a row measured, and what its environment really installed.
 ADDED_IN_V8 = ("sweep_point", "sweep_installed")
+# v9: data-parallel scaling (--devices, --global-batch): the devices a fit ran on, the batch per device and in all,
+# the global batch asked for (an identity setting) and the collectives that reduced the gradients.
+ADDED_IN_V9 = ("devices", "per_device_batch", "global_batch", "global_batch_setting", "comm_backend")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
-            8: ADDED_IN_V8}
+            8: ADDED_IN_V8, 9: ADDED_IN_V9}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -50,7 +53,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("task", "string", "Task id, e.g. bert-fit, gemma-generate-bs32."),
     ("task_kind", "string", "fit, predict or generate."),
     ("preset", "string", "tiny, small or paper (paper = published sizes)."),
-    ("batch_size", "int64", "Batch size actually used."),
+    ("batch_size", "int64", "Batch size actually used (data-parallel rows: the global batch, all devices')."),
     ("compile_mode", "string", "native-torch: none/reduce-overhead/default/max-autotune; Keras: xla or none."),
     ("jit_compile", "bool", "Keras jit_compile flag the cell really used (null for native-torch)."),
     ("jit_policy", "string", "--jit: published (each Keras cell's XLA setting as in the published run), on or off."),
@@ -81,7 +84,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ms_per_step", "float64", "Timed window wall time / timed_steps, milliseconds, synced at both ends."),
     ("step_ms", "list<float64>", "Per-step times in the window (null if per_step_sync is false)."),
     ("per_step_sync", "bool", "True if the device was synced after every timed step."),
-    ("samples_per_s", "float64", "batch_size / seconds per step."),
+    ("samples_per_s", "float64", "batch_size / seconds per step (data-parallel rows: the global batch's)."),
     ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU."),
     ("peak_mem_kind", "string", "Which counter peak_mem_bytes is (cuda_allocator_peak, process_peak_rss, ...)."),
     ("tokens_generated", "int64", "generate: new tokens per sequence actually produced."),
@@ -213,6 +216,17 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                   "'PACKAGE==VERSION' for a package point ('; '-separated top-level requirements "
                                   "for a date point); a package point whose installed version is not the one asked "
                                   "for is never measured (status error, SweepVersionMismatch)."),
+    ("devices", "int64", "Identity: the devices a fit ran data-parallel on (--devices; 1: one device, as every row "
+                         "before schema v9, which read as 1). On a CPU these are logical devices sharing the "
+                         "cell's cores: such rows check correctness, they make no speed claim."),
+    ("per_device_batch", "int64", "Samples each device processed per step (weak scaling: the task's batch; strong: "
+                                  "global_batch / devices)."),
+    ("global_batch", "int64", "Samples one step processed over all devices (per_device_batch x devices)."),
+    ("global_batch_setting", "int64", "Identity: --global-batch asked for (strong scaling); null: weak scaling, the "
+                                      "task's batch on each device."),
+    ("comm_backend", "string", "Data-parallel rows (devices > 1): the collectives that reduced the gradients: gloo "
+                               "or nccl (torch DistributedDataParallel), xla-collectives (JAX SPMD); null on one "
+                               "device."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it)."),
 )

@@ -12,7 +12,7 @@ from fwbench.core.identity import CellIdentity
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
 # Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
 # engine) still reads its spec.
-OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point")
+OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class CellSpec:
     # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
     # the environment the cell runs in being the pin set's with that change. None: no sweep.
     sweep_point: str | None = None
+    # Data-parallel scaling (fwbench.core.scaling; both part of the identity): the devices a fit runs data-parallel
+    # on, and the global batch (None: weak scaling, the task's batch on each device; G: strong scaling, G / devices
+    # per device).
+    devices: int = 1
+    global_batch: int | None = None
 
     @property
     def cell_id(self) -> str:
@@ -76,6 +81,8 @@ class CellSpec:
                 del fields[name]
         if fields["precision"] == "published":  # as a spec written before --precision existed
             del fields["precision"]
+        if fields["devices"] == 1:  # as a spec written before --devices existed
+            del fields["devices"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod

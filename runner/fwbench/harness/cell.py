@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench import __version__
-from fwbench.core import data, pins, precision, registry
+from fwbench.core import data, pins, precision, registry, scaling
 from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
@@ -82,8 +82,13 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
     jit_compile = stack.jit_compile(spec.task, spec.jit) if stack and task else None
     if jit_compile is not None:  # Keras stacks: XLA or eager, per the stack definition
         record["jit_compile"] = jit_compile
+    record["devices"] = spec.devices
+    record["global_batch_setting"] = spec.global_batch
     if task and spec.preset in registry.PRESETS:
-        record["batch_size"] = registry.workload(spec.task, spec.preset).batch_size
+        per_device, global_batch = scaling.batches(registry.workload(spec.task, spec.preset).batch_size,
+                                                   spec.devices, spec.global_batch)
+        # One step's samples over all devices (the task's batch on one device, weak scaling).
+        record.update(batch_size=global_batch, per_device_batch=per_device, global_batch=global_batch)
     return record
 
 
@@ -180,7 +185,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     phases.done("data_load")
     _inject_fault_before_build(spec)
-    reason = stack.unsupported_reason(workload.task.model)
+    reason = stack.unsupported_reason(workload.task.model) or scaling.unsupported_reason(
+        stack.id, workload.task.kind, spec.devices)
     if reason:
         raise Unsupported(reason)
 
@@ -242,13 +248,18 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     environment = envinfo.environment()
     versions = environment.pop("library_versions")
     device = backend.device_info()
+    # Data-parallel rows: one step processes the global batch (all devices'); one device: the task's batch.
+    per_device_batch, global_batch = scaling.batches(workload.batch_size, spec.devices, spec.global_batch)
     result: dict[str, Any] = {
         "setup_s": built.setup_s,
         "first_step_s": clock.first_step_s,
         "ms_per_step": ms_per_step,
         "step_ms": clock.step_ms(),
-        "samples_per_s": workload.batch_size * 1000.0 / ms_per_step,
-        "batch_size": workload.batch_size,
+        "samples_per_s": global_batch * 1000.0 / ms_per_step,
+        "batch_size": global_batch,
+        "per_device_batch": per_device_batch,
+        "global_batch": global_batch,
+        "comm_backend": scaling.comm_backend(stack.id, backend.on_gpu) if spec.devices > 1 else None,
         "peak_mem_bytes": peak_mem_bytes,
         "peak_mem_kind": peak_mem_kind,
         "input_sha256": built.input_sha256,

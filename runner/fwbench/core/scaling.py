@@ -1,0 +1,89 @@
+"""Data-parallel scaling as an axis of the fit cells (`--devices N`, `--global-batch G`), defined once.
+
+  weak scaling (the default)  each device gets the task's batch: per-device batch = b, global batch = N x b.
+  strong scaling              `--global-batch G`: the global batch is G, split evenly: per-device batch = G / N.
+
+Each stack runs its own idiomatic data parallelism (docs/workloads.md#data-parallel-scaling); a stack or task that
+cannot is an `unsupported` row with the reason, never a one-device row in its place.
+
+Plain Python and numpy: the runner, the cell and the aggregator import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_DEVICES = 1
+
+# What each stack's data parallelism is, and the collectives it reduces gradients with (the comm_backend column);
+# a stack absent here cannot run data-parallel in fwbench (SCALING_UNSUPPORTED says why).
+DATA_PARALLEL: dict[str, str] = {
+    "native-torch": "torch DistributedDataParallel (HF Trainer), one process per device",
+    "keras3-jax": "keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh",
+}
+SCALING_UNSUPPORTED: dict[str, str] = {
+    "keras3-torch": ("Keras 3 on PyTorch has no data parallelism of its own: the pinned Keras implements "
+                     "keras.distribution (DataParallel) for the JAX backend only (it has no torch "
+                     "distribution_lib), and no Keras release known to fwbench adds it for torch"),
+    "keras3-tensorflow": ("data-parallel fits with tf.distribute.MirroredStrategy are not yet implemented in "
+                          "fwbench"),
+    "keras2-tensorflow": ("data-parallel fits with tf.distribute.MirroredStrategy are not yet implemented in "
+                          "fwbench"),
+}
+NOT_A_FIT = "data-parallel variants exist for fit tasks"
+
+
+def comm_backend(stack_id: str, on_gpu: bool) -> str | None:
+    """The collectives the stack's data parallelism reduces gradients with on this device (None: none)."""
+    if stack_id == "native-torch":
+        return "nccl" if on_gpu else "gloo"
+    if stack_id == "keras3-jax":
+        return "xla-collectives"
+    return None
+
+
+def unsupported_reason(stack_id: str, task_kind: str, devices: int) -> str | None:
+    """Why this stack cannot run this task on `devices` devices (None: it can, or devices is 1)."""
+    if devices == DEFAULT_DEVICES:
+        return None
+    if task_kind != "fit":
+        return f"--devices {devices}: {NOT_A_FIT} (this is a {task_kind} task)"
+    if stack_id not in DATA_PARALLEL:
+        return f"--devices {devices}: " + SCALING_UNSUPPORTED.get(
+            stack_id, f"no data-parallel variant of stack {stack_id} in fwbench")
+    return None
+
+
+def check(devices: int, global_batch: int | None) -> None:
+    """ValueError (one line) unless devices >= 1 and the global batch, if given, splits evenly over them."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"--devices must be an integer of at least 1, got {devices!r}")
+    if global_batch is None:
+        return
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ValueError(f"--global-batch must be an integer of at least 1, got {global_batch!r}")
+    if global_batch % devices:
+        raise ValueError(f"--global-batch {global_batch} does not split evenly over --devices {devices}")
+
+
+def batches(task_batch: int, devices: int, global_batch: int | None) -> tuple[int, int]:
+    """(per-device batch, global batch): weak scaling keeps the task's batch per device; strong splits G."""
+    check(devices, global_batch)
+    if global_batch is None:
+        return task_batch, task_batch * devices
+    return global_batch // devices, global_batch
+
+
+def global_rows(arrays: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The shared batch grown (or cut) to `rows` rows along axis 0: copy k of the batch is rolled by k rows, so a
+    device's slice of a weak-scaling global batch differs from every other device's (no two devices see the same
+    rows in the same order) while every input stays the shared, checksummed data. rows == the batch: unchanged."""
+    import numpy as np
+
+    first = next(iter(arrays.values()))
+    have = len(first)
+    if rows == have:
+        return dict(arrays)
+    copies = -(-rows // have)
+    return {key: np.concatenate([np.roll(value, k, axis=0) for k in range(copies)])[:rows]
+            for key, value in arrays.items()}

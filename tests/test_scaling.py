@@ -1,0 +1,99 @@
+"""Data-parallel scaling as an axis (--devices, --global-batch): identity, old rows, file names, batches, and the
+unsupported rows of tasks and stacks that have no data-parallel variant. No framework runs here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fwbench.core import data, registry, results, scaling
+from fwbench.core.identity import CellIdentity, file_tokens
+from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
+from fwbench.core.spec import CellSpec
+from fwbench.harness import cell
+
+
+def spec(**fields) -> CellSpec:
+    return CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 5, **fields)
+
+
+def test_devices_and_global_batch_are_identity_and_old_rows_read_as_one_device_weak_scaling():
+    one, two, strong = spec(), spec(devices=2), spec(devices=2, global_batch=8)
+    assert len({one.identity, two.identity, strong.identity}) == 3
+    assert (two.identity.setting("devices"), strong.identity.setting("global_batch")) == (2, 8)
+    # A row written before schema v9 has neither column: it is the one-device, weak-scaling cell.
+    old_row = {"stack": "native-torch", "task": "bert-fit", "preset": "tiny", "compile_mode": "none",
+               "timed_steps": 5, "warmup_steps": 2, "threads": 1, "per_step_sync": True, "data_seed": 0,
+               "pin_set": "current", "jit_policy": "published", "image_variant": "venv"}
+    assert CellIdentity.of_row(old_row) == one.identity
+    assert CellIdentity.of_row({**old_row, "devices": 2}) == two.identity
+    assert CellIdentity.of_row({**old_row, "devices": 2, "global_batch_setting": 8.0}) == strong.identity
+
+
+def test_file_name_token_only_off_one_device():
+    defaults = {"threads": 1, "warmup": 2, "steps": 5}
+    assert not any(t.startswith(("devices-", "gbatch-")) for t in file_tokens(spec().identity, defaults))
+    assert file_tokens(spec(devices=2, global_batch=8).identity, defaults) == ["devices-2", "gbatch-8"]
+    path = results.target_path(spec(devices=2), Path("/out"), spec(devices=2).identity)
+    assert ".devices-2." in path.name
+
+
+def test_spec_json_leaves_one_device_out_and_reads_back():
+    assert "devices" not in json.loads(spec().to_json()) and "global_batch" not in json.loads(spec().to_json())
+    strong = spec(devices=4, global_batch=16)
+    assert CellSpec.from_json(strong.to_json()) == strong
+
+
+def test_schema_v9_adds_the_scaling_columns():
+    assert SCHEMA_VERSION == 9
+    assert set(ADDED_IN[9]) == {"devices", "per_device_batch", "global_batch", "global_batch_setting", "comm_backend"}
+    assert set(ADDED_IN[9]) <= set(COLUMN_NAMES)
+
+
+@pytest.mark.parametrize("task_batch, devices, global_batch, expected", [
+    (4, 1, None, (4, 4)), (4, 2, None, (4, 8)), (4, 2, 4, (2, 4)), (4, 4, 16, (4, 16))])
+def test_weak_and_strong_batches(task_batch, devices, global_batch, expected):
+    assert scaling.batches(task_batch, devices, global_batch) == expected
+
+
+@pytest.mark.parametrize("devices, global_batch, message", [
+    (0, None, "--devices must be an integer of at least 1"), (2, 3, "does not split evenly over --devices 2"),
+    (2, 0, "--global-batch must be an integer of at least 1")])
+def test_bad_scaling_is_one_line(devices, global_batch, message):
+    with pytest.raises(ValueError, match=message):
+        scaling.check(devices, global_batch)
+
+
+def test_global_rows_are_the_shared_batch_rolled_per_copy():
+    arrays = {"x": np.arange(6).reshape(3, 2), "y": np.array([0, 1, 2])}
+    assert scaling.global_rows(arrays, 3)["y"].tolist() == [0, 1, 2]
+    grown = scaling.global_rows(arrays, 6)
+    assert grown["y"].tolist() == [0, 1, 2, 2, 0, 1]  # the second device's rows differ from the first's
+    assert grown["x"][3].tolist() == arrays["x"][2].tolist()  # rows stay whole (x and y rolled alike)
+    assert scaling.global_rows(arrays, 2)["y"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("stack, task, reason", [
+    ("native-torch", "bert-predict", "data-parallel variants exist for fit tasks"),
+    ("keras3-jax", "gemma-generate-bs32", "data-parallel variants exist for fit tasks"),
+    ("keras3-torch", "bert-fit", "keras.distribution (DataParallel) for the JAX backend only"),
+    ("keras3-tensorflow", "bert-fit", "not yet implemented in fwbench"),
+    ("keras2-tensorflow", "bert-fit", "not yet implemented in fwbench"),
+])
+def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path, stack, task, reason):
+    data.generate(tmp_path / "data", "tiny", 0, [task])
+    compile_mode = registry.get_stack(stack).compile_modes[0]
+    one = CellSpec(stack, task, "tiny", compile_mode, str(tmp_path / "data"), 2, devices=2)
+    record_path = tmp_path / "record.json"
+    # The reason is found before any framework is imported: this runs in the test's own interpreter.
+    assert cell.run(one, record_path) == 0
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "unsupported" and reason in record["error_message"], record["error_message"]
+    assert record["devices"] == 2 and record["per_device_batch"] * 2 == record["global_batch"]
+
+
+def test_one_device_has_no_unsupported_reason():
+    assert scaling.unsupported_reason("keras3-torch", "bert-predict", 1) is None
