@@ -82,6 +82,7 @@ def test_global_rows_are_the_shared_batch_rolled_per_copy():
     ("keras3-torch", "bert-fit", "keras.distribution (DataParallel) for the JAX backend only"),
     ("keras3-tensorflow", "bert-fit", "not yet implemented in fwbench"),
     ("keras2-tensorflow", "bert-fit", "not yet implemented in fwbench"),
+    ("native-torch", "sam-fit", "a data-parallel sam-fit on native-torch is not yet implemented"),
 ])
 def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path, stack, task, reason):
     data.generate(tmp_path / "data", "tiny", 0, [task])
@@ -96,4 +97,4 @@ def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path
 
 
 def test_one_device_has_no_unsupported_reason():
-    assert scaling.unsupported_reason("keras3-torch", "bert-predict", 1) is None
+    assert scaling.unsupported_reason("keras3-torch", "bert-predict", "predict", 1) is None

@@ -30,6 +30,8 @@ SCALING_UNSUPPORTED: dict[str, str] = {
     "keras2-tensorflow": ("data-parallel fits with tf.distribute.MirroredStrategy are not yet implemented in "
                           "fwbench"),
 }
+# The fit tasks each data-parallel stack has a data-parallel variant of so far.
+DATA_PARALLEL_TASKS: dict[str, tuple[str, ...]] = {"native-torch": ("bert-fit",), "keras3-jax": ("bert-fit",)}
 NOT_A_FIT = "data-parallel variants exist for fit tasks"
 
 
@@ -42,7 +44,7 @@ def comm_backend(stack_id: str, on_gpu: bool) -> str | None:
     return None
 
 
-def unsupported_reason(stack_id: str, task_kind: str, devices: int) -> str | None:
+def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int) -> str | None:
     """Why this stack cannot run this task on `devices` devices (None: it can, or devices is 1)."""
     if devices == DEFAULT_DEVICES:
         return None
@@ -51,6 +53,9 @@ def unsupported_reason(stack_id: str, task_kind: str, devices: int) -> str | Non
     if stack_id not in DATA_PARALLEL:
         return f"--devices {devices}: " + SCALING_UNSUPPORTED.get(
             stack_id, f"no data-parallel variant of stack {stack_id} in fwbench")
+    if task_id not in DATA_PARALLEL_TASKS.get(stack_id, ()):
+        return (f"--devices {devices}: a data-parallel {task_id} on {stack_id} is not yet implemented in fwbench "
+                f"(it has: {', '.join(DATA_PARALLEL_TASKS[stack_id])})")
     return None
 
 

@@ -12,7 +12,7 @@ from fwbench.core.identity import CellIdentity
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
 # Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
 # engine) still reads its spec.
-OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch")
+OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch", "probe_weights")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class CellSpec:
     # per device).
     devices: int = 1
     global_batch: int | None = None
+    # Test-only (tests/test_scaling_equivalence.py; never set by the CLI): a fit builds its model with dropout off
+    # and writes its weights after the last step to this .npz path (rank 0), so that data-parallel updates can be
+    # compared with one device's.
+    probe_weights: str | None = None
 
     @property
     def cell_id(self) -> str:

@@ -106,6 +106,13 @@ class TorchBackend:
         if self.on_gpu:
             self.torch.cuda.synchronize()
 
+    def barrier(self) -> None:
+        """Data-parallel ranks (DistributedDataParallel): wait for every rank, so that a clock read after it is
+        the slowest rank's time. Nothing where no process group is up (one device)."""
+        dist = self.torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+
     def peak_memory(self) -> tuple[int, str]:
         if self.on_gpu:
             return int(self.torch.cuda.max_memory_allocated()), "cuda_allocator_peak"

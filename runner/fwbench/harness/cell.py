@@ -7,6 +7,7 @@ unsupported (a timeout is recorded by the runner, which kills the process).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
 import json
@@ -21,7 +22,7 @@ from typing import Any
 
 from fwbench import __version__
 from fwbench.core import data, pins, precision, registry, scaling
-from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity
+from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, ranks
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
@@ -93,6 +94,8 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
 
 
 def classify_failure(exc: BaseException) -> str:
+    if isinstance(exc, ranks.RankFailed):
+        return exc.status
     if isinstance(exc, Unsupported):
         return "unsupported"
     if isinstance(exc, DeviceUnavailable):
@@ -127,10 +130,14 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
     result, extra = describe(built, timed)
     phases.done("describe")
-    # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
-    result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
-                                      mig_slice=bool(timed.known_gpu and timed.known_gpu.mig),
-                                      gemm=getattr(built.backend, "gemm_tflops", None)))
+    if spec.devices == 1:
+        # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
+        result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
+                                          mig_slice=bool(timed.known_gpu and timed.known_gpu.mig),
+                                          gemm=getattr(built.backend, "gemm_tflops", None)))
+    else:
+        # The ceiling is one device's (or one rank's cores'), the step's FLOPs all devices': not comparable yet.
+        extra["physics"] = "not computed for data-parallel rows (the ceiling is per device)"
     phases.done("ceiling")
     # Where the cell process's time went besides the measurement (first_contact.py reads it).
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
@@ -186,11 +193,19 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     phases.done("data_load")
     _inject_fault_before_build(spec)
     reason = stack.unsupported_reason(workload.task.model) or scaling.unsupported_reason(
-        stack.id, workload.task.kind, spec.devices)
+        stack.id, workload.task.id, workload.task.kind, spec.devices)
     if reason:
         raise Unsupported(reason)
 
+    if spec.devices > 1 and stack.harness_backend == "jax":
+        # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. Must be
+        # set before JAX starts its CPU client.
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={spec.devices}".strip()
     backend = backends.backend_for(stack.id, spec.threads)
+    if spec.devices > 1 and stack.harness_backend == "jax" and len(backend.devices) < spec.devices:
+        raise DeviceUnavailable(f"--devices {spec.devices}: JAX sees {len(backend.devices)} "
+                                f"{backend.devices[0].platform} device(s)")
     if spec.device == "gpu":
         require_gpu(backend)
     elif spec.device == "cpu":
@@ -225,7 +240,13 @@ def time_cell(built: Built) -> Timed:
     window_probes = [probe, energy]
     if built.stack.family == "torch" and spec.compile_mode != "none":
         window_probes.append(backend.count_cudagraph_replays())  # did the compiled code replay as CUDA graphs?
-    clock = StepClock(backend.sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes))
+    sync = backend.sync
+    if spec.devices > 1 and hasattr(backend, "barrier"):
+        def sync(output, device_sync=backend.sync):
+            # Data-parallel ranks: the clock is read only once every rank has finished the step.
+            device_sync(output)
+            backend.barrier()
+    clock = StepClock(sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes))
     if isinstance(built.cell, DrivenCell):
         built.cell.drive(clock)
     else:
@@ -314,6 +335,42 @@ def _check_precision(spec: CellSpec, model: str, result: dict[str, Any]) -> None
                           "on this stack and device (a silent fallback, not recorded as the precision asked)")
 
 
+def in_processes(spec: CellSpec) -> bool:
+    """Whether the cell runs as N processes (native-torch DistributedDataParallel, one rank per device) rather
+    than in this one (one device, or one process driving N devices: JAX SPMD)."""
+    stack, task = registry.STACKS.get(spec.stack), registry.TASKS.get(spec.task)
+    return (spec.devices > 1 and stack is not None and task is not None and stack.id == "native-torch"
+            and scaling.unsupported_reason(stack.id, task.id, task.kind, spec.devices) is None)
+
+
+def measure_data_parallel(spec: CellSpec, work_dir: Path) -> dict[str, Any]:
+    """The cell as `spec.devices` ranks launched from this process (fwbench.harness.ranks), timed as the slowest."""
+    workload = registry.workload(spec.task, spec.preset)
+    _, global_batch = scaling.batches(workload.batch_size, spec.devices, spec.global_batch)
+    fields = ranks.launch(_rank_main, spec.to_json(), spec.devices, work_dir=str(work_dir), timeout_s=spec.timeout_s)
+    return ranks.merge(fields, global_batch)
+
+
+def _rank_main(spec_json: str, rank: int, world: int, port: int, cores: list[int], work_dir: str, results) -> None:
+    """One rank (a spawned process): the rendezvous variables, its share of the cores, then the cell's own
+    measure(); what it measured, or why it failed, goes back to the launcher."""
+    os.environ.update(ranks.rank_environment(rank, world, port))
+    spec = CellSpec.from_json(spec_json)
+    if cores:
+        os.sched_setaffinity(0, cores)
+        # The framework's threads are the rank's share of the cores (the row's `threads` stays the cell's).
+        spec = dataclasses.replace(spec, threads=len(cores))
+    # accelerate sets OMP_NUM_THREADS to 1 in a multi-process CPU run when it is unset: the rank's own count instead.
+    os.environ["OMP_NUM_THREADS"] = str(spec.threads)
+    try:
+        fields = measure(spec, Path(work_dir))
+        fields["cpu_set"] = own_cpu_set()
+        fields.setdefault("extra", {})["threads_per_rank"] = spec.threads
+        results.put((rank, "ok", json.loads(json.dumps(fields, default=str))))
+    except BaseException as exc:  # noqa: BLE001 - the launcher records it
+        results.put((rank, classify_failure(exc), f"{type(exc).__name__}: {str(exc).strip()[:3000]}"))
+
+
 class PhaseTimer:
     """Seconds per named phase, each from the end of the previous one."""
 
@@ -374,7 +431,8 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record = base_record(spec)
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
-        record.update(measure(spec, record_path.parent))
+        record.update(measure_data_parallel(spec, record_path.parent) if in_processes(spec)
+                      else measure(spec, record_path.parent))
         # A fit whose loss went non-finite ran (its timings stay) but is not ok.
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row

@@ -67,6 +67,9 @@ def own_cpu_s() -> float:
 def other_cells(exclude: set[int] | None = None) -> list[int]:
     """Pids of other fwbench cell processes visible here (all of the host's, outside a container)."""
     exclude = exclude or {os.getpid()}
+    launcher = os.environ.get("FWBENCH_RANK_LAUNCHER")  # a data-parallel rank's own cell process (harness.ranks),
+    if launcher and launcher.isdigit():                 # which only waits for its ranks
+        exclude = {*exclude, int(launcher)}
     pids = []
     try:
         entries = os.listdir("/proc")

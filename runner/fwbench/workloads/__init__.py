@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from fwbench.core import models, registry
+from fwbench.core import models, registry, scaling
 from fwbench.core.schema import COLUMN_NAMES
 from fwbench.core.spec import CellSpec
 
@@ -142,6 +142,35 @@ class CellContext:
     @property
     def batch_size(self) -> int:
         return self.workload.batch_size
+
+    @property
+    def devices(self) -> int:
+        """Devices the fit runs data-parallel on (fwbench.core.scaling; 1: one device)."""
+        return self.spec.devices
+
+    @property
+    def scaling(self) -> bool:
+        """A scaling cell (--devices or --global-batch given): it reads the global batch in order and starts from
+        weights seeded by --seed, so that a step covers the same rows, from the same weights, for any N."""
+        return self.spec.devices > 1 or self.spec.global_batch is not None
+
+    @property
+    def per_device_batch(self) -> int:
+        return scaling.batches(self.batch_size, self.spec.devices, self.spec.global_batch)[0]
+
+    @property
+    def global_batch(self) -> int:
+        return scaling.batches(self.batch_size, self.spec.devices, self.spec.global_batch)[1]
+
+    def global_arrays(self) -> dict[str, np.ndarray]:
+        """The inputs at the global batch (fwbench.core.scaling.global_rows; the shared batch itself at one device
+        with the task's batch)."""
+        return scaling.global_rows(self.arrays, self.global_batch)
+
+    @property
+    def dropout_off(self) -> bool:
+        """Test-only (CellSpec.probe_weights): dropout off, so that updates are deterministic across N."""
+        return self.spec.probe_weights is not None
 
     @property
     def total_steps(self) -> int:

@@ -30,21 +30,26 @@ CELLS = {"fit": TrainerCell, "predict": ForwardCell}
 
 def build(ctx):
     arch, device = ctx.arch, ctx.backend.device
+    if ctx.scaling:
+        torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
+    dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if ctx.dropout_off else {}
     config = BertConfig(
         vocab_size=arch.vocab_size, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
         num_attention_heads=arch.heads, intermediate_size=arch.intermediate,
         max_position_embeddings=arch.max_positions, num_labels=arch.num_classes,
         # Set up front: otherwise the first labelled call sets it and a compiled model recompiles.
-        problem_type="single_label_classification",
+        problem_type="single_label_classification", **dropout,
     )
     model = BertForSequenceClassification(config).to(device)
     report_model(ctx, model)
     ctx.report(seq_len=ctx.shapes.seq_len)
-    batch = {"input_ids": tensor(ctx.arrays["token_ids"], "cpu", torch.long),
-             "attention_mask": tensor(ctx.arrays["padding_mask"], "cpu", torch.long)}
+    # A fit reads the global batch (all devices' rows; the shared batch itself on one device, weak scaling).
+    arrays = ctx.global_arrays() if ctx.kind == "fit" else ctx.arrays
+    batch = {"input_ids": tensor(arrays["token_ids"], "cpu", torch.long),
+             "attention_mask": tensor(arrays["padding_mask"], "cpu", torch.long)}
 
     if ctx.kind == "fit":
-        batch["labels"] = tensor(ctx.arrays["labels"], "cpu", torch.long)
+        batch["labels"] = tensor(arrays["labels"], "cpu", torch.long)
         return TrainerCell(ctx, model, batch)
 
     model.eval()

@@ -36,6 +36,13 @@ class RecordingTrainer(Trainer):
 
     fwbench_ctx = None
 
+    def _get_train_sampler(self, *args, **kwargs):
+        # A scaling cell reads its global batch in order: global step k is rows [kG, (k+1)G) whatever N is (each
+        # rank takes its share of them), so one device and N devices update from the same rows.
+        if self.fwbench_ctx is not None and self.fwbench_ctx.scaling:
+            return torch.utils.data.SequentialSampler(args[0] if args and args[0] is not None else self.train_dataset)
+        return super()._get_train_sampler(*args, **kwargs)
+
     def training_step(self, *args, **kwargs):
         loss = super().training_step(*args, **kwargs)
         if self.fwbench_ctx is not None:
@@ -98,7 +105,8 @@ class TrainerCell(DrivenCell):
         self.output_dir = tempfile.TemporaryDirectory(prefix="fwbench-trainer-")
         args = TrainingArguments(
             output_dir=self.output_dir.name,
-            per_device_train_batch_size=ctx.batch_size,
+            # The task's batch on one device; a data-parallel rank's share (fwbench.core.scaling) on N.
+            per_device_train_batch_size=ctx.per_device_batch,
             max_steps=ctx.total_steps,
             learning_rate=1e-4,
             optim="adamw_torch",
@@ -117,9 +125,18 @@ class TrainerCell(DrivenCell):
             torch_compile_mode=None if mode == "none" else mode,
             seed=ctx.spec.seed,
             tf32=tf32,
+            # Data-parallel ranks (fwbench.harness.ranks set the rendezvous variables): the Trainer wraps the model in
+            # DistributedDataParallel over this process group; named, so that accelerate never picks MPI instead.
+            # Every BERT parameter takes part in each step: no search for unused ones (the Trainer's default would add
+            # a traversal of the autograd graph per step that DDP itself warns about).
+            **({"ddp_backend": "nccl" if ctx.backend.on_gpu else "gloo", "ddp_find_unused_parameters": False}
+               if ctx.devices > 1 else {}),
         )
         self.trainer = RecordingTrainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
         self.trainer.fwbench_ctx = ctx
+        if ctx.devices > 1:
+            check_data_parallel(ctx, self.trainer)
+        self.ctx = ctx
         reason = trainer_amp_unsupported(self.trainer, ctx.mixed_dtype)
         if reason:
             self.output_dir.cleanup()
@@ -141,3 +158,25 @@ class TrainerCell(DrivenCell):
             self.trainer.train()
         finally:
             self.output_dir.cleanup()
+        if self.ctx.spec.probe_weights and self.trainer.args.process_index == 0:
+            write_weights(self.trainer.model, self.ctx.spec.probe_weights)
+
+
+def check_data_parallel(ctx, trainer) -> None:
+    """The Trainer really runs DistributedDataParallel over `ctx.devices` ranks (never one device's fit recorded as
+    N); the backend that reduces the gradients goes on the row."""
+    dist = torch.distributed
+    world = trainer.args.world_size
+    if world != ctx.devices or not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"--devices {ctx.devices}: the HF Trainer set up {world} process(es) "
+                           f"(process group initialised: {dist.is_available() and dist.is_initialized()})")
+    ctx.report(comm_backend=str(dist.get_backend()),
+               extra={"data_parallel": f"torch DistributedDataParallel via the HF Trainer, {world} ranks"})
+
+
+def write_weights(model, path: str) -> None:
+    """Test-only (CellSpec.probe_weights): the model's parameters after the fit, by name, as float64 numpy."""
+    import numpy as np
+
+    module = getattr(model, "module", model)  # unwrapped from DistributedDataParallel
+    np.savez(path, **{name: p.detach().cpu().double().numpy() for name, p in module.named_parameters()})
