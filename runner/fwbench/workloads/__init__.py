@@ -111,6 +111,8 @@ class CellContext:
         unknown = sorted(set(fields) - set(COLUMN_NAMES))
         if unknown:
             raise ReportError(f"not result columns (see fwbench.core.schema): {', '.join(unknown)}")
+        if isinstance(fields.get("extra"), dict) and isinstance(self._reported.get("extra"), dict):
+            fields = {**fields, "extra": {**self._reported["extra"], **fields["extra"]}}  # merged, not replaced
         self._reported.update(fields)
 
     @property

@@ -17,7 +17,7 @@ import numpy as np
 
 import keras as _keras
 
-from fwbench.workloads import DrivenCell
+from fwbench.workloads import DrivenCell, Unsupported
 
 # Keras 2 is TensorFlow's own tf.keras: the bundled Keras 2 of TF <= 2.15, or tf-keras on TF >= 2.16, where
 # `import keras` is Keras 3 and the Keras 2 stack asks for the legacy one (TF_USE_LEGACY_KERAS=1).
@@ -68,6 +68,42 @@ def check_stack(ctx) -> None:
     if (installed, BACKEND) != (stack.keras_version, stack.keras_backend):
         raise RuntimeError(f"stack {stack.id} expects Keras {stack.keras_version} with backend "
                            f"{stack.keras_backend}, but this process runs Keras {installed} with backend {BACKEND}")
+
+
+def set_data_parallel(ctx) -> None:
+    """--devices N > 1: Keras 3's own data parallelism, keras.distribution.DataParallel over N devices (one
+    process, SPMD: variables replicated, each batch split along its first axis, gradients reduced by XLA's
+    collectives). Set before the model is built, so its variables get the replicated layout. Seeds the weights of
+    every scaling cell (the same start for any N)."""
+    if ctx.scaling:
+        keras.utils.set_random_seed(ctx.spec.seed)
+    if ctx.devices == 1:
+        return
+    distribution = getattr(keras, "distribution", None) if KERAS3 else None
+    if distribution is None or BACKEND != "jax":
+        raise Unsupported(f"--devices {ctx.devices}: keras.distribution.DataParallel needs Keras 3 on JAX here "
+                          f"(this is Keras {_keras.__version__}, backend {BACKEND})")
+    devices = distribution.list_devices()
+    if len(devices) < ctx.devices:
+        raise RuntimeError(f"--devices {ctx.devices}: Keras sees {len(devices)} device(s): {devices}")
+    distribution.set_distribution(distribution.DataParallel(devices=devices[:ctx.devices]))
+    ctx.report(comm_backend="xla-collectives",
+               extra={"data_parallel": f"keras.distribution.DataParallel over {', '.join(devices[:ctx.devices])}"})
+
+
+def check_replicated(model, devices: int) -> None:
+    """After a data-parallel fit (JAX): the model's variables really lived on the N devices of the mesh (never one
+    device's fit recorded as N)."""
+    spans = {len(w.value.sharding.device_set) for w in model.weights if hasattr(w.value, "sharding")}
+    if spans != {devices}:
+        raise RuntimeError(f"--devices {devices}: after the fit the model's variables span {sorted(spans)} "
+                           "device(s), not the data-parallel mesh's")
+
+
+def write_weights(model, path: str) -> None:
+    """Test-only (CellSpec.probe_weights): the model's weights after the fit, by position and path, as float64."""
+    np.savez(path, **{f"{i:04d}:{getattr(w, 'path', None) or w.name}": np.asarray(w, dtype=np.float64)
+                      for i, w in enumerate(model.weights)})
 
 
 def set_dtype_policy(name: str) -> None:
@@ -243,6 +279,10 @@ class FitCell(DrivenCell):
     def drive(self, clock) -> None:
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
                        callbacks=[ClockCallback(clock, self.ctx)])
+        if self.ctx is not None and self.ctx.devices > 1:
+            check_replicated(self.model, self.ctx.devices)
+        if self.ctx is not None and self.ctx.spec.probe_weights:
+            write_weights(self.model, self.ctx.spec.probe_weights)
 
 
 class PredictCell(DrivenCell):
