@@ -67,12 +67,13 @@ def test_bad_scaling_is_one_line(devices, global_batch, message):
         scaling.check(devices, global_batch)
 
 
-def test_global_rows_are_the_shared_batch_rolled_per_copy():
+def test_global_rows_are_distinct_copies_of_the_shared_batch():
     arrays = {"x": np.arange(6).reshape(3, 2), "y": np.array([0, 1, 2])}
-    assert scaling.global_rows(arrays, 3)["y"].tolist() == [0, 1, 2]
+    assert scaling.global_rows(arrays, 3)["x"].tolist() == arrays["x"].tolist()
     grown = scaling.global_rows(arrays, 6)
-    assert grown["y"].tolist() == [0, 1, 2, 2, 0, 1]  # the second device's rows differ from the first's
-    assert grown["x"][3].tolist() == arrays["x"][2].tolist()  # rows stay whole (x and y rolled alike)
+    assert grown["y"].tolist() == [0, 1, 2, 0, 1, 2]
+    # The second copy's samples are the first's rotated by one position: distinct samples, the same data.
+    assert grown["x"][:3].tolist() == [[0, 1], [2, 3], [4, 5]] and grown["x"][3:].tolist() == [[1, 0], [3, 2], [5, 4]]
     assert scaling.global_rows(arrays, 2)["y"].tolist() == [0, 1]
 
 

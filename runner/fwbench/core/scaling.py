@@ -80,15 +80,17 @@ def batches(task_batch: int, devices: int, global_batch: int | None) -> tuple[in
 
 
 def global_rows(arrays: dict[str, Any], rows: int) -> dict[str, Any]:
-    """The shared batch grown (or cut) to `rows` rows along axis 0: copy k of the batch is rolled by k rows, so a
-    device's slice of a weak-scaling global batch differs from every other device's (no two devices see the same
-    rows in the same order) while every input stays the shared, checksummed data. rows == the batch: unchanged."""
+    """The shared batch grown (or cut) to `rows` rows along axis 0, for a global batch. Copy k of the batch has
+    each sample rotated by k along its second axis (token ids and padding mask alike: the sequence starts k
+    positions later; 1-D arrays such as labels stay), so the copies are distinct samples: a device's share of a
+    weak-scaling global batch has gradients of its own (a data-parallel step that did not reduce them would
+    show), while every input is still the shared, checksummed data. rows == the batch: unchanged."""
     import numpy as np
 
-    first = next(iter(arrays.values()))
-    have = len(first)
+    have = len(next(iter(arrays.values())))
     if rows == have:
         return dict(arrays)
     copies = -(-rows // have)
-    return {key: np.concatenate([np.roll(value, k, axis=0) for k in range(copies)])[:rows]
+    return {key: np.concatenate([np.roll(value, k, axis=1) if value.ndim > 1 else value
+                                 for k in range(copies)])[:rows]
             for key, value in arrays.items()}

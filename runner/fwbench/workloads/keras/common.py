@@ -275,6 +275,8 @@ class FitCell(DrivenCell):
         # Endless, and steps_per_epoch ends the epoch: Keras 3.0's fit takes one batch from the data to build
         # the model first, which would leave a dataset of exactly total_steps one batch short.
         self.dataset = repeated_dataset(batch)
+        if ctx is not None and ctx.spec.probe_weights:
+            write_weights(model, ctx.spec.probe_weights + ".init.npz")  # test-only: the weights the fit starts from
 
     def drive(self, clock) -> None:
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,

@@ -137,6 +137,8 @@ class TrainerCell(DrivenCell):
         if ctx.devices > 1:
             check_data_parallel(ctx, self.trainer)
         self.ctx = ctx
+        if ctx.spec.probe_weights and self.trainer.args.process_index == 0:
+            write_weights(model, ctx.spec.probe_weights + ".init.npz")  # test-only: the weights the fit starts from
         reason = trainer_amp_unsupported(self.trainer, ctx.mixed_dtype)
         if reason:
             self.output_dir.cleanup()
