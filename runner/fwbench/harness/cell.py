@@ -206,6 +206,10 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     if spec.devices > 1 and stack.harness_backend == "jax" and len(backend.devices) < spec.devices:
         raise DeviceUnavailable(f"--devices {spec.devices}: JAX sees {len(backend.devices)} "
                                 f"{backend.devices[0].platform} device(s)")
+    if (spec.devices > 1 and stack.harness_backend == "torch" and backend.on_gpu
+            and backend.torch.cuda.device_count() < spec.devices):
+        # One GPU per rank: N ranks on fewer GPUs would be another measurement than the row says.
+        raise DeviceUnavailable(f"--devices {spec.devices}: torch sees {backend.torch.cuda.device_count()} GPU(s)")
     if spec.device == "gpu":
         require_gpu(backend)
     elif spec.device == "cpu":
