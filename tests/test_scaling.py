@@ -13,7 +13,7 @@ from fwbench.core import data, registry, results, scaling
 from fwbench.core.identity import CellIdentity, file_tokens
 from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION
 from fwbench.core.spec import CellSpec
-from fwbench.harness import cell
+from fwbench.harness import cell, ranks
 
 
 def spec(**fields) -> CellSpec:
@@ -99,3 +99,41 @@ def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path
 
 def test_one_device_has_no_unsupported_reason():
     assert scaling.unsupported_reason("keras3-torch", "bert-predict", "predict", 1) is None
+
+
+def test_rank_cores_are_equal_disjoint_shares_or_shared_when_too_few():
+    assert ranks.core_shares([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]  # the remainder idles: no rank has more
+    assert ranks.core_shares([0], 2) == [[0], [0]]
+
+
+def test_the_row_is_timed_as_the_slowest_rank():
+    fields = [{"ms_per_step": 10.0, "step_ms": [9.0, 11.0], "first_step_s": 1.0, "setup_s": 2.0, "extra": {"a": 1},
+               "busy": False, "cpu_set": "0"},
+              {"ms_per_step": 12.0, "step_ms": [12.0, 10.0], "first_step_s": 0.5, "setup_s": 3.0, "busy": True,
+               "busy_reasons": "other processes", "cpu_set": "1"}]
+    merged = ranks.merge(fields, global_batch=8)
+    assert (merged["ms_per_step"], merged["step_ms"], merged["setup_s"]) == (12.0, [12.0, 11.0], 3.0)
+    assert merged["samples_per_s"] == pytest.approx(8 * 1000 / 12.0)
+    assert merged["busy"] and merged["busy_reasons"] == "rank 1: other processes"
+    assert merged["extra"]["rank_ms_per_step"] == [10.0, 12.0] and merged["extra"]["a"] == 1
+
+
+def _failing_rank(spec_json, rank, world, port, cores, work_dir, results):
+    if rank == 1:
+        results.put((rank, "oom", "RuntimeError: out of memory"))
+    else:
+        results.put((rank, "ok", {"ms_per_step": 1.0}))
+
+
+def _dying_rank(spec_json, rank, world, port, cores, work_dir, results):
+    import os
+
+    os._exit(3)
+
+
+def test_a_failing_or_dying_rank_fails_the_cell_with_its_status():
+    with pytest.raises(ranks.RankFailed, match="rank 1 of 2: RuntimeError: out of memory") as failed:
+        ranks.launch(_failing_rank, "{}", 2, work_dir="/tmp", timeout_s=60)
+    assert failed.value.status == "oom" and cell.classify_failure(failed.value) == "oom"
+    with pytest.raises(ranks.RankFailed, match="exited \\(code 3\\) without a result"):
+        ranks.launch(_dying_rank, "{}", 2, work_dir="/tmp", timeout_s=60)
