@@ -80,9 +80,8 @@ def test_global_rows_are_distinct_copies_of_the_shared_batch():
 @pytest.mark.parametrize("stack, task, reason", [
     ("native-torch", "bert-predict", "data-parallel variants exist for fit tasks"),
     ("keras3-jax", "gemma-generate-bs32", "data-parallel variants exist for fit tasks"),
-    ("keras3-torch", "bert-fit", "keras.distribution (DataParallel) for the JAX backend only"),
-    ("keras3-tensorflow", "bert-fit", "not yet implemented in fwbench"),
-    ("keras2-tensorflow", "bert-fit", "not yet implemented in fwbench"),
+    ("keras3-torch", "bert-fit", "for the JAX and TensorFlow backends only"),
+    ("keras3-tensorflow", "sam-fit", "a data-parallel sam-fit on keras3-tensorflow is not yet implemented"),
     ("native-torch", "sam-fit", "a data-parallel sam-fit on native-torch is not yet implemented"),
 ])
 def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path, stack, task, reason):

@@ -7,11 +7,12 @@ within 3e-5 of one device's (0.3 x AdamW's learning rate, 1e-4). Both fits see t
 of the float32 sums differs (each rank's mean over its half, then the all-reduce's average, against one mean over the
 whole batch). AdamW's early updates are about lr x g / (|g| + eps), which near g = 0 amplifies an absolute gradient
 error by up to lr / eps: measured on this machine (2026-11-25), the largest weight difference was 9.7e-6 for
-native-torch (DDP over gloo) and 3.7e-9 for keras3-jax (XLA SPMD), while a step that did not reduce the gradients
+native-torch (DDP over gloo) and 3.7e-9 for keras3-jax (XLA SPMD) and for both TensorFlow stacks
+(MirroredStrategy, --jit off), while a step that did not reduce the gradients
 (one device with only the first rank's half, the failure this test must catch) moved 13,816 of 145,218 weights by
 more than 1e-5 and up to 3e-4 (torch; JAX 25,280, up to 4e-4). Cost on the shared 2-core development machine
-(2026-11-25): native-torch 50-70 s for its two cells (three processes, each importing torch and transformers),
-keras3-jax 27 s; the fits themselves take well under a second each, the rest is interpreter and framework start-up."""
+(2026-11-25): native-torch 39-70 s for its two cells (three processes, each importing torch and transformers),
+keras3-jax 25 s, keras3-tensorflow 27 s, keras2-tensorflow 28 s (2 minutes for all four); the fits themselves take well under a second each, the rest is interpreter and framework start-up."""
 
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from fwbench.core.spec import CellSpec
 pytestmark = pytest.mark.integration
 
 TOLERANCE = 3e-5
-STACKS = ["native-torch", "keras3-jax"]
+# The TensorFlow stacks run without XLA (--jit off): with jit_compile=True TensorFlow's XLA cannot compile the
+# MirroredStrategy step on N CPU devices, and the cell is an unsupported row saying so.
+STACKS = [("native-torch", "published"), ("keras3-jax", "published"), ("keras3-tensorflow", "off"),
+          ("keras2-tensorflow", "off")]
 
 
-def fit(engine, stack: str, data: Path, out: Path, name: str, **scaling) -> tuple[dict, dict]:
+def fit(engine, stack: str, data: Path, out: Path, name: str, *, jit: str, **scaling) -> tuple[dict, dict]:
     weights = out / f"{name}.npz"
     spec = CellSpec(stack, "bert-fit", "tiny", registry.get_stack(stack).compile_modes[0], str(data), 1, warmup=0,
-                    threads=2, device="cpu", device_setting="cpu", probe_weights=str(weights), **scaling)
+                    threads=2, device="cpu", device_setting="cpu", probe_weights=str(weights), jit=jit, **scaling)
     outcome = engine.run_cell(spec, out / f"{name}.json", out / f"{name}.log")
     assert outcome.record_path.is_file(), outcome.log_tail()
     import json
@@ -43,17 +47,17 @@ def fit(engine, stack: str, data: Path, out: Path, name: str, **scaling) -> tupl
     return record, {"after": dict(np.load(weights)), "before": dict(np.load(f"{weights}.init.npz"))}
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_two_devices_update_the_weights_as_one_device_with_the_global_batch(stack, shared_data, tmp_path):
+@pytest.mark.parametrize("stack, jit", STACKS)
+def test_two_devices_update_the_weights_as_one_device_with_the_global_batch(stack, jit, shared_data, tmp_path):
     from fwbench.engines.local import local_engine
 
     engine = local_engine(device="cpu")
     engine.prepare(stack)
     batch = registry.workload("bert-fit", "tiny").batch_size
-    one_row, one = fit(engine, stack, shared_data, tmp_path, "one", devices=1, global_batch=2 * batch)
-    two_row, two = fit(engine, stack, shared_data, tmp_path, "two", devices=2)
+    one_row, one = fit(engine, stack, shared_data, tmp_path, "one", jit=jit, devices=1, global_batch=2 * batch)
+    two_row, two = fit(engine, stack, shared_data, tmp_path, "two", jit=jit, devices=2)
     assert (two_row["devices"], two_row["per_device_batch"], two_row["global_batch"]) == (2, batch, 2 * batch)
-    assert one_row["global_batch"] == 2 * batch and two_row["comm_backend"] in ("gloo", "xla-collectives")
+    assert one_row["global_batch"] == 2 * batch and two_row["comm_backend"] in ("gloo", "xla-collectives", "tf-CollectiveAllReduce")
     assert one["before"].keys() == two["before"].keys() == one["after"].keys() == two["after"].keys()
     for name in one["before"]:  # the same seeded start
         np.testing.assert_array_equal(one["before"][name], two["before"][name], err_msg=name)

@@ -20,18 +20,17 @@ DEFAULT_DEVICES = 1
 DATA_PARALLEL: dict[str, str] = {
     "native-torch": "torch DistributedDataParallel (HF Trainer), one process per device",
     "keras3-jax": "keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh",
+    "keras3-tensorflow": "tf.distribute.MirroredStrategy, one process, one replica per device",
+    "keras2-tensorflow": "tf.distribute.MirroredStrategy, one process, one replica per device",
 }
 SCALING_UNSUPPORTED: dict[str, str] = {
-    "keras3-torch": ("Keras 3 on PyTorch has no data parallelism of its own: the pinned Keras implements "
-                     "keras.distribution (DataParallel) for the JAX backend only (it has no torch "
-                     "distribution_lib), and no Keras release known to fwbench adds it for torch"),
-    "keras3-tensorflow": ("data-parallel fits with tf.distribute.MirroredStrategy are not yet implemented in "
-                          "fwbench"),
-    "keras2-tensorflow": ("data-parallel fits with tf.distribute.MirroredStrategy are not yet implemented in "
-                          "fwbench"),
+    "keras3-torch": ("Keras 3 on PyTorch has no data parallelism of its own: keras.distribution is implemented "
+                     "for the JAX and TensorFlow backends only (keras/src/backend/{jax,tensorflow}/"
+                     "distribution_lib.py, none for torch), and no Keras release known to fwbench adds it for "
+                     "torch"),
 }
 # The fit tasks each data-parallel stack has a data-parallel variant of so far.
-DATA_PARALLEL_TASKS: dict[str, tuple[str, ...]] = {"native-torch": ("bert-fit",), "keras3-jax": ("bert-fit",)}
+DATA_PARALLEL_TASKS: dict[str, tuple[str, ...]] = {stack: ("bert-fit",) for stack in DATA_PARALLEL}
 NOT_A_FIT = "data-parallel variants exist for fit tasks"
 
 
@@ -41,6 +40,8 @@ def comm_backend(stack_id: str, on_gpu: bool) -> str | None:
         return "nccl" if on_gpu else "gloo"
     if stack_id == "keras3-jax":
         return "xla-collectives"
+    if stack_id in DATA_PARALLEL:  # MirroredStrategy: the workload reports which cross-device ops it chose
+        return "tf.distribute"
     return None
 
 

@@ -225,8 +225,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("global_batch_setting", "int64", "Identity: --global-batch asked for (strong scaling); null: weak scaling, the "
                                       "task's batch on each device."),
     ("comm_backend", "string", "Data-parallel rows (devices > 1): the collectives that reduced the gradients: gloo "
-                               "or nccl (torch DistributedDataParallel), xla-collectives (JAX SPMD); null on one "
-                               "device."),
+                               "or nccl (torch DistributedDataParallel), xla-collectives (JAX SPMD), tf-<cross-device "
+                               "ops> (MirroredStrategy's choice, e.g. tf-CollectiveAllReduce); null on one device."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it)."),
 )

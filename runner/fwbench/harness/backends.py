@@ -406,6 +406,18 @@ class TensorFlowBackend:
         if tf32 in ("on", "off"):
             tf.config.experimental.enable_tensor_float_32_execution(tf32 == "on")
 
+    def split_devices(self, devices: int) -> int:
+        """--devices N (tf.distribute.MirroredStrategy): on a CPU, N logical CPU devices over the cell's cores; and
+        N inter-op threads, so that the replicas' ops can run at the same time. Before the runtime initialises.
+        Returns the devices the strategy can use (GPUs as they are)."""
+        tf = self.tf
+        tf.config.threading.set_inter_op_parallelism_threads(devices)
+        if self.gpus:
+            return len(self.gpus)
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        return devices
+
     def sync(self, output: Any = None) -> None:
         for leaf in _leaves(output):
             if hasattr(leaf, "numpy"):

@@ -43,6 +43,11 @@ DTYPE_MARKERS = ("does not match type", "no opkernel", "not implemented for 'hal
                  "has no attribute 'astype'")
 
 
+# TensorFlow's XLA cannot compile a step that reads variables on several devices (its known issue
+# "tf.Variable on a different device"): MirroredStrategy with jit_compile=True fails so on N CPU devices.
+MIRRORED_XLA_MARKER = "tfvariable_on_a_different_device"
+
+
 def base_record(spec: CellSpec) -> dict[str, Any]:
     """The identifying fields every row has, whatever its status (the runner uses it too)."""
     stack = registry.STACKS.get(spec.stack)
@@ -192,10 +197,12 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     phases.done("data_load")
     _inject_fault_before_build(spec)
-    reason = stack.unsupported_reason(workload.task.model) or scaling.unsupported_reason(
-        stack.id, workload.task.id, workload.task.kind, spec.devices)
-    if reason:
-        raise Unsupported(reason)
+    reason = stack.unsupported_reason(workload.task.model)
+    scaling_reason = scaling.unsupported_reason(stack.id, workload.task.id, workload.task.kind, spec.devices)
+    if not reason and scaling_reason and stack.family == "keras":
+        scaling_reason += f" (this environment: Keras {_installed('keras')})"
+    if reason or scaling_reason:
+        raise Unsupported(reason or scaling_reason)
 
     if spec.devices > 1 and stack.harness_backend == "jax":
         # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. Must be
@@ -217,6 +224,11 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
+    if spec.devices > 1 and stack.harness_backend == "tensorflow":
+        # After configure(): the strategy's devices and threads replace its single-device choices.
+        seen = backend.split_devices(spec.devices)
+        if seen < spec.devices:
+            raise DeviceUnavailable(f"--devices {spec.devices}: TensorFlow sees {seen} GPU(s)")
     phases.done("framework_import")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
@@ -227,6 +239,16 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s)
+
+
+def _installed(distribution: str) -> str:
+    """A distribution's installed version, read without importing it."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def time_cell(built: Built) -> Timed:
@@ -444,12 +466,23 @@ def run(spec: CellSpec, record_path: Path) -> int:
         if record["status"] == "error" and spec.precision != precision.DEFAULT_PRECISION and any(
                 marker in str(exc).lower() for marker in DTYPE_MARKERS):
             record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
+        mirrored_xla = (record["status"] == "error" and spec.devices > 1
+                        and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"))
+        if mirrored_xla:
+            record["status"] = "unsupported"  # the library cannot run this variant: its own words follow
         record["error_type"] = type(exc).__name__
         record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
         record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
         if record["status"] == "unsupported" and not isinstance(exc, Unsupported):
             record["error_message"] = (f"--precision {spec.precision}: the library has no kernel or no consistent "
                                        f"dtype handling for it here: {record['error_message']}")[:4000]
+        if mirrored_xla:
+            record["error_message"] = (
+                f"--devices {spec.devices}: tf.distribute.MirroredStrategy with jit_compile=True: XLA cannot compile "
+                "the replicated train step, whose variables live on several devices (TensorFlow's known issue "
+                "'tf.Variable on a different device'); --jit off runs it without XLA: "
+                + next((line.strip() for line in str(exc).splitlines() if "Trying to access resource" in line),
+                       str(exc).strip().splitlines()[-1]))[:4000]
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start

@@ -8,7 +8,7 @@ Sizes come from fwbench.core.models, so `tiny` here is the same network as nativ
 from __future__ import annotations
 
 from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, keras, nlp_models,
-                                            report_model, set_data_parallel, set_precision_policy)
+                                            report_model, data_parallel, set_precision_policy)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
 
@@ -16,7 +16,11 @@ CELLS = {"fit": FitCell, "predict": PredictCell}
 def build(ctx):
     check_stack(ctx)
     set_precision_policy(ctx)
-    set_data_parallel(ctx)  # --devices N: before the model's variables exist
+    with data_parallel(ctx):  # --devices N: the model's variables are made, and it is compiled, in its scope
+        return _build(ctx)
+
+
+def _build(ctx):
     arch, models = ctx.arch, nlp_models()
     dropout = {"dropout": 0.0} if ctx.dropout_off else {}
     backbone = models.BertBackbone(

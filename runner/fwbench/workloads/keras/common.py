@@ -70,34 +70,65 @@ def check_stack(ctx) -> None:
                            f"{stack.keras_backend}, but this process runs Keras {installed} with backend {BACKEND}")
 
 
-def set_data_parallel(ctx) -> None:
-    """--devices N > 1: Keras 3's own data parallelism, keras.distribution.DataParallel over N devices (one
-    process, SPMD: variables replicated, each batch split along its first axis, gradients reduced by XLA's
-    collectives). Set before the model is built, so its variables get the replicated layout. Seeds the weights of
-    every scaling cell (the same start for any N)."""
+def data_parallel(ctx):
+    """--devices N > 1: the stack's own Keras data parallelism, a context to build and compile the model in.
+
+    Keras 3 on JAX: keras.distribution.DataParallel over N devices (one process, SPMD: variables replicated, each
+    batch split along its first axis, gradients reduced by XLA's collectives), set before the model is built so
+    that its variables get the replicated layout. Keras 3 and Keras 2 on TensorFlow: tf.distribute.MirroredStrategy
+    over N devices (the harness made N logical CPU devices on a CPU), whose scope the model is built and compiled
+    in; fit then splits each batch over the replicas and all-reduces the gradients. Seeds the weights of every
+    scaling cell (the same start for any N)."""
+    import contextlib
+
     if ctx.scaling:
         keras.utils.set_random_seed(ctx.spec.seed)
     if ctx.devices == 1:
-        return
-    distribution = getattr(keras, "distribution", None) if KERAS3 else None
-    if distribution is None or BACKEND != "jax":
-        raise Unsupported(f"--devices {ctx.devices}: keras.distribution.DataParallel needs Keras 3 on JAX here "
-                          f"(this is Keras {_keras.__version__}, backend {BACKEND})")
-    devices = distribution.list_devices()
-    if len(devices) < ctx.devices:
-        raise RuntimeError(f"--devices {ctx.devices}: Keras sees {len(devices)} device(s): {devices}")
-    distribution.set_distribution(distribution.DataParallel(devices=devices[:ctx.devices]))
-    ctx.report(comm_backend="xla-collectives",
-               extra={"data_parallel": f"keras.distribution.DataParallel over {', '.join(devices[:ctx.devices])}"})
+        return contextlib.nullcontext()
+    if BACKEND == "jax":
+        distribution = keras.distribution
+        devices = distribution.list_devices()
+        if len(devices) < ctx.devices:
+            raise RuntimeError(f"--devices {ctx.devices}: Keras sees {len(devices)} device(s): {devices}")
+        distribution.set_distribution(distribution.DataParallel(devices=devices[:ctx.devices]))
+        ctx.report(comm_backend="xla-collectives",
+                   extra={"data_parallel": f"keras.distribution.DataParallel over {', '.join(devices[:ctx.devices])}"})
+        return contextlib.nullcontext()
+    if BACKEND in ("tensorflow", None):  # None: Keras 2, tf.keras
+        import tensorflow as tf
+
+        kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+        devices = [device.name for device in tf.config.list_logical_devices(kind)][:ctx.devices]
+        if len(devices) < ctx.devices:
+            raise RuntimeError(f"--devices {ctx.devices}: TensorFlow has {len(devices)} {kind} device(s)")
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
+        # What reduces the gradients (TensorFlow's choice; under XLA it is always CollectiveAllReduce).
+        chosen = getattr(strategy.extended, "_cross_device_ops", None)
+        cross = type(chosen).__name__ if chosen is not None else "default"
+        ctx.report(comm_backend=f"tf-{cross}",
+                   extra={"data_parallel": f"tf.distribute.MirroredStrategy over {', '.join(devices)} ({cross})"})
+        return strategy.scope()
+    raise Unsupported(f"--devices {ctx.devices}: no Keras data parallelism on backend {BACKEND}")
 
 
 def check_replicated(model, devices: int) -> None:
-    """After a data-parallel fit (JAX): the model's variables really lived on the N devices of the mesh (never one
-    device's fit recorded as N)."""
-    spans = {len(w.value.sharding.device_set) for w in model.weights if hasattr(w.value, "sharding")}
+    """After a data-parallel fit: the model's variables really lived on the N devices (JAX: the mesh's; TensorFlow:
+    one mirror per replica), never one device's fit recorded as N."""
+    spans = {_replicas(weight) for weight in model.weights}
     if spans != {devices}:
         raise RuntimeError(f"--devices {devices}: after the fit the model's variables span {sorted(spans)} "
-                           "device(s), not the data-parallel mesh's")
+                           "device(s), not the data-parallel devices")
+
+
+def _replicas(weight) -> int:
+    # Keras 3: weight.value is the backend's array (JAX: sharded) or tf.Variable (mirrored); Keras 2: the weight
+    # is the tf.Variable itself (its .value a method).
+    for value in (getattr(weight, "value", None), weight):
+        if hasattr(value, "sharding"):
+            return len(value.sharding.device_set)
+        if isinstance(getattr(value, "values", None), tuple):
+            return len(value.values)
+    return 1
 
 
 def write_weights(model, path: str) -> None:
