@@ -136,3 +136,23 @@ def test_a_failing_or_dying_rank_fails_the_cell_with_its_status():
     assert failed.value.status == "oom" and cell.classify_failure(failed.value) == "oom"
     with pytest.raises(ranks.RankFailed, match="exited \\(code 3\\) without a result"):
         ranks.launch(_dying_rank, "{}", 2, work_dir="/tmp", timeout_s=60)
+
+
+def test_verify_reruns_a_published_scaling_cell_at_its_devices_and_refuses_absurd_ones(tmp_path):
+    import pandas as pd
+
+    from fwbench.release import verify
+    from fwbench.release.bundle import VerificationRefused
+
+    base = {"status": "ok", "image_digest": "r/fwbench/native-torch@sha256:" + "0" * 64, "stack": "native-torch",
+            "task": "bert-fit", "preset": "tiny", "compile_mode": "none", "pin_set": "current",
+            "jit_policy": "published", "precision": "published", "tf32_setting": "default", "threads": 2,
+            "warmup_steps": 2, "timed_steps": 5, "per_step_sync": True, "data_seed": 0}
+    frame = pd.DataFrame([{**base, "devices": None, "global_batch_setting": None},  # an older row: one device
+                          {**base, "devices": 2, "global_batch_setting": None},
+                          {**base, "devices": 2, "global_batch_setting": 8}])
+    verify.check_published_settings(frame, 1)
+    specs = sorted((s.devices, s.global_batch or 0) for _, s in verify.published_specs(frame, None, 1, tmp_path))
+    assert specs == [(1, 0), (2, 0), (2, 8)]
+    with pytest.raises(VerificationRefused, match="devices = 1000"):
+        verify.check_published_settings(frame.assign(devices=1000), 1)

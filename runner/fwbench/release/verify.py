@@ -47,10 +47,24 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
 # The published settings a re-run repeats: one group per published cell.
 SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "precision",
              "tf32_setting", "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
+# Data-parallel scaling (schema v9): a bundle's rows without these columns ran on one device, weak scaling.
+SCALING_KEYS = ["devices", "global_batch_setting"]
+
+
+def _spec_keys(frame) -> list[str]:
+    return SPEC_KEYS + [key for key in SCALING_KEYS if key in frame]
+
+
+def _count(value, default):
+    """An integer setting of a row, or `default` where the row has none (null, NaN: an older row)."""
+    return default if value is None or value != value else int(value)
 # Settings a verifier will re-run (inclusive bounds): a bundle asking for more is refused before anything runs.
 # The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
 SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
                   "data_seed": (0, 2**31 - 1)}
+# Scaling settings (absent or null in rows before schema v9: one device, weak scaling): each device a process or
+# logical device of the re-run.
+SCALING_BOUNDS = {"devices": (1, 64), "global_batch_setting": (1, 1_000_000)}
 MAX_PUBLISHED_REPEATS = 100
 MAX_RERUNS = 5_000
 
@@ -66,6 +80,12 @@ def check_published_settings(frame, repeats: int) -> None:
         if len(bad):
             raise VerificationRefused(f"published rows ask for {column} = {bad.iloc[0]}, outside {low}..{high}: "
                                       "refused before anything runs")
+    for column, (low, high) in SCALING_BOUNDS.items():
+        values = ok[column].dropna() if column in ok else ok["status"].iloc[:0]
+        bad = values[(values < low) | (values > high)]
+        if len(bad):
+            raise VerificationRefused(f"published rows ask for {column} = {bad.iloc[0]}, outside {low}..{high}: "
+                                      "refused before anything runs")
     try:
         for stack, task, preset, mode in ok[["stack", "task", "preset", "compile_mode"]].drop_duplicates().itertuples(
                 index=False):
@@ -74,7 +94,7 @@ def check_published_settings(frame, repeats: int) -> None:
             registry.get_preset(preset)
     except registry.RegistryError as exc:
         raise VerificationRefused(f"published rows name {exc}") from None
-    counts = ok.groupby(SPEC_KEYS, dropna=False).size()
+    counts = ok.groupby(_spec_keys(ok), dropna=False).size()
     if len(counts) and int(counts.max()) > MAX_PUBLISHED_REPEATS:
         raise VerificationRefused(f"a published cell has {int(counts.max())} repeats, more than "
                                   f"{MAX_PUBLISHED_REPEATS}: refused before anything runs")
@@ -89,7 +109,7 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
     specs = []
-    keys = SPEC_KEYS
+    keys = _spec_keys(ok)
     for values, rows in ok.groupby(keys, dropna=False, sort=True):
         row = dict(zip(keys, values))
         preset = registry.get_preset(row["preset"])
@@ -98,7 +118,8 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
                         seed=int(row["data_seed"]), threads=int(row["threads"]),
                         precision=precisions.of_row({k: (None if v != v else v) for k, v in row.items()}),
                         per_step_sync=bool(row["per_step_sync"]), timeout_s=preset.timeout_s, pin_set=row["pin_set"],
-                        jit=row["jit_policy"], engine="docker")
+                        jit=row["jit_policy"], engine="docker", devices=_count(row.get("devices"), 1),
+                        global_batch=_count(row.get("global_batch_setting"), None))
         for repeat in range(repeats or len(rows)):
             specs.append((row["image_digest"], replace(base, repeat=repeat)))
     return specs
@@ -277,7 +298,7 @@ def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
     ok = frame[frame["status"] == "ok"]
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
-    counts = ok.groupby(SPEC_KEYS, dropna=False).size()
+    counts = ok.groupby(_spec_keys(ok), dropna=False).size()
     short = counts[counts < MIN_REPEATS]
     if len(short):
         print(f"warning: {len(short)} published cell(s) have fewer than {MIN_REPEATS} repeats (as few as "
