@@ -115,6 +115,7 @@ def test_the_row_is_timed_as_the_slowest_rank():
     assert merged["samples_per_s"] == pytest.approx(8 * 1000 / 12.0)
     assert merged["busy"] and merged["busy_reasons"] == "rank 1: other processes"
     assert merged["extra"]["rank_ms_per_step"] == [10.0, 12.0] and merged["extra"]["a"] == 1
+    assert "cpu_set" not in merged and merged["extra"]["rank_cpu_sets"] == ["0", "1"]  # the row keeps the cell's
 
 
 def _failing_rank(spec_json, rank, world, port, cores, work_dir, results):

@@ -100,6 +100,7 @@ def merge(fields: list[dict[str, Any]], global_batch: int) -> dict[str, Any]:
     """Rank 0's fields, timed as the slowest rank: ms_per_step the largest of the ranks', each timed step the
     largest of that step's times, samples/s of the global batch at that pace; every rank's ms/step in extra."""
     merged = dict(fields[0])
+    merged.pop("cpu_set", None)  # the row's cpu_set stays the cell's (all its ranks' cores); each rank's is in extra
     ms = [f["ms_per_step"] for f in fields]
     merged["ms_per_step"] = max(ms)
     per_step = [f.get("step_ms") for f in fields]
