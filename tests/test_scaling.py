@@ -118,14 +118,14 @@ def test_the_row_is_timed_as_the_slowest_rank():
     assert "cpu_set" not in merged and merged["extra"]["rank_cpu_sets"] == ["0", "1"]  # the row keeps the cell's
 
 
-def _failing_rank(spec_json, rank, world, port, cores, work_dir, results):
+def _failing_rank(spec_json, rank, *, world, port, cores, work_dir, results):
     if rank == 1:
         results.put((rank, "oom", "RuntimeError: out of memory"))
     else:
         results.put((rank, "ok", {"ms_per_step": 1.0}))
 
 
-def _dying_rank(spec_json, rank, world, port, cores, work_dir, results):
+def _dying_rank(spec_json, rank, **_):
     import os
 
     os._exit(3)

@@ -377,7 +377,8 @@ def measure_data_parallel(spec: CellSpec, work_dir: Path) -> dict[str, Any]:
     return ranks.merge(fields, global_batch)
 
 
-def _rank_main(spec_json: str, rank: int, world: int, port: int, cores: list[int], work_dir: str, results) -> None:
+def _rank_main(spec_json: str, rank: int, *, world: int, port: int, cores: list[int], work_dir: str,
+               results) -> None:
     """One rank (a spawned process): the rendezvous variables, its share of the cores, then the cell's own
     measure(); what it measured, or why it failed, goes back to the launcher."""
     os.environ.update(ranks.rank_environment(rank, world, port))

@@ -51,7 +51,7 @@ def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:
 
 def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir: str,
            timeout_s: float) -> list[dict[str, Any]]:
-    """Run target(spec_json, rank, ranks, port, cores, work_dir, queue) in `ranks` spawned processes; each puts
+    """Run target(spec_json, rank, world=, port=, cores=, work_dir=, results=) in `ranks` spawned processes; each puts
     (rank, status, payload) on the queue: payload is its measured fields when status is ok, else its message.
     Returns the ranks' fields in rank order; raises RankFailed for the first failing rank (by rank)."""
     context = multiprocessing.get_context("spawn")  # a fresh interpreter per rank: no framework state forked
@@ -62,8 +62,9 @@ def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir:
     except AttributeError:  # not Linux: no pinning
         cores = []
     shares = core_shares(cores, ranks) if cores else [[] for _ in range(ranks)]
-    processes = [context.Process(target=target, args=(spec_json, rank, ranks, port, shares[rank], work_dir, results),
-                                 daemon=True) for rank in range(ranks)]
+    processes = [context.Process(target=target, args=(spec_json, rank), daemon=True,
+                                 kwargs={"world": ranks, "port": port, "cores": shares[rank], "work_dir": work_dir,
+                                         "results": results}) for rank in range(ranks)]
     for process in processes:
         process.start()
     received: dict[int, tuple[str, Any]] = {}
