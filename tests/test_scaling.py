@@ -100,6 +100,17 @@ def test_one_device_has_no_unsupported_reason():
     assert scaling.unsupported_reason("keras3-torch", "bert-predict", "predict", 1) is None
 
 
+def test_a_global_batch_on_one_device_needs_the_data_parallel_variant(tmp_path):
+    # Otherwise the row would record a global batch the workload never ran (a predict runs the task's batch).
+    data.generate(tmp_path / "data", "tiny", 0, ["bert-predict"])
+    one = CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path / "data"), 2, global_batch=64)
+    assert cell.run(one, tmp_path / "record.json") == 0
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["status"] == "unsupported" and "--devices 1 --global-batch 64: data-parallel variants exist for fit" \
+        in record["error_message"]
+    assert scaling.unsupported_reason("native-torch", "bert-fit", "fit", 1, 64) is None
+
+
 def test_rank_cores_are_equal_disjoint_shares_or_shared_when_too_few():
     assert ranks.core_shares([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]  # the remainder idles: no rank has more
     assert ranks.core_shares([0], 2) == [[0], [0]]

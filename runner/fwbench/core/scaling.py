@@ -45,17 +45,21 @@ def comm_backend(stack_id: str, on_gpu: bool) -> str | None:
     return None
 
 
-def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int) -> str | None:
-    """Why this stack cannot run this task on `devices` devices (None: it can, or devices is 1)."""
-    if devices == DEFAULT_DEVICES:
+def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int,
+                       global_batch: int | None = None) -> str | None:
+    """Why this stack cannot run this task on `devices` devices at this global batch (None: it can, or it is the
+    one-device cell at the task's batch). A --global-batch on one device is the strong-scaling baseline: it needs the
+    data-parallel variant too (the other cells run the task's batch whatever it says)."""
+    if devices == DEFAULT_DEVICES and global_batch is None:
         return None
+    asked = f"--devices {devices}" + (f" --global-batch {global_batch}" if global_batch is not None else "")
     if task_kind != "fit":
-        return f"--devices {devices}: {NOT_A_FIT} (this is a {task_kind} task)"
+        return f"{asked}: {NOT_A_FIT} (this is a {task_kind} task)"
     if stack_id not in DATA_PARALLEL:
-        return f"--devices {devices}: " + SCALING_UNSUPPORTED.get(
-            stack_id, f"no data-parallel variant of stack {stack_id} in fwbench")
+        return f"{asked}: " + SCALING_UNSUPPORTED.get(stack_id, f"no data-parallel variant of stack {stack_id} in "
+                                                               "fwbench")
     if task_id not in DATA_PARALLEL_TASKS.get(stack_id, ()):
-        return (f"--devices {devices}: a data-parallel {task_id} on {stack_id} is not yet implemented in fwbench "
+        return (f"{asked}: a data-parallel {task_id} on {stack_id} is not yet implemented in fwbench "
                 f"(it has: {', '.join(DATA_PARALLEL_TASKS[stack_id])})")
     return None
 

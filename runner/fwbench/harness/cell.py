@@ -198,7 +198,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     phases.done("data_load")
     _inject_fault_before_build(spec)
     reason = stack.unsupported_reason(workload.task.model)
-    scaling_reason = scaling.unsupported_reason(stack.id, workload.task.id, workload.task.kind, spec.devices)
+    scaling_reason = scaling.unsupported_reason(stack.id, workload.task.id, workload.task.kind, spec.devices,
+                                                spec.global_batch)
     if not reason and scaling_reason and stack.family == "keras":
         scaling_reason += f" (this environment: Keras {_installed('keras')})"
     if reason or scaling_reason:
