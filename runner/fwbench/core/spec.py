@@ -54,6 +54,9 @@ class CellSpec:
     # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
     # the environment the cell runs in being the pin set's with that change. None: no sweep.
     sweep_point: str | None = None
+    # `fwbench stability` (fwbench.core.stability): an untimed fit on a learnable target that keeps every step's loss,
+    # written as a stability record, never as a cell row. Left out of the JSON when False (older harnesses).
+    stability_run: bool = False
 
     @property
     def cell_id(self) -> str:
@@ -74,6 +77,8 @@ class CellSpec:
         for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]
+        if not fields["stability_run"]:
+            del fields["stability_run"]
         if fields["precision"] == "published":  # as a spec written before --precision existed
             del fields["precision"]
         return json.dumps(fields, sort_keys=True)
