@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -195,3 +196,13 @@ def test_planted_fp16_overflow_is_a_skipped_step_and_a_halved_scale(tmp_path, sh
         # The planted step is the one whose loss was scaled; before it the learnable target's loss falls.
         assert int(np.argmax(losses)) == 10 and int(np.argmax(baseline)) == 10, key
         assert losses[9] < losses[0], key
+
+
+def test_docs_list_every_stability_column_and_state_the_rule():
+    root = Path(__file__).resolve().parents[1]
+    schema_doc = (root / "docs" / "results-schema.md").read_text()
+    section = schema_doc.split("## Stability records", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.M) == list(stability.COLUMN_NAMES)
+    workloads = (root / "docs" / "workloads.md").read_text().split("## Stability", 1)[1]
+    assert f"**{stability.DIVERGENCE_FACTOR:g}×**" in workloads and f"last {stability.FINAL_WINDOW} steps" in workloads
+    assert f"{stability.RELATIVE_FLOOR:g} × |loss_fp32(0)|" in workloads

@@ -74,8 +74,9 @@ def register(app: typer.Typer) -> None:
         for spec in specs:
             with build_status(console, f"preparing {spec.stack} (local engine)") as report:
                 runner.prepare(spec.stack, report)
-            console.print(f"{escape(spec.stack)} {escape(spec.task)}: {options.steps} steps at {spec.precision}, "
-                          "then at fp32 ...", highlight=False)
+            then = "" if spec.precision == stability_core.BASELINE_PRECISION else ", then at fp32"
+            console.print(f"{escape(spec.stack)} {escape(spec.task)}: {options.steps} steps at {spec.precision}{then} ...",
+                          highlight=False)
             record, path = run_stability(runner, spec, out)
             console.print(summary_line(record), highlight=False)
             failed |= record["status"] not in ("ok", "diverged", "unsupported")

@@ -67,8 +67,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("first_loss", "float64", "Loss of the first step at the precision."),
     ("final_loss", "float64", f"Mean of the last {FINAL_WINDOW} losses at the precision."),
     ("baseline_final_loss", "float64", f"Mean of the last {FINAL_WINDOW} losses of the fp32 baseline."),
-    ("max_rel_deviation", "float64", "Largest relative deviation of the loss from fp32's at the same step (rule "
-                                     "above); null when either run has no finite step to compare."),
+    ("max_rel_deviation", "float64", "Largest relative deviation of the loss from fp32's at the same step (the rule: "
+                                     "docs/workloads.md#stability); null when either run has no finite step to compare."),
     ("max_rel_deviation_step", "int64", "The step (0-based) of that largest deviation."),
     ("nonfinite_steps", "int64", "Steps whose loss was non-finite at the precision."),
     ("baseline_nonfinite_steps", "int64", "Steps whose loss was non-finite in the fp32 baseline."),

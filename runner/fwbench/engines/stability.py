@@ -71,7 +71,10 @@ def run_stability(engine, spec: CellSpec, out_dir: Path,
             baseline = _run_fit(engine, replace(spec, precision=stability.BASELINE_PRECISION), out_dir, run_id)
             on_fit(stability.BASELINE_PRECISION, baseline)
     extra = {"logs": [asked["log"]] + ([baseline["log"]] if baseline is not None and baseline is not asked else []),
-             "run_id": run_id, "threads": spec.threads}
+             "run_id": run_id, "threads": spec.threads,
+             # Where each fit process spent its time (start-up, build, steps): the steps alone are the "seconds".
+             "phases_s": {record.get("precision"): (record.get("extra") or {}).get("phases_s")
+                          for record in (asked, baseline) if record is not None}}
     record = stability.compose(asked, baseline, wall_s=round(time.perf_counter() - start, 3), extra=extra)
     path = stability.record_path(out_dir, record)
     stability.write_record(record, path)

@@ -311,7 +311,9 @@ def measure_stability(spec: CellSpec) -> dict[str, Any]:
     else:
         run_loop(clock, built.cell.step)
     built.ctx.finish()
-    phases.done("steps")
+    phases.done("build_and_steps")
+    # The model build and the first (compiling) step, apart from the other steps: start-up is not the steps' cost.
+    phases.seconds.update(setup_s=round(built.setup_s, 4), first_step_s=round(clock.first_step_s or 0.0, 4))
     versions = envinfo.environment()["library_versions"]
     result: dict[str, Any] = {
         "stability_steps": built.ctx.total_steps, "learnable_target": built.learnable_target, "fault": spec.fault,
