@@ -50,6 +50,7 @@ def _run_fit(engine, spec: CellSpec, out_dir: Path, run_id: str) -> dict:
     record_path.unlink(missing_ok=True)
     record.setdefault("device", "cuda" if spec.device == "gpu" else "cpu")
     record.setdefault("fault", spec.fault)
+    record.setdefault("stability_steps", 1 + spec.warmup + spec.steps)  # a fit that did not run still planned them
     record["log"] = str(log_path)
     return record
 
