@@ -9,6 +9,7 @@ import math
 import re
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,7 @@ def test_report_has_a_stability_section_with_the_table(tmp_path):
     assert "junk.stability.parquet" in markdown.split("## Stability", 1)[0]  # skipped, with one line
     html = outcome.report_html.read_text()
     assert "Stability" in html and "32768 → 16384" in html
+    assert (tmp_path / "report" / "stability.png").stat().st_size > 0 and "stability.png" in section
     assert len(outcome.loaded.table) == 1  # stability records never become cell rows
 
 
@@ -206,3 +208,16 @@ def test_docs_list_every_stability_column_and_state_the_rule():
     workloads = (root / "docs" / "workloads.md").read_text().split("## Stability", 1)[1]
     assert f"**{stability.DIVERGENCE_FACTOR:g}×**" in workloads and f"last {stability.FINAL_WINDOW} steps" in workloads
     assert f"{stability.RELATIVE_FLOOR:g} × |loss_fp32(0)|" in workloads
+
+
+def test_stability_spec_runs_every_step_at_the_stacks_default_compile_mode_and_old_specs_still_read():
+    from fwbench.core.spec import CellSpec
+    from fwbench.engines.stability import stability_spec
+
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=None, precision="fp16",
+                    fault="overflow:5")
+    spec = stability_spec(base, stack="keras3-jax", task="bert-fit", steps=30)
+    # 1 + warmup + steps = 30: every step's loss counts, none is a warm-up.
+    assert (spec.compile_mode, spec.warmup, spec.steps, spec.stability_run) == ("xla", 0, 29, True)
+    assert CellSpec.from_json(spec.to_json()) == spec
+    assert "stability_run" not in replace(spec, stability_run=False).to_json()  # a timed cell's JSON is as before

@@ -294,7 +294,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         doc.add(*_matched_section(preset, of_preset))
     doc.add(*sweep.blocks(loaded, report_dir))
     doc.add(*stability.blocks(frame))
-    doc.add(*stability_runs.blocks(loaded.stability))
+    doc.add(*stability_runs.blocks(loaded.stability, report_dir))
     doc.add(*physics_section.blocks(frame))
     env_sets, _ = provenance.environment_sets(frame)
     doc.add(d.Heading("Provenance"),

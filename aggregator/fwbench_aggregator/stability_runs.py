@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 
 from fwbench.core import stability as stability_core
+from pathlib import Path
+
 from fwbench_aggregator import document as d
+from fwbench_aggregator import plots
 
 HEADERS = ["stack", "task", "precision", "preset", "device", "steps", "status", "loss first → final", "fp32 final",
            "max deviation from fp32 (step)", "non-finite steps", "skipped steps", "loss scale start → end",
@@ -53,7 +56,10 @@ def table_rows(records: list[dict]) -> list[list[str]]:
     return rows
 
 
-def blocks(records: list[dict]) -> list:
+CHART = "stability.png"  # a fixed name, never built from a record's content
+
+
+def blocks(records: list[dict], report_dir: Path | None = None) -> list:
     if not records:
         return []
     diverged = [r for r in records if r.get("diverged")]
@@ -62,4 +68,8 @@ def blocks(records: list[dict]) -> list:
         out.append(d.Paragraph(f"{len(diverged)} of {len(records)} stability run(s) diverged: " + "; ".join(
             f"{r['stack']} {r['task']} {r['precision']} ({r.get('diverged_reason')})" for r in diverged), "warning"))
     out.append(d.Table(HEADERS, table_rows(records), css_class="text"))
+    ordered = sorted(records, key=lambda r: (r["preset"], r["task"], r["stack"], r["precision"]))
+    chart = plots.stability_chart(ordered, report_dir / CHART) if report_dir is not None else None
+    if chart is not None:
+        out.append(d.Image(chart, "loss per step at each precision against fp32"))
     return out
