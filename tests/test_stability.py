@@ -146,9 +146,14 @@ def test_report_has_a_stability_section_with_the_table(tmp_path):
 def test_stability_records_alone_make_a_report(tmp_path):
     from fwbench_aggregator.aggregate import aggregate
 
+    from fwbench_aggregator import loading
+    from fwbench_aggregator.errors import NoResultsError
+
     _write_stability(tmp_path / "results", FALLING, FALLING)
     outcome = aggregate([tmp_path / "results"], tmp_path / "report")
     assert "## Stability" in outcome.report_md.read_text()
+    with pytest.raises(NoResultsError, match="stability records"):  # compare and verify need cell rows
+        loading.load_results([tmp_path / "results"])
 
 
 @pytest.mark.parametrize("args, message", [

@@ -41,7 +41,7 @@ def aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False,
         if not root.exists():
             raise AggregateUsageError(f"no such file or directory: {root}")
     check_report_dir(result_dirs, report_dir)
-    loaded = loading.load_results(result_dirs, exclude=report_dir)
+    loaded = loading.load_results(result_dirs, exclude=report_dir, stability_only_ok=True)
     if strict and loaded.skipped:
         raise StrictModeError(f"{len(loaded.skipped)} result file(s) skipped and --strict is set; "
                               "no report written", skipped=loaded.skipped)

@@ -289,8 +289,10 @@ def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
     return table.take(sorted(keep)), notes
 
 
-def load_results(result_dirs: list[Path], exclude: Path | None = None) -> LoadedResults:
-    """Validate every result file under the dirs and merge the good ones (NoResultsError if none)."""
+def load_results(result_dirs: list[Path], exclude: Path | None = None, *,
+                 stability_only_ok: bool = False) -> LoadedResults:
+    """Validate every result file under the dirs and merge the good ones (NoResultsError if none; with
+    stability_only_ok, stability records alone are enough: the report has a section for them, compare does not)."""
     found = find_result_files(result_dirs, exclude)
     files = [path for path in found if not is_stability_file(path)]
     where = ", ".join(str(d) for d in result_dirs)
@@ -306,9 +308,11 @@ def load_results(result_dirs: list[Path], exclude: Path | None = None) -> Loaded
             continue
         outcome = read_result_file(path)
         (skipped if isinstance(outcome, SkippedFile) else tables).append(outcome)
-    if not tables and not stability_records:
-        raise NoResultsError(f"none of the {len(found)} result files under {where} is usable "
-                             f"(first problem: {skipped[0].line()})", skipped=skipped)
+    if not tables and not (stability_only_ok and stability_records):
+        problem = (f"first problem: {skipped[0].line()}" if skipped else
+                   "they are stability records (fwbench stability), no cell rows")
+        raise NoResultsError(f"none of the {len(found)} result files under {where} is usable ({problem})",
+                             skipped=skipped)
     # Stability records alone make a report too (its stability section): the cell rows are then none.
     merged, notes = (deduplicate(pa.concat_tables(tables).cast(MERGED_SCHEMA)) if tables
                      else (MERGED_SCHEMA.empty_table(), []))
