@@ -49,7 +49,8 @@ class CellSpec:
     cpu_set: str | None = None
     gpu_index: int | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
-    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN). Lets tests prove failure paths without a broken framework.
+    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN), "overflow:<step>" (that fit step's loss
+    # scaled into float16 overflow: fwbench.core.stability). Lets tests prove failure paths without a broken framework.
     fault: str | None = None
     # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
     # the environment the cell runs in being the pin set's with that change. None: no sweep.

@@ -275,6 +275,7 @@ def weighted_steps_dataset(x, y, sample_weight, multipliers: list[float]):
 
     return tf.data.Dataset.from_tensor_slices(np.stack(weights)).map(lambda w: (x, y, w))
 
+
 class PredictCell(DrivenCell):
     """Keras's own `predict` over exactly total_steps batches, in one call."""
 
