@@ -226,3 +226,15 @@ def test_stability_spec_runs_every_step_at_the_stacks_default_compile_mode_and_o
     assert (spec.compile_mode, spec.warmup, spec.steps, spec.stability_run) == ("xla", 0, 29, True)
     assert CellSpec.from_json(spec.to_json()) == spec
     assert "stability_run" not in replace(spec, stability_run=False).to_json()  # a timed cell's JSON is as before
+
+
+def test_a_stability_record_naming_an_unknown_stack_is_skipped_with_one_line(tmp_path):
+    """Records are untrusted input, as rows are: a value outside the registry never reaches the report."""
+    from fwbench_aggregator import loading
+
+    record = stability.compose(cell_record(FALLING), cell_record(FALLING, precision="fp32"), wall_s=1.0)
+    path = stability.write_record({**record, "stack": "<script>"}, tmp_path / "x.stability.parquet")
+    skipped = loading.read_stability_file(path)
+    assert isinstance(skipped, loading.SkippedFile) and "unknown stack" in skipped.reason
+    good = stability.write_record(record, tmp_path / "y.stability.parquet")
+    assert loading.read_stability_file(good)["losses"] == pytest.approx(FALLING)
