@@ -9,7 +9,7 @@ from fwbench.core import pins, registry
 from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
-from fwbench_aggregator import physics_section, plots, provenance, published, stability, stats, sweep
+from fwbench_aggregator import physics_section, plots, provenance, published, stability, stability_runs, stats, sweep
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
@@ -294,6 +294,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         doc.add(*_matched_section(preset, of_preset))
     doc.add(*sweep.blocks(loaded, report_dir))
     doc.add(*stability.blocks(frame))
+    doc.add(*stability_runs.blocks(loaded.stability, report_dir))
     doc.add(*physics_section.blocks(frame))
     env_sets, _ = provenance.environment_sets(frame)
     doc.add(d.Heading("Provenance"),
