@@ -1,7 +1,7 @@
 """Which precision each stack can run for each task: every stack x task x --precision at the tiny preset on this
-machine, one `fwbench run` per (stack, precision) into its own results folder (precision is not yet part of the
-cell identity, so rows of two precisions must not share a folder), then a dated table of statuses: ok, diverged,
-unsupported (with its reason) or error.
+machine, one `fwbench run` per (stack, precision) into a results folder per precision (precision is part of the
+cell identity, so they could share one; apart, each precision's table reads one folder), then a dated table of
+statuses: ok, diverged, unsupported (with its reason) or error.
 
     PYTHONPATH=runner:aggregator python benchmarks/precision_matrix.py --out /tmp/precision-matrix \\
         [--precision bf16 --precision fp16] [--stack native-torch] [--task bert-fit] [--table-only]

@@ -64,6 +64,27 @@ def test_plan_runs_every_cell_once_in_the_issues_order_before_any_repeat():
     assert len(units) == 3 * (12 * 4 - 4)
 
 
+def test_bf16_units_follow_every_published_unit_and_find_their_own_rows(tmp_path):
+    units, _ = kit_plan.plan_units([("native-torch", "none")], ["bert-fit", "bert-predict"], 2,
+                                   precisions=kit_plan.parse_precisions(None))
+    assert [unit.precision for unit in units] == ["published"] * 4 + ["bf16"] * 4
+    assert units[0].key == "native-torch/none/bert-fit/r0"  # as before precisions: old kit states resume
+    assert units[4].key == "native-torch/none/bert-fit@bf16/r0"
+    assert kit_plan.parse_precisions("bf16,published,bf16") == ["published", "bf16"]
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        kit_plan.parse_precisions("fp8")
+    # Both rows of bert-fit r0 sit in one folder; each unit reads its own (from the row, not the file name).
+    from fwbench.core.results import write_row
+
+    folder = tmp_path / "rows" / "tiny" / "native-torch"
+    for name, precision in (("bert-fit.compile-none.r0.parquet", "published"),
+                            ("bert-fit.compile-none.prec-bf16.r0.parquet", "bf16")):
+        write_row({"schema_version": 8, "stack": "native-torch", "task": "bert-fit", "status": "ok",
+                   "precision": precision, "repeat": 0}, folder / name)
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[0])["precision"] == "published"
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[4])["precision"] == "bf16"
+
+
 def test_variants_parse_and_bad_ones_are_refused():
     assert kit_plan.parse_variants("native-torch:reduce-overhead,keras3-jax") == [
         ("native-torch", "reduce-overhead"), ("keras3-jax", "xla")]
@@ -93,6 +114,8 @@ def test_state_resumes_skips_failures_and_waits_for_an_ok_previous_repeat(tmp_pa
 
 def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(tmp_path, monkeypatch):
     """The scheduling alone: the cell processes are replaced by rows (the CLI boundary is mocked)."""
+    from fwbench.core.results import write_row
+
     clock = {"now": 1000.0}
     monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
     for name in ("install", "aggregate"):
@@ -109,13 +132,14 @@ def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(t
         clock["now"] += min(took, timeout_s)
         status = "ok" if took <= timeout_s else "timeout"
         path = args.out / "rows" / args.preset / unit.stack / f"{unit.task}.compile-{unit.compile_mode}.r{unit.repeat}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"row")
-        return {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
+        row = {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
+        write_row({"schema_version": 8, "stack": unit.stack, "task": unit.task, "repeat": unit.repeat, **row}, path)
+        return row
 
     monkeypatch.setattr(run_kit, "run_unit", fake_unit)
     argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
-            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--cell-timeout", "480"]
+            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--cell-timeout", "480", "--precisions",
+            "published"]
     assert run_kit.main(argv) == 0
     # Budget 400 less 20 s overhead and 30 s reserve: the first cell may take 350 s; the second gets the 250 s
     # left, needs 300 and is cut: its row is removed, and the next chunk runs it first with the full 350 s.
@@ -144,7 +168,9 @@ def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_r
     argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-predict", "--repeats", "1",
             "--variants", "native-torch:none,keras3-jax,keras3-torch"]
     assert run_kit.main(argv) == 0
-    assert ran == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0"]
+    # Every published unit first, then bf16 (the default --precisions), when time allows.
+    assert ran == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0",
+                   "native-torch/none/bert-predict@bf16/r0", "keras3-torch/none/bert-predict@bf16/r0"]
     assert any(line.startswith("left out: keras3-jax [xla], every task: does not import here: jax: ImportError")
                for line in logged), logged
 
@@ -316,7 +342,8 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     out, export = tmp_path / "out", tmp_path / "export"
     common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--out", str(out),
               "--data", str(tmp_path / "data"), "--preset", "tiny", "--repeats", "1",
-              "--tasks", "bert-predict", "--variants", "native-torch:none,keras3-jax,keras3-torch"]
+              "--tasks", "bert-predict", "--variants", "native-torch:none,keras3-jax,keras3-torch",
+              "--precisions", "published"]  # bf16 units: a unit test (the plan), not more cells here
     # A budget too small for any cell: installs, records the host, starts nothing, says why.
     first = kit(python, "run", *common, "--budget-s", "60", "--cell-timeout", "120")
     assert first.returncode == 0, first.stderr + first.stdout

@@ -25,6 +25,8 @@ EXPECTED = {
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),
     ("bisect",): (("parallel",), {"task", "repeats"}),
+    ("stability",): (("compile", "warmup", "repeats", "per_step_sync", "parallel", "jit", "devices", "global_batch"),
+                     {"task", "precision", "steps"}),
 }
 # Options that only choose what to act on, which other commands (list, env, doctor, publish) take in their own sense.
 CHOOSING = {"stack", "task", "preset", "pin_set", "device"}
@@ -80,6 +82,7 @@ REQUIRED = {
     ("sweep",): ["--stack", "native-torch", "--vary", "tqdm=1.0", "--out", "{tmp}/out"],
     ("bisect",): ["--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm", "--good", "1.0", "--bad", "2.0",
                   "--versions", "1.0,2.0", "--out", "{tmp}/out"],
+    ("stability",): ["--stack", "native-torch", "--task", "bert-fit", "--precision", "fp16", "--out", "{tmp}/out"],
 }
 BAD = [("stack", ["--stack", "nope"], "unknown stack 'nope'"),
        ("task", ["--task", "bert-fly"], "unknown task 'bert-fly'"),

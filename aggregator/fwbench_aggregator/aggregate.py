@@ -41,12 +41,13 @@ def aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = False,
         if not root.exists():
             raise AggregateUsageError(f"no such file or directory: {root}")
     check_report_dir(result_dirs, report_dir)
-    loaded = loading.load_results(result_dirs, exclude=report_dir)
+    loaded = loading.load_results(result_dirs, exclude=report_dir, stability_only_ok=True)
     if strict and loaded.skipped:
         raise StrictModeError(f"{len(loaded.skipped)} result file(s) skipped and --strict is set; "
                               "no report written", skipped=loaded.skipped)
     report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*report_dir.glob("ms_per_step-*.png"), *report_dir.glob("speedup-*.png")]:
+    for stale in [*report_dir.glob("ms_per_step-*.png"), *report_dir.glob("speedup-*.png"),
+                  *report_dir.glob("stability.png")]:
         stale.unlink()  # plots of a preset no longer in the results must not linger next to the new report
     merged = loading.write_merged(loaded.table, report_dir / "merged.parquet")
     doc, summaries = build_document(loaded, report_dir, include_busy)

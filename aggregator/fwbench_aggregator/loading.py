@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fwbench.core import registry
+from fwbench.core import stability as stability_core
 from fwbench.core.identity import SAFE_NAME, CellIdentity
 from fwbench.core.results import SCHEMA
 from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
@@ -45,6 +46,9 @@ class LoadedResults:
     files_read: int
     skipped: list[SkippedFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # de-duplication decisions, said out loud
+    # `fwbench stability` records (fwbench.core.stability), newest per (stack, task, precision, preset, pin set,
+    # device); never mixed with the cell rows.
+    stability: list[dict] = field(default_factory=list)
 
     def frame(self):
         return self.table.to_pandas()
@@ -70,6 +74,61 @@ def find_result_files(result_dirs: list[Path], exclude: Path | None = None) -> l
             if path.is_file():
                 files.append(path)
     return list(dict.fromkeys(files))
+
+
+def is_stability_file(path: Path) -> bool:
+    """A `fwbench stability` record (its own schema), not a cell row."""
+    return path.name.endswith(stability_core.FILE_SUFFIX)
+
+
+def read_stability_file(path: Path) -> dict | SkippedFile:
+    """The one record of a stability file, or why it cannot be used (records are untrusted input, as rows are)."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return SkippedFile(path, f"unreadable stability record ({_first_line(exc)})")
+    version = (table.schema.metadata or {}).get(b"fwbench_stability_schema_version")
+    try:
+        version_number = int(version) if version is not None else None
+    except ValueError:
+        version_number = None
+    if version_number is None:
+        return SkippedFile(path, "not a stability record (no fwbench_stability_schema_version)")
+    if version_number > stability_core.STABILITY_SCHEMA_VERSION:
+        return SkippedFile(path, f"stability schema {version_number} is newer than the supported "
+                                 f"{stability_core.STABILITY_SCHEMA_VERSION} (upgrade fwbench to read it)")
+    missing = [name for name in stability_core.COLUMN_NAMES if name not in table.column_names]
+    if missing or table.num_rows != 1:
+        return SkippedFile(path, f"not a stability record: {'missing ' + ', '.join(missing[:5]) if missing else 'not one row'}")
+    try:
+        record = table.select(list(stability_core.COLUMN_NAMES)).cast(stability_core.schema()).to_pylist()[0]
+    except (pa.ArrowException, ValueError) as exc:
+        return SkippedFile(path, f"stability record column types differ ({_first_line(exc)})")
+    known = {"stack": registry.STACKS, "task": registry.TASKS, "preset": registry.PRESETS, "precision": PRECISIONS,
+             "status": stability_core.STATUSES}
+    for column, values in known.items():
+        if record[column] not in values:
+            return SkippedFile(path, f"unknown {column} {str(record[column])[:40]!r} in a stability record")
+    if record["pin_set"] is not None and not SAFE_NAME.match(str(record["pin_set"])):
+        return SkippedFile(path, f"invalid pin_set {str(record['pin_set'])[:40]!r} in a stability record")
+    record[SOURCE_COLUMN] = str(path)
+    return record
+
+
+def newest_stability(records: list[dict]) -> tuple[list[dict], list[str]]:
+    """One record per (stack, task, precision, preset, pin set, device): the newest (started_at) wins, said out loud."""
+    by_key: dict[tuple, list[dict]] = {}
+    for record in records:
+        key = tuple(record.get(k) for k in ("stack", "task", "precision", "preset", "pin_set", "device"))
+        by_key.setdefault(key, []).append(record)
+    kept, notes = [], []
+    for key, group in by_key.items():
+        ranked = sorted(group, key=lambda r: (r["started_at"] is not None, r["started_at"] or 0, r[SOURCE_COLUMN]))
+        kept.append(ranked[-1])
+        for loser in ranked[:-1]:
+            notes.append(f"stability {' '.join(map(str, key[:3]))} appears more than once: kept "
+                         f"{ranked[-1][SOURCE_COLUMN]}, dropped {loser[SOURCE_COLUMN]}")
+    return kept, notes
 
 
 def is_within(path: Path, parent: Path) -> bool:
@@ -230,23 +289,35 @@ def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
     return table.take(sorted(keep)), notes
 
 
-def load_results(result_dirs: list[Path], exclude: Path | None = None) -> LoadedResults:
-    """Validate every result file under the dirs and merge the good ones (NoResultsError if none)."""
-    files = find_result_files(result_dirs, exclude)
+def load_results(result_dirs: list[Path], exclude: Path | None = None, *,
+                 stability_only_ok: bool = False) -> LoadedResults:
+    """Validate every result file under the dirs and merge the good ones (NoResultsError if none; with
+    stability_only_ok, stability records alone are enough: the report has a section for them, compare does not)."""
+    found = find_result_files(result_dirs, exclude)
+    files = [path for path in found if not is_stability_file(path)]
     where = ", ".join(str(d) for d in result_dirs)
-    if not files:
+    if not found:
         raise NoResultsError(f"no result files (*.parquet) found under {where}")
     tables: list[pa.Table] = []
     skipped: list[SkippedFile] = []
-    for path in files:
+    stability_records: list[dict] = []
+    for path in found:
+        if is_stability_file(path):
+            outcome = read_stability_file(path)
+            (skipped if isinstance(outcome, SkippedFile) else stability_records).append(outcome)
+            continue
         outcome = read_result_file(path)
         (skipped if isinstance(outcome, SkippedFile) else tables).append(outcome)
-    if not tables:
-        raise NoResultsError(f"none of the {len(files)} result files under {where} is usable "
-                             f"(first problem: {skipped[0].line()})", skipped=skipped)
-    merged = pa.concat_tables(tables).cast(MERGED_SCHEMA)
-    merged, notes = deduplicate(merged)
-    return LoadedResults(merged, len(files), skipped, notes)
+    if not tables and not (stability_only_ok and stability_records):
+        problem = (f"first problem: {skipped[0].line()}" if skipped else
+                   "they are stability records (fwbench stability), no cell rows")
+        raise NoResultsError(f"none of the {len(found)} result files under {where} is usable ({problem})",
+                             skipped=skipped)
+    # Stability records alone make a report too (its stability section): the cell rows are then none.
+    merged, notes = (deduplicate(pa.concat_tables(tables).cast(MERGED_SCHEMA)) if tables
+                     else (MERGED_SCHEMA.empty_table(), []))
+    kept, stability_notes = newest_stability(stability_records)
+    return LoadedResults(merged, len(found), skipped, notes + stability_notes, kept)
 
 
 def write_merged(table: pa.Table, path: Path) -> Path:

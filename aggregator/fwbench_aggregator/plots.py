@@ -95,3 +95,32 @@ def speedup_chart(summary: PresetSummary, path: Path) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+STABILITY_CHARTS = 12  # at most this many loss panels in the stability chart (the table lists every record)
+
+
+def stability_chart(records: list[dict], path: Path) -> Path | None:
+    """One panel per stability record that ran both fits: the loss per step at its precision and at fp32 (log
+    axis: the learnable target's loss falls by orders of magnitude; a planted overflow step stands out)."""
+    shown = [r for r in records if r.get("losses") and r.get("baseline_losses")][:STABILITY_CHARTS]
+    if not shown:
+        return None
+    plt = _pyplot()
+    columns = min(3, len(shown))
+    rows = (len(shown) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.0 * rows), squeeze=False)
+    for ax, record in zip(axes.flat, shown):
+        for key, label in (("baseline_losses", "fp32"), ("losses", record["precision"])):
+            ax.plot(range(len(record[key])), record[key], label=label, linewidth=1)
+        ax.set_yscale("log")
+        ax.set_title(f"{record['stack']} {record['task']}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_visible(False)
+    fig.suptitle("loss per step: the precision against fp32 (fwbench stability)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -9,7 +9,8 @@ from fwbench.core import pins, registry
 from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
-from fwbench_aggregator import physics_section, plots, provenance, published, scaling, stability, stats, sweep
+from fwbench_aggregator import physics_section, plots, provenance, published, scaling, stability, stability_runs, stats
+from fwbench_aggregator import sweep
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
@@ -295,6 +296,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
     doc.add(*sweep.blocks(loaded, report_dir))
     doc.add(*scaling.blocks(frame))
     doc.add(*stability.blocks(frame))
+    doc.add(*stability_runs.blocks(loaded.stability, report_dir))
     doc.add(*physics_section.blocks(frame))
     env_sets, _ = provenance.environment_sets(frame)
     doc.add(d.Heading("Provenance"),

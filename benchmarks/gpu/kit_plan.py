@@ -1,8 +1,9 @@
 """Which cells the GPU kit runs, in which order, and what it knows of each one already (kit-state.json).
 
-A unit is one repeat of one cell: (stack, compile mode, task, repeat). The order is the issue's: BERT, SAM,
-SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so that a run cut
-short still covers as many cells as it can.
+A unit is one repeat of one cell: (stack, compile mode, task, repeat, precision). The order is the issue's:
+BERT, SAM, SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so that a
+run cut short still covers as many cells as it can; and every `published` unit before any at another precision
+(bf16 by default: the precision users would train and serve at), which runs when the time allows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ DEFAULT_VARIANTS = (("native-torch", "none"), ("native-torch", "reduce-overhead"
 DEFAULT_TASKS = ("bert-fit", "bert-predict", "sam-fit", "sam-predict", "stable_diffusion-fit",
                  "stable_diffusion-predict", "gemma-fit", "gemma-generate-bs32", "gemma-generate-bs1",
                  "mistral-fit", "mistral-generate-bs32", "mistral-generate-bs1")
+DEFAULT_PRECISIONS = ("published", "bf16")
 # Cells such a host cannot run, with why: left out of the plan (and listed in its report) rather than
 # failing every chunk again.
 NOT_ON_THIS_HOST = {
@@ -36,14 +38,17 @@ class Unit:
     compile_mode: str
     task: str
     repeat: int
+    precision: str = "published"
 
     @property
     def key(self) -> str:
-        return f"{self.stack}/{self.compile_mode}/{self.task}/r{self.repeat}"
+        return f"{self.cell_key}/r{self.repeat}"
 
     @property
     def cell_key(self) -> str:
-        return f"{self.stack}/{self.compile_mode}/{self.task}"
+        # A published unit keeps the key it had before precisions: an older kit-state.json still resumes.
+        at = "" if self.precision == "published" else f"@{self.precision}"
+        return f"{self.stack}/{self.compile_mode}/{self.task}{at}"
 
 
 def parse_variants(text: str | None) -> list[tuple[str, str]]:
@@ -64,10 +69,23 @@ def parse_tasks(text: str | None) -> list[str]:
     return [task.strip() for task in text.split(",") if task.strip()] if text else list(DEFAULT_TASKS)
 
 
+def parse_precisions(text: str | None) -> list[str]:
+    """'published,bf16' -> ['published', 'bf16'] (fwbench's --precision values; published first always)."""
+    from fwbench.core import precision
+
+    chosen = [part.strip() for part in text.split(",") if part.strip()] if text else list(DEFAULT_PRECISIONS)
+    for value in chosen:
+        if value not in precision.PRECISIONS:
+            raise ValueError(f"unknown precision '{value}' (choose from: {', '.join(precision.PRECISIONS)})")
+    return sorted(dict.fromkeys(chosen), key=lambda value: value != "published")
+
+
 def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
-               broken_stacks: dict[str, str] | None = None) -> tuple[list[Unit], list[str]]:
+               broken_stacks: dict[str, str] | None = None,
+               precisions: list[str] | tuple[str, ...] = ("published",)) -> tuple[list[Unit], list[str]]:
     """Every unit in run order, and a line per cell left out (with the reason). broken_stacks: stack -> why it
-    cannot run on this host (its imports fail): its cells are left out, the others run."""
+    cannot run on this host (its imports fail): its cells are left out, the others run. Each precision's units
+    come after the previous precision's, all repeats included."""
     broken_stacks = broken_stacks or {}
     units, left_out = [], []
     for stack, mode in variants:
@@ -77,11 +95,12 @@ def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
         for stack, mode in variants:
             if (stack, task) in NOT_ON_THIS_HOST and stack not in broken_stacks:
                 left_out.append(f"{stack} [{mode}] {task}: {NOT_ON_THIS_HOST[(stack, task)]}")
-    for repeat in range(repeats):
-        for task in tasks:
-            for stack, mode in variants:
-                if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
-                    units.append(Unit(stack, mode, task, repeat))
+    for precision in precisions:
+        for repeat in range(repeats):
+            for task in tasks:
+                for stack, mode in variants:
+                    if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
+                        units.append(Unit(stack, mode, task, repeat, precision))
     return units, left_out
 
 
@@ -115,7 +134,7 @@ class KitState:
             return False
         if unit.repeat == 0:
             return True
-        previous = Unit(unit.stack, unit.compile_mode, unit.task, unit.repeat - 1)
+        previous = Unit(unit.stack, unit.compile_mode, unit.task, unit.repeat - 1, unit.precision)
         return self.status(previous) == "ok"
 
     def to_json(self) -> str:

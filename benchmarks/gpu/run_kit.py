@@ -53,10 +53,21 @@ def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
     """The newest row written for this unit (the file name may carry setting tokens or a settings hash)."""
     from fwbench.core.results import read_row
 
+    paths = unit_row_paths(rows, preset, unit)
+    return read_row(paths[-1]) if paths else None
+
+
+def unit_row_paths(rows: Path, preset: str, unit: Unit) -> list[Path]:
+    """The unit's row files, oldest first: those of its cell and repeat at its precision (read from each row:
+    a bf16 row's file name differs from a published one's only by a token)."""
+    from fwbench.core import precision
+    from fwbench.core.results import read_row
+
     folder = rows / preset / unit.stack
     paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
                    key=lambda path: path.stat().st_mtime)
-    return read_row(paths[-1]) if paths else None
+    rows_read = [(path, read_row(path)) for path in paths]
+    return [path for path, row in rows_read if row is not None and precision.of_row(row) == unit.precision]
 
 
 def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, *, rows: Path | None = None,
@@ -68,7 +79,7 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
             "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", preset,
             "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
             "--out", str(rows), "--data", str(args.data), *(["--steps", str(args.steps)] if args.steps else []),
-            *(extra or [])]
+            *([] if unit.precision == "published" else ["--precision", unit.precision]), *(extra or [])]
     env = kit_environment(args.site)
     env.setdefault("FWBENCH_HOME", str(KIT / "home"))
     with open(args.out / "kit.log", "a") as output:
@@ -123,7 +134,7 @@ def run_chunk(args) -> int:
         log(f"host recorded in {args.out / 'host.json'}")
     # A stack whose imports fail is left out with its reason; the others run.
     unrunnable = broken_stacks(args.site, [stack for stack, _mode in args.variants])
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable)
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable, args.precisions)
     for line in left_out:
         log(f"left out: {line}")
     state = KitState(args.out / "kit-state.json")
@@ -170,9 +181,7 @@ def run_chunk(args) -> int:
 
 
 def remove_unit_row(rows: Path, preset: str, unit: Unit) -> None:
-    folder = rows / preset / unit.stack
-    paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
-                   key=lambda path: path.stat().st_mtime)
+    paths = unit_row_paths(rows, preset, unit)
     if paths:
         paths[-1].unlink()
 
@@ -251,7 +260,7 @@ def publish(args) -> int:
 
 
 def status(args) -> int:
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats)
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions)
     state = KitState(args.out / "kit-state.json")
     counts: dict[str, int] = {}
     for unit in units:
@@ -304,6 +313,10 @@ def parser() -> argparse.ArgumentParser:
                          help="comma-separated STACK:COMPILE_MODE (default: native-torch:none, "
                               "native-torch:reduce-overhead, keras3-jax:xla, keras3-torch:none)")
         sub.add_argument("--repeats", type=int, default=3)
+        sub.add_argument("--precisions", type=_argument(kit_plan.parse_precisions),
+                         default=kit_plan.parse_precisions(None),
+                         help="comma-separated fwbench --precision values, each after the one before, all "
+                              "repeats included (default: published,bf16: bf16 when the time allows)")
         sub.add_argument("--export", type=Path, help="copy rows.tar.gz, the report, host facts and state here")
 
     run = commands.add_parser("run", help="one chunk of cells within --budget-s; resumes")

@@ -274,9 +274,11 @@ app.add_typer(_slurm_app, name="slurm")
 from fwbench.cli.doctor import register as _register_doctor  # noqa: E402
 from fwbench.cli.show import register as _register_show  # noqa: E402
 from fwbench.cli.sweep import register as _register_sweep  # noqa: E402
+from fwbench.cli.stability import register as _register_stability  # noqa: E402
 _register_doctor(app)
 _register_show(app)
 _register_sweep(app)
+_register_stability(app)
 
 
 def main() -> None:

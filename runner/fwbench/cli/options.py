@@ -168,7 +168,7 @@ class MatrixOptions:
     device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
     parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
-    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss.", hidden=True,
+    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss | overflow:STEP.", hidden=True,
                                             spec_field="fault")
 
     def check(self) -> None:

@@ -49,7 +49,8 @@ class CellSpec:
     cpu_set: str | None = None
     gpu_index: int | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
-    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN). Lets tests prove failure paths without a broken framework.
+    # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN), "overflow:<step>" (that fit step's loss
+    # scaled into float16 overflow: fwbench.core.stability). Lets tests prove failure paths without a broken framework.
     fault: str | None = None
     # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
     # the environment the cell runs in being the pin set's with that change. None: no sweep.
@@ -63,6 +64,9 @@ class CellSpec:
     # and writes its weights after the last step to this .npz path (rank 0), so that data-parallel updates can be
     # compared with one device's.
     probe_weights: str | None = None
+    # `fwbench stability` (fwbench.core.stability): an untimed fit on a learnable target that keeps every step's loss,
+    # written as a stability record, never as a cell row. Left out of the JSON when False (older harnesses).
+    stability_run: bool = False
 
     @property
     def cell_id(self) -> str:
@@ -83,6 +87,8 @@ class CellSpec:
         for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]
+        if not fields["stability_run"]:
+            del fields["stability_run"]
         if fields["precision"] == "published":  # as a spec written before --precision existed
             del fields["precision"]
         if fields["devices"] == 1:  # as a spec written before --devices existed

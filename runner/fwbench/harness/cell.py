@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench import __version__
-from fwbench.core import data, pins, precision, registry, scaling
+from fwbench.core import data, pins, precision, registry, scaling, stability
 from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, ranks
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
@@ -161,6 +161,7 @@ class Built:
     data_seed: int
     compile_cache_warm: bool | None
     setup_s: float  # the workload's build() and a device sync
+    learnable_target: str | None = None  # a stability run's target rule (fwbench.core.stability); None: shared data
 
     @property
     def spec(self) -> CellSpec:
@@ -195,6 +196,9 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
+    target = None
+    if spec.stability_run:  # the same bytes, with a target the model can learn (fwbench.core.stability)
+        arrays, target = stability.learnable_inputs(workload.task.model, workload.arch, arrays)
     phases.done("data_load")
     _inject_fault_before_build(spec)
     reason = stack.unsupported_reason(workload.task.model)
@@ -239,7 +243,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
-    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s)
+    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
 
 
 def _installed(distribution: str) -> str:
@@ -352,6 +356,40 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     return result, extra
 
 
+def measure_stability(spec: CellSpec) -> dict[str, Any]:
+    """`fwbench stability`: build the fit as a timed cell would be built, run its steps untimed (no probes, no
+    ceiling) and keep every step's loss, the loss scale before and after, and what ran. Raises on failure."""
+    if registry.get_task(spec.task).kind != "fit":
+        raise Unsupported(f"a stability run trains: {spec.task} is not a fit task")
+    stability.overflow_step(spec.fault)  # a malformed overflow:STEP fails here, before anything is built
+    phases = PhaseTimer()
+    built = build_cell(spec, phases)
+    clock = StepClock(built.backend.sync, spec.warmup, spec.steps, per_step_sync=False)
+    if isinstance(built.cell, DrivenCell):
+        built.cell.drive(clock)
+    else:
+        run_loop(clock, built.cell.step)
+    built.ctx.finish()
+    phases.done("build_and_steps")
+    # The model build and the first (compiling) step, apart from the other steps: start-up is not the steps' cost.
+    phases.seconds.update(setup_s=round(built.setup_s, 4), first_step_s=round(clock.first_step_s or 0.0, 4))
+    versions = envinfo.environment()["library_versions"]
+    result: dict[str, Any] = {
+        "stability_steps": built.ctx.total_steps, "learnable_target": built.learnable_target, "fault": spec.fault,
+        "stability_losses": [float(loss) for loss in built.ctx.losses], "input_sha256": built.input_sha256,
+        "data_seed": built.data_seed, "framework_version": versions.get(built.stack.framework),
+        "library_versions": versions, **built.backend.device_info(), **built.ctx.reported}
+    if len(result["stability_losses"]) != built.ctx.total_steps:
+        raise RuntimeError(f"the fit recorded {len(result['stability_losses'])} losses for "
+                           f"{built.ctx.total_steps} steps")
+    result["loss_scale_initial"] = (result.get("extra") or {}).get("loss_scale_initial")
+    result["device_model"] = envinfo.device_model(result.get("device") != "cpu", None)
+    _check_precision(spec, built.workload.task.model, result)
+    result["nonfinite_losses"] = built.ctx.nonfinite_losses()
+    result["extra"] = {**(result.get("extra") or {}), "phases_s": phases.seconds}
+    return result
+
+
 def _check_precision(spec: CellSpec, model: str, result: dict[str, Any]) -> None:
     """Never a silent fallback: a cell whose model computed in another dtype than its precision asks for (the
     workload inspects what ran: compute_dtype) is unsupported, with what really ran."""
@@ -459,8 +497,12 @@ def run(spec: CellSpec, record_path: Path) -> int:
     record = base_record(spec)
     record["cpu_set"] = own_cpu_set()  # the cores it really runs on (the engine pinned them before start)
     try:
-        record.update(measure_data_parallel(spec, record_path.parent) if in_processes(spec)
-                      else measure(spec, record_path.parent))
+        if spec.stability_run:
+            record.update(measure_stability(spec))
+        elif in_processes(spec):
+            record.update(measure_data_parallel(spec, record_path.parent))
+        else:
+            record.update(measure(spec, record_path.parent))
         # A fit whose loss went non-finite ran (its timings stay) but is not ok.
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row

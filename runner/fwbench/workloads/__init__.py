@@ -183,6 +183,19 @@ class CellContext:
         return self.spec.precision
 
     @property
+    def stability_run(self) -> bool:
+        """`fwbench stability`: an untimed fit whose every step's loss must be exact (Keras: one epoch per step,
+        so its logged running mean is that step's loss)."""
+        return self.spec.stability_run
+
+    def loss_multipliers(self) -> list[float] | None:
+        """Per step, what a fit multiplies its loss by: the test fault `overflow:STEP` plants one loss scaled into
+        float16 overflow (fwbench.core.stability); None without it, and then the loss is left alone."""
+        from fwbench.core import stability
+
+        return stability.loss_multipliers(self.spec.fault, self.total_steps)
+
+    @property
     def model_dtype(self) -> str:
         """The dtype the model's weights are created in (fwbench.core.precision.model_dtype)."""
         from fwbench.core import precision

@@ -229,7 +229,11 @@ def report_loss_scale(ctx, model, total_steps: int) -> None:
     Keras 2 compile wrap the optimizer in it by themselves under mixed_float16: checked and recorded)."""
     optimizer = model.optimizer
     wrapped = type(optimizer).__name__ in ("LossScaleOptimizer", "LossScaleOptimizerV3", "BaseLossScaleOptimizer")
-    ctx.report(extra={"loss_scale_optimizer": type(optimizer).__name__})
+    # report() replaces `extra` as a whole: what report_model put there is kept.
+    extra = {**ctx.reported.get("extra", {}), "loss_scale_optimizer": type(optimizer).__name__}
+    if wrapped:
+        extra["loss_scale_initial"] = float(optimizer.initial_scale)  # the scale the back-off starts from
+    ctx.report(extra=extra)
     if not wrapped:
         return
     if KERAS3:
@@ -302,6 +306,10 @@ class FitCell(DrivenCell):
         self.ctx, self.model, self.total_steps = ctx, model, total_steps
         if ctx is not None and ctx.precision == "fp16" and ctx.mixed_dtype:
             ctx.after_run(lambda: report_loss_scale(ctx, model, total_steps))
+        multipliers = ctx.loss_multipliers() if ctx is not None else None
+        if multipliers is not None:
+            self.dataset = weighted_steps_dataset(x, y, sample_weight, multipliers)
+            return
         batch = (x, y) if sample_weight is None else (x, y, sample_weight)
         # Endless, and steps_per_epoch ends the epoch: Keras 3.0's fit takes one batch from the data to build
         # the model first, which would leave a dataset of exactly total_steps one batch short.
@@ -310,12 +318,35 @@ class FitCell(DrivenCell):
             write_weights(model, ctx.spec.probe_weights + ".init.npz")  # test-only: the weights the fit starts from
 
     def drive(self, clock) -> None:
+        if self.ctx is not None and self.ctx.stability_run:
+            # One epoch per step: Keras logs the running mean of the epoch's losses, which is then the step's own
+            # loss (the stability run compares losses step by step; it is not timed).
+            self.model.fit(self.dataset, epochs=self.total_steps, steps_per_epoch=1, shuffle=False, verbose=0,
+                           callbacks=[ClockCallback(clock, self.ctx)])
+            return
         self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total_steps, shuffle=False, verbose=0,
                        callbacks=[ClockCallback(clock, self.ctx)])
         if self.ctx is not None and self.ctx.devices > 1:
             check_replicated(self.model, self.ctx.devices)
         if self.ctx is not None and self.ctx.spec.probe_weights:
             write_weights(self.model, self.ctx.spec.probe_weights)
+
+
+def weighted_steps_dataset(x, y, sample_weight, multipliers: list[float]):
+    """The batch once per step with per-step sample weights: the weights (ones where the fit has none; the shape of
+    the loss before reduction: the labels' for sparse labels, the target's without its last axis for MSE) times the
+    step's loss multiplier. Data, not a variable, so it reaches a compiled train step on every backend."""
+    base = (np.asarray(sample_weight, np.float32) if sample_weight is not None else
+            np.ones(y.shape if np.issubdtype(np.asarray(y).dtype, np.integer) else y.shape[:-1], np.float32))
+    # Two more batches than steps: Keras 3.0's fit may take one to build the model first.
+    weights = [base * np.float32(m) for m in multipliers] + [base, base]
+    if input_pipeline() == "grain":
+        import grain
+
+        return grain.MapDataset.source([(x, y, w) for w in weights])
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(np.stack(weights)).map(lambda w: (x, y, w))
 
 
 class PredictCell(DrivenCell):

@@ -70,6 +70,12 @@ class RegressionTrainStep(StepCell):
         # Skipped steps, counted on the device without a sync: the scale backs off exactly when a step is skipped.
         self.skipped: Any = 0
         self.last_scale: Any = self.scaler.get_scale() if self.scaler is not None else None
+        self.initial_scale = self.last_scale
+        # The test fault overflow:STEP (ctx.loss_multipliers): a tensor updated in place before each step, so a
+        # compiled train step reads it without recompiling; None: the loss is left alone.
+        self.multipliers = ctx.loss_multipliers()
+        self.multiplier = torch.ones((), device=inputs.device) if self.multipliers is not None else None
+        self.step_index = 0
         self.train_step = maybe_compile(self._train_step, ctx.spec.compile_mode)
         report_compiled(ctx, self.compiled_target)
         if self.scaler is not None:
@@ -79,6 +85,8 @@ class RegressionTrainStep(StepCell):
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(self.ctx, self.device):
             loss = self.loss_fn(self.module(self.inputs), self.target)
+        if self.multiplier is not None:
+            loss = loss * self.multiplier
         if self.scaler is None:
             loss.backward()
             self.optimizer.step()
@@ -89,6 +97,9 @@ class RegressionTrainStep(StepCell):
         return loss
 
     def step(self) -> torch.Tensor:
+        if self.multiplier is not None:
+            self.multiplier.fill_(self.multipliers[min(self.step_index, len(self.multipliers) - 1)])
+            self.step_index += 1
         loss = self.train_step()
         self.ctx.record_loss(loss.detach())
         if self.scaler is not None:
@@ -98,7 +109,8 @@ class RegressionTrainStep(StepCell):
         return loss
 
     def _report_scaler(self) -> None:
-        self.ctx.report(loss_scale=float(self.scaler.get_scale()), loss_scale_skipped_steps=int(self.skipped))
+        self.ctx.report(loss_scale=float(self.scaler.get_scale()), loss_scale_skipped_steps=int(self.skipped),
+                        extra={**self.ctx.reported.get("extra", {}), "loss_scale_initial": float(self.initial_scale)})
 
 
 # -- precision (fwbench.core.precision): what ran, inspected from the model -------------------------------------

@@ -35,6 +35,16 @@ class RecordingTrainer(Trainer):
     can count non-finite ones after the fit. The Trainer's own logging replaces them (logging_nan_inf_filter)."""
 
     fwbench_ctx = None
+    loss_multipliers: list[float] | None = None  # the test fault overflow:STEP (ctx.loss_multipliers)
+
+    def compute_loss(self, *args, **kwargs):
+        result = super().compute_loss(*args, **kwargs)
+        if self.loss_multipliers is None:
+            return result
+        multiplier = self.loss_multipliers[min(self.state.global_step, len(self.loss_multipliers) - 1)]
+        if isinstance(result, tuple):
+            return (result[0] * multiplier, *result[1:])
+        return result * multiplier
 
     def _get_train_sampler(self, *args, **kwargs):
         # A scaling cell reads its global batch in order: global step k is rows [kG, (k+1)G) whatever N is (each
@@ -134,6 +144,7 @@ class TrainerCell(DrivenCell):
         )
         self.trainer = RecordingTrainer(model=model, args=args, train_dataset=RepeatedBatch(batch, ctx.total_steps))
         self.trainer.fwbench_ctx = ctx
+        self.trainer.loss_multipliers = ctx.loss_multipliers()
         if ctx.devices > 1:
             check_data_parallel(ctx, self.trainer)
         self.ctx = ctx
@@ -147,8 +158,11 @@ class TrainerCell(DrivenCell):
         if ctx.mixed_dtype == "float16":
             self.skipped = SkippedStepCallback(self.trainer)
             self.trainer.add_callback(self.skipped)
+            initial_scale = float(self.trainer.accelerator.scaler.get_scale())
             ctx.after_run(lambda: ctx.report(loss_scale=float(self.trainer.accelerator.scaler.get_scale()),
-                                             loss_scale_skipped_steps=self.skipped.skipped))
+                                             loss_scale_skipped_steps=self.skipped.skipped,
+                                             extra={**ctx.reported.get("extra", {}),
+                                                    "loss_scale_initial": initial_scale}))
         # TrainingArguments(torch_compile=True) compiles the model the Trainer wraps (forward and backward;
         # the optimizer step stays eager); the row's tf32 columns are read after it.
         if mode != "none":
