@@ -168,3 +168,25 @@ def test_verify_reruns_a_published_scaling_cell_at_its_devices_and_refuses_absur
     assert specs == [(1, 0), (2, 0), (2, 8)]
     with pytest.raises(VerificationRefused, match="devices = 1000"):
         verify.check_published_settings(frame.assign(devices=1000), 1)
+
+
+def test_a_rank_does_not_count_its_launcher_as_a_competing_cell(monkeypatch):
+    import subprocess
+    import sys
+
+    from fwbench.harness import contention
+
+    # The launcher is a cell process (its command line names the cell module) that only waits for its ranks.
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fwbench.harness.cell"])
+    try:
+        import time
+
+        deadline = time.time() + 10
+        while launcher.pid not in contention.other_cells() and time.time() < deadline:
+            time.sleep(0.05)  # until its command line is readable
+        assert launcher.pid in contention.other_cells()
+        monkeypatch.setenv(ranks.LAUNCHER_ENV, str(launcher.pid))
+        assert launcher.pid not in contention.other_cells()
+    finally:
+        launcher.kill()
+        launcher.wait()

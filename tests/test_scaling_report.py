@@ -66,7 +66,8 @@ def test_speedup_and_efficiency_against_the_matching_one_device_cell(results):
 def test_report_has_the_scaling_table(results, tmp_path):
     md = aggregate([results], tmp_path / "rep").report_md.read_text()
     section = md.split("Data-parallel scaling", 1)[1]
-    assert "| bert-fit | native-torch | tiny | 2 | " in section and "77%" in section
+    assert "| bert-fit | native-torch | tiny | default | 2 | " in section and "77%" in section
+    assert f"| bert-fit | keras3-jax | tiny | global_batch={2 * BATCH} | 2 | " in section  # strong scaling says so
     assert "no speed claim" in section  # CPU rows say what they are for
     assert "bert-predict" not in section.split("\n#", 1)[0]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from fwbench.core.identity import CellIdentity
+from fwbench.core.identity import CellIdentity, describe, differing_settings
 from fwbench_aggregator import document as d
 
-HEADERS = ["task", "stack", "preset", "devices", "per-device batch", "global batch", "ms/step", "samples/s",
+HEADERS = ["task", "stack", "preset", "settings", "devices", "per-device batch", "global batch", "ms/step", "samples/s",
            "speed-up", "efficiency", "comm", "device"]
 BUSY_MARK = "\u26a0"
 
@@ -92,6 +92,13 @@ def cells(frame) -> list[ScalingCell]:
                                       str(one_device(c.identity).settings), c.devices))
 
 
+def settings(identity: CellIdentity) -> str:
+    """The settings off their defaults but the devices (strong scaling's global batch, --jit off...): 'default' when
+    none."""
+    shown = tuple((name, value) for name, value in differing_settings(identity, set()) if name != "devices")
+    return describe(shown) or "default"
+
+
 def _fmt(value: float | None, pattern: str) -> str:
     return "—" if value is None else pattern.format(value)
 
@@ -100,7 +107,7 @@ def table_rows(scaling_cells: list[ScalingCell]) -> list[list[str]]:
     rows = []
     for c in scaling_cells:
         mark = f"\u00a0{BUSY_MARK}" if c.busy else ""
-        rows.append([c.identity.task, c.identity.stack, c.identity.preset, str(c.devices),
+        rows.append([c.identity.task, c.identity.stack, c.identity.preset, settings(c.identity), str(c.devices),
                      _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), f"{c.ms_per_step:.2f}{mark}",
                      _fmt(c.samples_per_s, "{:.1f}"), _fmt(c.speedup, "{:.2f}"), _fmt(c.efficiency, "{:.0%}"),
                      c.comm_backend or "—", c.device or "—"])
