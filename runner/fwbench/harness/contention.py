@@ -24,6 +24,7 @@ from typing import Any
 
 from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
 from fwbench.harness.nvml import nvml_query
+from fwbench.harness.ranks import LAUNCHER_ENV
 
 CELL_MODULE = "fwbench.harness.cell"
 BUSY_OTHER_CPU_CORES = 0.5  # other processes using more than half a core count as competition
@@ -67,8 +68,8 @@ def own_cpu_s() -> float:
 def other_cells(exclude: set[int] | None = None) -> list[int]:
     """Pids of other fwbench cell processes visible here (all of the host's, outside a container)."""
     exclude = exclude or {os.getpid()}
-    launcher = os.environ.get("FWBENCH_RANK_LAUNCHER")  # a data-parallel rank's own cell process (harness.ranks),
-    if launcher and launcher.isdigit():                 # which only waits for its ranks
+    launcher = os.environ.get(LAUNCHER_ENV)  # a data-parallel rank's own cell process (harness.ranks),
+    if launcher and launcher.isdigit():      # which only waits for its ranks
         exclude = {*exclude, int(launcher)}
     pids = []
     try:
