@@ -229,7 +229,7 @@ def report_loss_scale(ctx, model, total_steps: int) -> None:
     Keras 2 compile wrap the optimizer in it by themselves under mixed_float16: checked and recorded)."""
     optimizer = model.optimizer
     wrapped = type(optimizer).__name__ in ("LossScaleOptimizer", "LossScaleOptimizerV3", "BaseLossScaleOptimizer")
-    # report() replaces `extra` as a whole: what report_model put there is kept.
+    # What report_model put in `extra` is kept (report() now merges `extra` itself; this stays explicit).
     extra = {**ctx.reported.get("extra", {}), "loss_scale_optimizer": type(optimizer).__name__}
     if wrapped:
         extra["loss_scale_initial"] = float(optimizer.initial_scale)  # the scale the back-off starts from
