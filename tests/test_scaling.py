@@ -190,3 +190,13 @@ def test_a_rank_does_not_count_its_launcher_as_a_competing_cell(monkeypatch):
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def test_reported_extra_fields_are_merged_not_replaced():
+    # The data-parallel description (reported before the model is built) must survive report_model's own extra.
+    from fwbench.workloads import CellContext
+
+    ctx = CellContext(spec=spec(), workload=registry.workload("bert-fit", "tiny"), arrays={}, backend=None)
+    ctx.report(comm_backend="gloo", extra={"data_parallel": "2 ranks"})
+    ctx.report(params_total=1, extra={"input_pipeline": "tf.data"})
+    assert ctx.reported["extra"] == {"data_parallel": "2 ranks", "input_pipeline": "tf.data"}
