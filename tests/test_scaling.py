@@ -200,3 +200,10 @@ def test_reported_extra_fields_are_merged_not_replaced():
     ctx.report(comm_backend="gloo", extra={"data_parallel": "2 ranks"})
     ctx.report(params_total=1, extra={"input_pipeline": "tf.data"})
     assert ctx.reported["extra"] == {"data_parallel": "2 ranks", "input_pipeline": "tf.data"}
+
+
+def test_a_spec_with_impossible_scaling_is_an_error_row_not_a_crash(tmp_path):
+    bad = CellSpec("native-torch", "bert-fit", "tiny", "none", str(tmp_path), 2, devices=2, global_batch=3)
+    assert cell.run(bad, tmp_path / "record.json") == 1
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["status"] == "error" and "does not split evenly" in record["error_message"]

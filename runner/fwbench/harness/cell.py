@@ -91,8 +91,11 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
     record["devices"] = spec.devices
     record["global_batch_setting"] = spec.global_batch
     if task and spec.preset in registry.PRESETS:
-        per_device, global_batch = scaling.batches(registry.workload(spec.task, spec.preset).batch_size,
-                                                   spec.devices, spec.global_batch)
+        try:
+            per_device, global_batch = scaling.batches(registry.workload(spec.task, spec.preset).batch_size,
+                                                       spec.devices, spec.global_batch)
+        except ValueError:  # a spec file with impossible scaling: measure() raises it again, into the error row
+            return record
         # One step's samples over all devices (the task's batch on one device, weak scaling).
         record.update(batch_size=global_batch, per_device_batch=per_device, global_batch=global_batch)
     return record
@@ -195,6 +198,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     stack = registry.get_stack(spec.stack)
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
+    scaling.check(spec.devices, spec.global_batch)  # a spec file, not the CLI, can ask for impossible scaling
     arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     target = None
     if spec.stability_run:  # the same bytes, with a target the model can learn (fwbench.core.stability)
