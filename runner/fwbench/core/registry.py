@@ -45,6 +45,17 @@ _KERAS_GPU_ALLOCATION = (("XLA_PYTHON_CLIENT_PREALLOCATE", "false"), ("TF_FORCE_
 
 
 @dataclass(frozen=True)
+class DataParallel:
+    """How a stack runs a fit data-parallel, as a user of the stack would (docs/workloads.md#data-parallel-scaling;
+    fwbench.core.scaling reads it)."""
+    idiom: str
+    tasks: tuple[str, ...]  # the fit tasks with a data-parallel variant in fwbench so far
+    comm_backend_cpu: str  # the collectives gradients are reduced with (the comm_backend column)
+    comm_backend_gpu: str
+    process_per_device: bool = False  # N processes, one rank per device; else one process drives N devices
+
+
+@dataclass(frozen=True)
 class Stack:
     id: str
     family: str  # which workload package runs it: "torch" or "keras"
@@ -71,6 +82,9 @@ class Stack:
     # the image per variant (the CPU sizes measured, rounded up; GPU images add the CUDA libraries).
     environment_gb: float = 0.0
     image_gb: tuple[tuple[str, float], ...] = ()
+    # Data-parallel fits (--devices N); None, with the reason, where the stack has no data parallelism to run.
+    data_parallel: DataParallel | None = None
+    no_data_parallel: str | None = None
 
     def __post_init__(self) -> None:
         if self.family not in ("torch", "keras"):
@@ -108,6 +122,20 @@ class Stack:
         return IMAGE_REPOSITORY.format(stack=self.id)
 
 
+_MIRRORED = DataParallel("tf.distribute.MirroredStrategy, one process, one replica per device", ("bert-fit",),
+                         "tf.distribute", "tf.distribute")  # the workload reports which cross-device ops it chose
+_DATA_PARALLEL_KERAS3 = {
+    "tensorflow": _MIRRORED,
+    "jax": DataParallel("keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh", ("bert-fit",),
+                        "xla-collectives", "xla-collectives"),
+}
+_NO_DATA_PARALLEL_KERAS3 = {
+    "torch": ("Keras 3 on PyTorch has no data parallelism of its own: keras.distribution is implemented for the JAX "
+              "and TensorFlow backends only (keras/src/backend/{jax,tensorflow}/distribution_lib.py, none for "
+              "torch), and no Keras release known to fwbench adds it for torch"),
+}
+
+
 def _keras3(backend: str, harness_backend: str, *, report_rank: int, xla: bool,
             published_backend: tuple[tuple[str, str], ...], deviations: tuple[pins.Deviation, ...] = (),
             environment_gb: float, image_gb: tuple[float, float]) -> Stack:
@@ -121,7 +149,8 @@ def _keras3(backend: str, harness_backend: str, *, report_rank: int, xla: bool,
                  published_pins=(("python", pins.PUBLISHED_PYTHON), ("keras", "3.0.5"), *published_backend,
                                  *pins.KERAS_COMMON_PINS),
                  pin_deviations=(pins.PYTHON_DEVIATION, *deviations), environment_gb=environment_gb,
-                 image_gb=(("cpu", image_gb[0]), ("gpu", image_gb[1])))
+                 image_gb=(("cpu", image_gb[0]), ("gpu", image_gb[1])),
+                 data_parallel=_DATA_PARALLEL_KERAS3.get(backend), no_data_parallel=_NO_DATA_PARALLEL_KERAS3.get(backend))
 
 
 _JAX_DEVIATION = ("jax 0.4.20's CUDA build was only on Google's own index; 0.4.23 is the first release PyPI serves "
@@ -142,7 +171,9 @@ STACKS: dict[str, Stack] = {
                   "segment-anything", "git 6fdee8f2727f4506cfbbe553e23b895e27956588", "1.0",
                   "a hash-locked install needs a release: PyPI's segment-anything 1.0, whose model code "
                   "(segment_anything/modeling) differs from that commit only in docstrings")),
-              environment_gb=6.3, image_gb=(("cpu", 7.0), ("gpu", 7.0))),
+              environment_gb=6.3, image_gb=(("cpu", 7.0), ("gpu", 7.0)),
+              data_parallel=DataParallel("torch DistributedDataParallel (HF Trainer), one process per device",
+                                         ("bert-fit",), "gloo", "nccl", process_per_device=True)),
         _keras3("tensorflow", "tensorflow", report_rank=0, xla=True,
                 published_backend=(("tensorflow", "2.15.0.post1"),), environment_gb=2.7, image_gb=(3.0, 5.5)),
         _keras3("jax", "jax", report_rank=1, xla=True, published_backend=(("jax", "0.4.20"), ("jaxlib", "0.4.20")),
@@ -171,7 +202,7 @@ STACKS: dict[str, Stack] = {
               ),
               published_pins=(("python", pins.PUBLISHED_PYTHON), ("tensorflow", "2.15.0.post1"),
                               *pins.KERAS_COMMON_PINS),
-              environment_gb=2.1, image_gb=(("cpu", 2.5), ("gpu", 5.5))),
+              environment_gb=2.1, image_gb=(("cpu", 2.5), ("gpu", 5.5)), data_parallel=_MIRRORED),
     )
 }
 

@@ -13,36 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from fwbench.core import registry
+
 DEFAULT_DEVICES = 1
 
-# What each stack's data parallelism is, and the collectives it reduces gradients with (the comm_backend column);
-# a stack absent here cannot run data-parallel in fwbench (SCALING_UNSUPPORTED says why).
-DATA_PARALLEL: dict[str, str] = {
-    "native-torch": "torch DistributedDataParallel (HF Trainer), one process per device",
-    "keras3-jax": "keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh",
-    "keras3-tensorflow": "tf.distribute.MirroredStrategy, one process, one replica per device",
-    "keras2-tensorflow": "tf.distribute.MirroredStrategy, one process, one replica per device",
-}
-SCALING_UNSUPPORTED: dict[str, str] = {
-    "keras3-torch": ("Keras 3 on PyTorch has no data parallelism of its own: keras.distribution is implemented "
-                     "for the JAX and TensorFlow backends only (keras/src/backend/{jax,tensorflow}/"
-                     "distribution_lib.py, none for torch), and no Keras release known to fwbench adds it for "
-                     "torch"),
-}
-# The fit tasks each data-parallel stack has a data-parallel variant of so far.
-DATA_PARALLEL_TASKS: dict[str, tuple[str, ...]] = {stack: ("bert-fit",) for stack in DATA_PARALLEL}
 NOT_A_FIT = "data-parallel variants exist for fit tasks"
 
 
 def comm_backend(stack_id: str, on_gpu: bool) -> str | None:
     """The collectives the stack's data parallelism reduces gradients with on this device (None: none)."""
-    if stack_id == "native-torch":
-        return "nccl" if on_gpu else "gloo"
-    if stack_id == "keras3-jax":
-        return "xla-collectives"
-    if stack_id in DATA_PARALLEL:  # MirroredStrategy: the workload reports which cross-device ops it chose
-        return "tf.distribute"
-    return None
+    parallel = registry.get_stack(stack_id).data_parallel
+    if parallel is None:
+        return None
+    return parallel.comm_backend_gpu if on_gpu else parallel.comm_backend_cpu
 
 
 def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int,
@@ -55,12 +38,12 @@ def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int
     asked = f"--devices {devices}" + (f" --global-batch {global_batch}" if global_batch is not None else "")
     if task_kind != "fit":
         return f"{asked}: {NOT_A_FIT} (this is a {task_kind} task)"
-    if stack_id not in DATA_PARALLEL:
-        return f"{asked}: " + SCALING_UNSUPPORTED.get(stack_id, f"no data-parallel variant of stack {stack_id} in "
-                                                               "fwbench")
-    if task_id not in DATA_PARALLEL_TASKS.get(stack_id, ()):
+    stack = registry.get_stack(stack_id)
+    if stack.data_parallel is None:
+        return f"{asked}: " + (stack.no_data_parallel or f"no data-parallel variant of stack {stack_id} in fwbench")
+    if task_id not in stack.data_parallel.tasks:
         return (f"{asked}: a data-parallel {task_id} on {stack_id} is not yet implemented in fwbench "
-                f"(it has: {', '.join(DATA_PARALLEL_TASKS[stack_id])})")
+                f"(it has: {', '.join(stack.data_parallel.tasks)})")
     return None
 
 

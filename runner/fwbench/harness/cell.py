@@ -408,7 +408,8 @@ def in_processes(spec: CellSpec) -> bool:
     """Whether the cell runs as N processes (native-torch DistributedDataParallel, one rank per device) rather
     than in this one (one device, or one process driving N devices: JAX SPMD)."""
     stack, task = registry.STACKS.get(spec.stack), registry.TASKS.get(spec.task)
-    return (spec.devices > 1 and stack is not None and task is not None and stack.id == "native-torch"
+    return (spec.devices > 1 and stack is not None and task is not None and stack.data_parallel is not None
+            and stack.data_parallel.process_per_device
             and scaling.unsupported_reason(stack.id, task.id, task.kind, spec.devices) is None)
 
 
