@@ -4,6 +4,7 @@ silent fallback, and a fit whose loss goes non-finite recorded as diverged."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,17 @@ def test_a_non_finite_loss_makes_the_fit_diverged(tmp_path, shared_data):
     # fp16 on the hand-written loop: autocast float16 with torch.amp.GradScaler, its scale recorded.
     assert row["compute_dtype"] == "float16" and row["variable_dtype"] == "float32"
     assert row["loss_scale"] > 0 and row["loss_scale_skipped_steps"] >= 0
+
+
+def test_a_library_without_the_precision_s_kernel_is_unsupported_not_an_error():
+    from fwbench.harness.cell import precision_unsupported
+
+    # XLA:CPU's own words for keras3-jax Mistral at fp16 (benchmarks/precision_matrix.py, 2026-11-25).
+    xla = RuntimeError("INVALID_ARGUMENT: The precision 'F16_F16_F32' is not supported by dot_general on CPU")
+    spec = CellSpec(stack="keras3-jax", task="mistral-fit", preset="tiny", compile_mode="xla", data_dir="/d", steps=1)
+    assert precision_unsupported(replace(spec, precision="fp16"), xla)
+    assert not precision_unsupported(spec, xla)  # at the published precision it is an error like any other
+    assert not precision_unsupported(replace(spec, precision="fp16"), RuntimeError("out of range"))
 
 
 def test_precision_option_is_validated():

@@ -40,7 +40,16 @@ OOM_MARKERS = ("out of memory", "resource_exhausted", "resourceexhausted", "oom 
 DTYPE_MARKERS = ("does not match type", "no opkernel", "not implemented for 'half'", "not implemented for 'bfloat16'",
                  "expected scalar type", "same dtype", "should be the same", "unsupported dtype", "dtype mismatch",
                  # tf.experimental.numpy (Keras 2 / keras_core ops) treats bfloat16 as a non-float and tries to cast it
-                 "has no attribute 'astype'")
+                 "has no attribute 'astype'",
+                 # XLA:CPU has no float16 matmul accumulating in float32 (keras3-jax fp16 Mistral on a CPU)
+                 "is not supported by dot_general")
+
+
+def precision_unsupported(spec: CellSpec, exc: BaseException) -> bool:
+    """Whether a cell's failure is the library's lack of a kernel or of consistent dtype handling for the
+    precision asked (an `unsupported` row in its own words), rather than an error."""
+    return spec.precision != precision.DEFAULT_PRECISION and any(marker in str(exc).lower()
+                                                                 for marker in DTYPE_MARKERS)
 
 
 # TensorFlow's XLA cannot compile a step that reads variables on several devices (its known issue
@@ -512,8 +521,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
-        if record["status"] == "error" and spec.precision != precision.DEFAULT_PRECISION and any(
-                marker in str(exc).lower() for marker in DTYPE_MARKERS):
+        if record["status"] == "error" and precision_unsupported(spec, exc):
             record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
         mirrored_xla = (record["status"] == "error" and spec.devices > 1
                         and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"))
