@@ -85,7 +85,8 @@ def test_slurm_refuses_several_gpus_per_cell_before_anything_else(tmp_path):
                        "gpu:a100:2", "--no-probe")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: --gres 'gpu:a100:2' gives each cell 2 GPUs: a cell runs on exactly one (--gres gpu:1 or gpu:TYPE:1)"]
+        "error: --gres 'gpu:a100:2' gives each cell 2 GPU(s): a cell runs on exactly --devices 1 (--gres gpu:1 or "
+        "gpu:TYPE:1)"]
     assert not (tmp_path / "out").exists()
 
 

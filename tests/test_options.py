@@ -19,8 +19,8 @@ ALL_OPTIONS = [f.name for f in fields(matrix.MatrixOptions)]
 EXPECTED = {
     ("run",): ((), set()),
     ("demo",): (("preset", "compile"), {"stack", "steps", "parallel", "data"}),
-    ("slurm", "submit"): (("parallel", "devices", "global_batch"), {"threads", "device"}),
-    ("k8s", "render"): (("data", "device", "parallel", "devices", "global_batch"), {"preset", "threads"}),
+    ("slurm", "submit"): (("parallel",), {"threads", "device"}),
+    ("k8s", "render"): (("data", "device", "parallel"), {"preset", "threads"}),
     ("verify",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "repeats", "device")), {"task", "repeats"}),
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),

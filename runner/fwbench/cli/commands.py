@@ -88,7 +88,8 @@ def run_cmd(
                              threads=options.threads or os.cpu_count() or 1)
     specs = options.plan(base)
     runner = make_engine(engine, image, options.device, docker_memory, options.pin_set, release=release, stacks=options.stack)
-    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner))
+    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner),
+                                 devices_per_cell=options.devices)
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
     outcomes = execute(specs, runner, out, resume, slots)
@@ -97,7 +98,7 @@ def run_cmd(
 
 
 def engine_gpus(runner) -> list[int]:
-    """The GPUs a run's cells may be given, one each: none on a CPU run."""
+    """The GPUs a run's cells may be given (one each, or --devices each): none on a CPU run."""
     if runner.device != "gpu":
         return []
     gpus = slot_plan.usable_gpus()
@@ -122,7 +123,7 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
     slots = slots or [slot_plan.UNPINNED]
     if len(slots) > 1:
         console.print(f"{len(slots)} cells at once, each on its own slot: " + "; ".join(
-            f"CPUs {slot.cpu_set}" + (f", GPU {slot.gpu}" if slot.gpu is not None else "") for slot in slots),
+            f"CPUs {slot.cpu_set}" + (f", GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "") for slot in slots),
             highlight=False)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
@@ -213,7 +214,8 @@ def demo_cmd(
     runner = make_engine("local", device=options.device, pin_set=pin_set)
     # Tiny cells gain little from a second core but a lot from running beside each other: auto gives
     # each cell one core of its own (rows are marked concurrent, as with `run --parallel`).
-    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner))
+    slots = slot_plan.plan_slots(cells_at_once, options.threads, slot_plan.usable_cpus(), engine_gpus(runner),
+                                 devices_per_cell=options.devices)
     base = options.base_spec(data_dir=str((options.data or out / "data").resolve()),
                              threads=slot_plan.slot_threads(slots, options.threads))
     specs = replace(options, stack=stacks).plan(base)

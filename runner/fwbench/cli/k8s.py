@@ -15,8 +15,8 @@ k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes I
 
 @k8s_app.command("render")
 # A pod's data is its own emptyDir and its device its image's variant; a pod cannot see the node's core count ahead.
-# A scaling cell needs N devices in its pod: not rendered yet (issue 29), so --devices is not offered.
-@matrix_options(omit=("data", "device", "parallel", "devices", "global_batch"), preset=Override(default="paper"),
+# A --devices N cell's pod requests N GPUs (nvidia.com/gpu: N), or on the CPU at least N CPUs (--cpu).
+@matrix_options(omit=("data", "device", "parallel"), preset=Override(default="paper"),
                 threads=Override(default=8, help="CPU threads per cell (a pod cannot see the node's cores ahead)."))
 def render_cmd(
     options: MatrixOptions,
@@ -25,8 +25,8 @@ def render_cmd(
     memory: str = typer.Option("32Gi", "--memory", help="Memory each pod requests and is limited to."),
     scratch: str = typer.Option("16Gi", "--scratch", help="Size limit of each pod's data and /tmp emptyDirs."),
     release: Path = typer.Option(..., "--release", help="release.json of `fwbench publish`: images by digest."),
-    variant: str = typer.Option("gpu", help="Image variant: gpu (one nvidia.com/gpu per pod) or cpu."),
-    parallelism: int = typer.Option(1, help="Pods of one stack at once (one GPU each)."),
+    variant: str = typer.Option("gpu", help="Image variant: gpu (--devices nvidia.com/gpu per pod, default 1) or cpu."),
+    parallelism: int = typer.Option(1, help="Pods of one stack at once (--devices GPUs each)."),
     results_claim: str = typer.Option("fwbench-results", help="PersistentVolumeClaim the rows go to."),
     namespace: Optional[str] = typer.Option(None, help="Namespace of the objects."),
     name: str = typer.Option("fwbench", help="Name prefix of the objects (DNS-1123)."),

@@ -19,8 +19,8 @@ slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm jo
 
 
 @slurm_app.command("submit")
-# A scaling cell needs N devices in its allocation: not rendered yet (issue 29), so not offered.
-@matrix_options(omit=("parallel", "devices", "global_batch"), threads=Override(default_text="--cpus-per-task"),
+# One cell per array task: no --parallel. A --devices N cell's task is given N GPUs (--gres) or N cores.
+@matrix_options(omit=("parallel",), threads=Override(default_text="--cpus-per-task"),
                 device=Override(help="Device of every cell: auto (gpu when --gres gives the task a GPU, else cpu), "
                                      "gpu or cpu."))
 def submit_cmd(
@@ -67,14 +67,14 @@ def submit_cmd(
         raise UsageError(f"--engine must be local or current, not {engine!r} (containers: --container)")
     if release is not None and container == "none":
         raise UsageError("--release needs --container pyxis or apptainer")
+    # The login node's own GPUs say nothing of the compute nodes': auto follows what the task is given.
     try:
         if gres:
             slurm.check_gres(gres)
-            slurm.check_one_gpu(gres)
+        cell_device = ("gpu" if slurm.gres_gpus(gres) else "cpu") if options.device == "auto" else options.device
+        slurm.check_cell_resources(gres, cpus_per_task, options.devices, cell_device)
     except slurm.SlurmError as exc:
         raise UsageError(str(exc)) from None
-    # The login node's own GPUs say nothing of the compute nodes': auto follows what the task is given.
-    cell_device = ("gpu" if slurm.gres_gpus(gres) else "cpu") if options.device == "auto" else options.device
     slurm_options = slurm.SlurmOptions(partition, gres, time_limit or "1", cpus_per_task, mem, container, max_running,
                                        stop_grace, account, qos, tuple(sbatch_arg or ()))
     data_root = (options.data or default_data_dir()).resolve()

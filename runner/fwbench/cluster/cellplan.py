@@ -102,7 +102,7 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
     try:
         matrix.ensure_data([spec])
         [result] = matrix.run_matrix([spec], out, Watched(), resume=True, on_start=on_start,
-                                     slots=one_cell_at_a_time(engine.device))
+                                     slots=one_cell_at_a_time(engine.device, spec.devices))
     except Stopped:
         return _write_stopped(state["spec"], out, state["stop"], log=None)
     finally:

@@ -2,7 +2,8 @@
 
 Per stack (an Indexed Job has one pod template, so one image): a ConfigMap holding that stack's cells (one
 CellSpec per completion index) and an Indexed Job whose pod k runs cell k in the stack's released image, by
-digest, with the current engine: one GPU (nvidia.com/gpu: 1), CPU and memory requested and limited, non-root,
+digest, with the current engine: its cells' --devices GPUs (nvidia.com/gpu: N, 1 without --devices; on a CPU run at
+least N CPUs, a core per rank), CPU and memory requested and limited, non-root,
 read-only root filesystem, seccomp RuntimeDefault, no capabilities (admitted under Pod Security "restricted"),
 scratch space in size-limited emptyDirs, results to a PersistentVolumeClaim in the usual one-file-per-cell layout (atomic, so a retried or resubmitted index
 resumes). A NetworkPolicy denies the pods all traffic (Kubernetes has no per-pod "no network"; the policy
@@ -26,6 +27,8 @@ UID = 1000  # the images' fwbench user
 
 MAX_NAME = 63  # a DNS-1123 label (names used as labels, and Job names, whose pods' labels carry them)
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+          "Ti": 2**40}
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class PodResources:
         for name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("--scratch", self.scratch)):
             if not QUANTITY.match(value):
                 raise ValueError(f"{name} {value!r} is not a Kubernetes quantity (e.g. 8, 500m, 32Gi)")
+
+    def cpus(self) -> float:
+        """The CPU quantity in cores (500m = 0.5)."""
+        match = QUANTITY.match(self.cpu)
+        return float(self.cpu[:len(self.cpu) - len(match.group(2) or "")]) * SUFFIX[match.group(2) or ""]
 
 
 def object_name(prefix: str, stack: str) -> str:
@@ -61,7 +69,8 @@ def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: st
 
 def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, *, results_claim: str,
                 gpu: bool, namespace: str | None, resources: PodResources = PodResources(),
-                backoff_limit: int = 3) -> dict:
+                backoff_limit: int = 3, gpus: int = 1) -> dict:
+    """The Job of one stack's cells; on a GPU run each pod gets `gpus` GPUs (its cells' --devices), no more."""
     name = object_name(prefix, stack)
     container = {
         "name": "cell",
@@ -83,7 +92,7 @@ def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: in
                       "limits": {"cpu": resources.cpu, "memory": resources.memory}},
     }
     if gpu:
-        container["resources"]["limits"]["nvidia.com/gpu"] = "1"  # a Quantity: a string in the API
+        container["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)  # a Quantity: a string in the API
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": _metadata(name, stack, prefix, namespace),
@@ -143,10 +152,16 @@ def render(specs: list[CellSpec], images: dict[str, str], out_dir: Path, prefix:
     if len(set(names)) != len(names):  # cut names are hashed apart; this guards the rule itself
         raise ValueError(f"--name {prefix!r} gives two objects the same name: choose another")
     out_dir.mkdir(parents=True, exist_ok=True)
+    devices = max(spec.devices for spec in specs)
+    if not gpu and resources.cpus() < devices:
+        raise ValueError(f"--devices {devices} on a CPU run needs --cpu of at least {devices} (a core per rank), "
+                         f"got {resources.cpu}")
     for stack, cells in by_stack.items():
+        # One pod template per Job: its GPU count is the most any of its cells asks for (one --devices per render).
         documents = [plan_configmap(prefix, stack, cells, namespace),
                      indexed_job(prefix, stack, images[stack], len(cells), parallelism, results_claim=results_claim,
-                                 gpu=gpu, namespace=namespace, resources=resources)]
+                                 gpu=gpu, namespace=namespace, resources=resources,
+                                 gpus=max(cell.devices for cell in cells))]
         path = out_dir / f"{object_name(prefix, stack)}.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
         written.append(path)

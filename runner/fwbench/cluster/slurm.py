@@ -97,12 +97,20 @@ def gres_gpus(gres: str | None) -> int:
     return count
 
 
-def check_one_gpu(gres: str | None) -> None:
-    """A cell runs on one device: a task given several GPUs would hand them all to the framework (the HF Trainer
-    then trains on each with DataParallel) while its row speaks of one."""
-    if gres_gpus(gres) > 1:
-        raise SlurmError(f"--gres {gres!r} gives each cell {gres_gpus(gres)} GPUs: a cell runs on exactly one "
-                         "(--gres gpu:1 or gpu:TYPE:1)")
+def check_cell_resources(gres: str | None, cpus_per_task: int, devices: int, device: str) -> None:
+    """A cell runs on exactly --devices devices. On a GPU run its task is given exactly that many GPUs: more would
+    all go to the framework (the HF Trainer then trains on each with DataParallel) while the row speaks of fewer,
+    fewer would leave ranks without one. On a CPU run each rank needs a core of the task's."""
+    given = gres_gpus(gres)
+    if device == "gpu" and given != devices and (given or devices > 1):
+        fix = f"--gres gpu:{devices} or gpu:TYPE:{devices}"
+        if not given:
+            raise SlurmError(f"--devices {devices} on a GPU run needs {devices} GPUs per task ({fix})")
+        raise SlurmError(f"--gres {gres!r} gives each cell {given} GPU(s): a cell runs on exactly --devices "
+                         f"{devices} ({fix})")
+    if device == "cpu" and cpus_per_task < devices:
+        raise SlurmError(f"--devices {devices} on a CPU run needs --cpus-per-task of at least {devices} (a core per "
+                         f"rank), got {cpus_per_task}")
 
 
 def check_sbatch_values(options: SlurmOptions) -> None:
@@ -322,7 +330,9 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     check_paths(out.resolve(), data_dir.resolve(), options.container)
     if options.gres:
         check_gres(options.gres)
-        check_one_gpu(options.gres)
+    given = "gpu" if gres_gpus(options.gres) else "cpu"  # a spec without a device runs on what its task is given
+    for device, devices in sorted({(spec.device or given, spec.devices) for spec in specs}):
+        check_cell_resources(options.gres, options.cpus_per_task, devices, device)
     check_time(options.time_limit)
     if time_limit_s(options.time_limit) <= options.stop_grace_s:
         raise SlurmError(f"--time {options.time_limit} leaves no time before the stop signal "

@@ -164,7 +164,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                            "CUDA_VISIBLE_DEVICES gives it."),
     ("gpu_index", "int64", "NVML index of the GPU the cell used, in the runner's numbering: its own slot's under "
                            "--parallel (a container numbers it 0 inside), else the one CUDA_VISIBLE_DEVICES names or "
-                           "the first (null on the CPU)."),
+                           "the first (null on the CPU); a --devices N cell's first GPU (extra.gpu_indices: all N)."),
     ("parallel_cells", "int64", "Most cells of this run that ran at the same time as this one, itself included "
                                 "(1 = it ran alone; more only with --parallel, each on its own cores and GPU)."),
     ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
@@ -228,7 +228,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                "or nccl (torch DistributedDataParallel), xla-collectives (JAX SPMD), tf-<cross-device "
                                "ops> (MirroredStrategy's choice, e.g. tf-CollectiveAllReduce); null on one device."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
-     "start-up phases; process_s: the process as the runner timed it)."),
+     "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
+     "runner gave the cell)."),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)

@@ -9,7 +9,7 @@ from fwbench.core import precision as precisions
 from fwbench.core.identity import CellIdentity
 
 
-PLACEMENT_FIELDS = ("cpu_set", "gpu_index")
+PLACEMENT_FIELDS = ("cpu_set", "gpu_index", "gpu_indices")
 # Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
 # engine) still reads its spec.
 OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch", "probe_weights")
@@ -45,9 +45,11 @@ class CellSpec:
     device: str | None = None
     device_setting: str | None = None
     # Where the runner placed the cell (fwbench.engines.slots; not part of the identity): the CPU cores it is
-    # pinned to ("0-3"; None: not pinned) and the NVML index of its one GPU (None: the engine's default).
+    # pinned to ("0-3"; None: not pinned) and the NVML index of its (first) GPU (None: the engine's default);
+    # gpu_indices: every GPU of a cell given several (--devices N: its slot's N GPUs, gpu_index first), None: one.
     cpu_set: str | None = None
     gpu_index: int | None = None
+    gpu_indices: tuple[int, ...] | None = None
     # Test-only fault injection (never set by the CLI's normal options): "raise", "sleep:<s>",
     # "step-sleep:<ms>", "nan-loss" (a fit's last recorded loss reads as NaN), "overflow:<step>" (that fit step's loss
     # scaled into float16 overflow: fwbench.core.stability). Lets tests prove failure paths without a broken framework.
@@ -78,6 +80,13 @@ class CellSpec:
         return CellIdentity.of_spec(self)
 
     @property
+    def gpus(self) -> tuple[int, ...]:
+        """NVML indices of every GPU the runner gave the cell (empty: none placed)."""
+        if self.gpu_indices:
+            return tuple(self.gpu_indices)
+        return () if self.gpu_index is None else (self.gpu_index,)
+
+    @property
     def tf32(self) -> str:
         """The TF32 policy the precision runs with: default (the framework's own), on or off."""
         return precisions.tf32_of(self.precision)
@@ -106,4 +115,6 @@ class CellSpec:
         fields = dict(fields)
         if "tf32" in fields:
             fields["precision"] = precisions.from_tf32(fields.pop("tf32"), fields.get("precision", "published"))
+        if fields.get("gpu_indices") is not None:  # a JSON list; the spec is frozen (hashable)
+            fields["gpu_indices"] = tuple(fields["gpu_indices"])
         return cls(**fields)

@@ -81,10 +81,10 @@ def cell_environment(spec: CellSpec) -> dict[str, str]:
         env.pop(name, None)
     if spec.device == "cpu":
         return hide_gpus(env)
-    if spec.gpu_index is not None:
-        # The slot's one GPU (fwbench.engines.slots). CUDA numbers GPUs fastest-first unless told otherwise;
-        # PCI order makes its numbers NVML's, the numbering the slot (and the row) use.
-        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpu_index)
+    if spec.gpus:
+        # The slot's GPUs, exactly (fwbench.engines.slots: one, or --devices N). CUDA numbers GPUs fastest-first
+        # unless told otherwise; PCI order makes its numbers NVML's, the numbering the slot (and the row) use.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 

@@ -27,15 +27,17 @@ from fwbench.engines.docker_client import docker_client
 DEFAULT_IMAGE = IMAGE_TEMPLATE  # fwbench/<stack>:<pin set>-<variant>, e.g. fwbench/keras3-jax:paper-2024-gpu
 
 
-def docker_device_request(gpu_index: int | None):
-    """The GPU request of a cell's container: exactly one GPU, its slot's by NVML index (the container then sees
-    it as its only GPU, index 0); one GPU of Docker's choosing only when the host's GPUs cannot be listed. Never
-    every GPU: a framework given several would use them all (the HF Trainer wraps the model in DataParallel)."""
+def docker_device_request(gpus: int | tuple[int, ...] | None, count: int = 1):
+    """The GPU request of a cell's container: exactly its slot's GPUs by NVML index (one, or a data-parallel
+    cell's --devices N; the container numbers them from 0); `count` GPUs of Docker's choosing only when the
+    host's GPUs cannot be listed. Never every GPU: a framework given more than the cell asked for would use them
+    all (the HF Trainer wraps the model in DataParallel)."""
     import docker
 
-    if gpu_index is None:
-        return docker.types.DeviceRequest(count=1, capabilities=[["gpu"]])
-    return docker.types.DeviceRequest(device_ids=[str(gpu_index)], capabilities=[["gpu"]])
+    ids = [gpus] if isinstance(gpus, int) else list(gpus or ())
+    if not ids:
+        return docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(device_ids=[str(gpu) for gpu in ids], capabilities=[["gpu"]])
 
 
 class DockerEngine:
@@ -132,7 +134,7 @@ class DockerEngine:
         inner = replace(spec, data_dir="/data")
         spec_path = write_spec(inner, cell_dir)
         environment = self.container_environment(spec)
-        device_requests = [docker_device_request(spec.gpu_index)] if self.use_gpu else None
+        device_requests = [docker_device_request(spec.gpus, spec.devices)] if self.use_gpu else None
         # The watchdog starts first and watches for this token, so a container exists only while something is
         # there to remove it: should this runner die at any point (even between create and start), the
         # watchdog removes every container carrying the token (see engines/watchdog.py).

@@ -119,7 +119,8 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
             # slot places the cell.
             spec = replace(spec, run_id=run.run_id, engine=engine.name, pin_set=engine.pin_set,
                            image_variant=engine.image_variant(spec.stack), device_model=device_models[slot.index],
-                           cpu_set=slot.cpu_set, gpu_index=slot.gpu, device=engine.device)
+                           cpu_set=slot.cpu_set, gpu_index=slot.gpu,
+                           gpu_indices=slot.gpus if len(slot.gpus) > 1 else None, device=engine.device)
             outcomes[index] = run.cell(spec)
 
     if len(slots) == 1:
@@ -215,6 +216,8 @@ class _Run:
         # Where the runner placed it, unless the cell said (an image with an older harness does not).
         record.setdefault("cpu_set", spec.cpu_set)
         record.setdefault("gpu_index", spec.gpu_index)
+        if spec.gpus:  # every GPU the cell was given (gpu_index names only the first of a data-parallel cell's)
+            record["extra"]["gpu_indices"] = list(spec.gpus)
         # A sweep point is the runner's to say (the cell process does not know it); part of the identity.
         record.setdefault("sweep_point", spec.sweep_point)
         record["parallel_cells"] = at_once

@@ -1,7 +1,8 @@
 """Slots for `fwbench run --parallel N|auto`: where each of N concurrent cells may run.
 
-A slot is a set of CPU cores, disjoint from every other slot's, and on a GPU host one GPU of its own:
-two cells sharing a core or a GPU would slow each other down and both timings would be wrong. The
+A slot is a set of CPU cores, disjoint from every other slot's, and on a GPU host GPUs of its own (one; a
+data-parallel run's `--devices N`, N): two cells sharing a core or a GPU would slow each other down and both
+timings would be wrong. The
 cores this process may use (its affinity) are split evenly; cores left over by the split stay unused,
 so every slot, and every cell's default thread count, is the same size (threads are part of a cell's
 identity: uneven slots would make repeats of one cell different measurements).
@@ -33,7 +34,15 @@ class SlotError(ValueError):
 class Slot:
     index: int
     cpus: tuple[int, ...] | None  # None: not pinned, the cell inherits the runner's cores (--parallel 1)
-    gpu: int | None  # NVML index of the slot's one GPU; None: no GPU (a CPU run), or GPUs that cannot be listed
+    gpu: int | None  # NVML index of the slot's (first) GPU; None: no GPU (a CPU run), or GPUs that cannot be listed
+    # NVML indices of every GPU of the slot, `gpu` first: (gpu,) unless a data-parallel cell has several.
+    gpus: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gpu is not None and not self.gpus:
+            object.__setattr__(self, "gpus", (self.gpu,))
+        if self.gpus and self.gpus[0] != self.gpu:
+            raise ValueError(f"a slot's first GPU {self.gpus[0]} is not its gpu {self.gpu}")
 
     @property
     def cpu_set(self) -> str | None:
@@ -95,22 +104,29 @@ def parse_parallel(text: str) -> int | None:
     return value
 
 
-def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus: list[int]) -> list[Slot]:
+def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus: list[int], *,
+               devices_per_cell: int = 1) -> list[Slot]:
     """The slots for `--parallel` (None = auto) given the usable CPU cores and the GPUs of a GPU run (none for a
-    CPU run).
+    CPU run); each slot has `devices_per_cell` GPUs (--devices: a data-parallel cell's ranks), never fewer.
 
-    One slot is not pinned to cores; on a GPU run it still has one GPU, the first usable one: a cell never sees
-    several GPUs by accident (the HF Trainer would train on all of them with DataParallel while the row
-    says one). More slots: each gets len(cpus) // N cores of its own and, when there are GPUs, one GPU of its
-    own."""
+    One slot is not pinned to cores; on a GPU run it still has exactly its GPUs, the first usable ones: a cell
+    never sees more GPUs than it asked for by accident (the HF Trainer would train on all of them with
+    DataParallel while the row says one). More slots: each gets len(cpus) // N cores of its own and, when there
+    are GPUs, `devices_per_cell` GPUs of its own. On a CPU run the ranks share the slot's cores."""
     if not cpus:
         raise SlotError("this process may run on no CPU core (empty CPU affinity)")
+    if devices_per_cell < 1:
+        raise SlotError(f"--devices must be at least 1, got {devices_per_cell}")
+    per = devices_per_cell
+    if gpus and len(gpus) < per:
+        raise SlotError(f"--devices {per} needs {per} GPUs per cell, but this host has {len(gpus)} usable GPU(s)")
     if parallel is None:
-        parallel = auto_parallel(threads, len(cpus), len(gpus))
+        parallel = auto_parallel(threads, len(cpus), len(gpus) // per)
     if parallel == 1:
-        return [Slot(0, None, gpus[0])] if gpus else [UNPINNED]
-    if gpus and parallel > len(gpus):
-        raise SlotError(f"--parallel {parallel} needs a GPU per cell, but this host has {len(gpus)} usable GPU(s) "
+        return [Slot(0, None, gpus[0], tuple(gpus[:per]))] if gpus else [UNPINNED]
+    if gpus and parallel * per > len(gpus):
+        need = f"{per} GPUs per cell ({parallel * per} in all)" if per > 1 else "a GPU per cell"
+        raise SlotError(f"--parallel {parallel} needs {need}, but this host has {len(gpus)} usable GPU(s) "
                         "(two cells on one GPU would slow each other down)")
     if parallel > len(cpus):
         raise SlotError(f"--parallel {parallel} needs a CPU core per cell, but this process may use "
@@ -119,13 +135,17 @@ def plan_slots(parallel: int | None, threads: int | None, cpus: list[int], gpus:
     if threads is not None and threads > size:
         raise SlotError(f"--threads {threads} is more than the {size} core(s) each of the {parallel} parallel "
                         f"cells gets ({len(cpus)} cores / {parallel}): lower --threads or --parallel")
-    return [Slot(i, tuple(cpus[i * size:(i + 1) * size]), gpus[i] if gpus else None) for i in range(parallel)]
+    return [Slot(i, tuple(cpus[i * size:(i + 1) * size]), gpus[i * per] if gpus else None,
+                 tuple(gpus[i * per:(i + 1) * per])) for i in range(parallel)]
 
 
-def one_cell_at_a_time(device: str) -> list[Slot]:
+def one_cell_at_a_time(device: str, devices_per_cell: int = 1) -> list[Slot]:
     """The slot of a runner that runs one cell at a time (a cluster task, a verification): on a GPU run, the
-    first GPU this process may use (a scheduler's CUDA_VISIBLE_DEVICES narrows them), and never several."""
-    return plan_slots(1, None, usable_cpus(), usable_gpus() if device == "gpu" else [])
+    first `devices_per_cell` GPUs this process may use (a scheduler's CUDA_VISIBLE_DEVICES narrows them), and
+    never more. Fewer usable than asked: the cell gets those, and its framework's count makes its row
+    device_unavailable (a cluster task's cell gets a row, not a task that dies without one)."""
+    gpus = usable_gpus() if device == "gpu" else []
+    return plan_slots(1, None, usable_cpus(), gpus, devices_per_cell=max(1, min(devices_per_cell, len(gpus))))
 
 
 def auto_parallel(threads: int | None, cores: int, gpus: int) -> int:

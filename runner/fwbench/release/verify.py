@@ -172,7 +172,7 @@ def rerun(specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for) -> N
         matrix.ensure_data(group)
         for stack in dict.fromkeys(s.stack for s in group):
             engine.prepare(stack)
-        slots = slot_plan.one_cell_at_a_time(engine.device)
+        slots = slot_plan.one_cell_at_a_time(engine.device, max(s.devices for s in group))
         for result in matrix.run_matrix(group, results_dir, engine, resume=True, slots=slots):
             row = result.row or {}
             print(f"{row.get('status', '?'):>11} {result.spec.stack} {result.spec.task} r{result.spec.repeat}: "
