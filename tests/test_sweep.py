@@ -175,6 +175,43 @@ def test_sweep_two_real_versions_and_an_unresolvable_one(tmp_path, shared_data):
     assert "tqdm==4.66.1 → tqdm==4.67.1" in proc.stdout
 
 
+def test_a_sweep_point_s_cell_gets_one_gpu_not_every_gpu_of_the_host(tmp_path, monkeypatch):
+    """The engine and NVML are the boundary (no GPU here): a 2-GPU host, a cell planned for one device."""
+    from fwbench.engines import local, matrix, slots
+    from fwbench.engines import sweep as sweep_engine
+
+    class Engine:
+        name, device = "local", "gpu"
+
+        def image_variant(self, stack):
+            return "venv-gpu"
+
+        def device_model(self, gpu=None):
+            return "NVIDIA H100 80GB HBM3"
+
+        def prepare(self, stack, report=None):
+            pass
+
+    class Environment:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def sweep_record(self):
+            return {}
+
+    given = {}
+    monkeypatch.setattr(local, "local_engine", lambda *args, **kwargs: Engine())
+    monkeypatch.setattr(local, "StackEnvironment", Environment)
+    monkeypatch.setattr(slots, "usable_gpus", lambda: [0, 1])
+    monkeypatch.setattr(matrix, "ensure_data", lambda specs: None)
+    monkeypatch.setattr(matrix, "run_matrix", lambda *args, **kwargs: given.update(kwargs) or [])
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
+                    data_dir=str(tmp_path), steps=1)
+    point = points.package_point("transformers", "4.38.2")
+    sweep_engine.run_point([spec], point, tmp_path / "out", "paper-2024", "gpu")
+    assert [slot.gpus for slot in given["slots"]] == [(0,)]
+
+
 def test_unavailable_point_is_an_exception_with_a_reason(tmp_path):
     exc = PointUnavailable(points.package_point("tqdm", "99"), "no such version", tmp_path / "log")
     assert exc.reason == "no such version" and "tqdm==99" in str(exc)

@@ -25,6 +25,7 @@ from fwbench.core import results
 from fwbench.core.identity import CellIdentity
 from fwbench.core.spec import CellSpec
 from fwbench.core.sweep import SweepPoint
+from fwbench.engines.slots import one_cell_at_a_time
 
 FAILED_POINT = "SweepPointUnavailable"
 MISMATCH = "SweepVersionMismatch"
@@ -78,7 +79,9 @@ def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str,
     runnable = [spec for spec in specs if spec.stack not in broken]
     if runnable:
         matrix.ensure_data(runnable)
-        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done=on_done):
+        # One cell at a time, on its own GPU(s) only: never every GPU of the host (as `run` and verify give them).
+        cell_slots = one_cell_at_a_time(engine.device, max(spec.devices for spec in runnable))
+        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done=on_done, slots=cell_slots):
             rows.append(result.row)
     return rows
 
