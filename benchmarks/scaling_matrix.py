@@ -1,6 +1,6 @@
 """Which stack can run which fit data-parallel: every stack x fit task at `--devices 1` and `--devices N` (default
 2) at the tiny preset on this machine, into one results folder (the device count is part of the cell identity),
-then a dated table of statuses: ok (ms/step), or unsupported / error with the reason.
+then a dated table of statuses: ok (with the collectives), or unsupported / error with the reason.
 
     PYTHONPATH=runner:aggregator python benchmarks/scaling_matrix.py --out /tmp/scaling-matrix \\
         [--devices 2] [--stack native-torch] [--task bert-fit] [--jit off] [--table-only]
@@ -36,7 +36,7 @@ def cell_text(row: dict | None) -> str:
     if row is None:
         return "—"
     if row["status"] == "ok":
-        return f"ok ({row['ms_per_step']:.1f} ms/step, {row.get('comm_backend') or 'one device'})"
+        return f"ok ({row.get('comm_backend') or 'one device'})"  # CPU devices: no speed claim, no figure
     reason = " ".join((row.get("error_message") or "").split())[:160].replace("|", "/")
     return f"{row['status']}: {reason}"
 

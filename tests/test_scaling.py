@@ -207,3 +207,16 @@ def test_a_spec_with_impossible_scaling_is_an_error_row_not_a_crash(tmp_path):
     assert cell.run(bad, tmp_path / "record.json") == 1
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["status"] == "error" and "does not split evenly" in record["error_message"]
+
+
+def test_an_unsupported_keras2_scaling_row_names_the_keras_it_runs(monkeypatch):
+    """The current pin set's Keras 2 stack has tf-keras beside an unused keras 3: the row named keras 3.15.1."""
+    from fwbench.harness import cell
+
+    versions = {"tf-keras": "2.20.1", "keras": "3.15.1"}
+    monkeypatch.setattr(cell, "_installed", lambda name: versions.get(name, "not installed"))
+    assert cell._keras_installed(2) == "tf-keras 2.20.1"
+    assert cell._keras_installed(3) == "Keras 3.15.1"
+    versions.pop("tf-keras")  # TensorFlow 2.15 (paper-2024) bundles Keras 2 as `keras`
+    versions["keras"] = "2.15.0"
+    assert cell._keras_installed(2) == "Keras 2.15.0"

@@ -218,7 +218,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     scaling_reason = scaling.unsupported_reason(stack.id, workload.task.id, workload.task.kind, spec.devices,
                                                 spec.global_batch)
     if not reason and scaling_reason and stack.family == "keras":
-        scaling_reason += f" (this environment: Keras {_installed('keras')})"
+        scaling_reason += f" (this environment: {_keras_installed(stack.keras_version)})"
     if reason or scaling_reason:
         raise Unsupported(reason or scaling_reason)
 
@@ -257,6 +257,15 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+
+
+def _keras_installed(keras_version: int | None) -> str:
+    """The Keras a Keras stack runs, by its distribution: Keras 2 is tf-keras where TensorFlow no longer bundles
+    it (a `keras` 3 may sit beside it, unused), else the `keras` TensorFlow 2.15 came with."""
+    tf_keras = _installed("tf-keras")
+    if keras_version == 2 and tf_keras != "not installed":
+        return f"tf-keras {tf_keras}"
+    return f"Keras {_installed('keras')}"
 
 
 def _installed(distribution: str) -> str:
