@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
+from fwbench.core.precision import TF32_AS_PRECISION
 
 import run_kit
 from kit_plan import Unit
@@ -65,12 +66,13 @@ class Checks:
         self.lines.append(line)
         print(line, flush=True)
 
-    def cell(self, name: str, mode: str = "none", extra: list[str] | None = None,
-             preset: str | None = None, task: str | None = None) -> dict | None:
+    def cell(self, name: str, mode: str = "none", extra: list[str] | None = None, *,
+             preset: str | None = None, task: str | None = None, precision: str = "published") -> dict | None:
+        """precision: what the cell's options amount to (--tf32 on is tf32), so that its row is found."""
         rows = self.folder / name
         if rows.exists():
             shutil.rmtree(rows)  # a check measures now, never an earlier row
-        unit = Unit("native-torch", mode, task or self.args.task, 0)
+        unit = Unit("native-torch", mode, task or self.args.task, 0, precision)
         row = run_kit.run_unit(unit, self.args, self.args.cell_timeout, extra, rows=rows, preset=preset)
         return row
 
@@ -118,7 +120,8 @@ class Checks:
         expected = {"default": (False, True), "on": (True, True), "off": (False, False)}  # (matmul, conv)
         details, wrong = [], []
         for setting, (matmul, conv) in expected.items():
-            row = self.cell(f"tf32-{setting}", extra=["--tf32", setting], preset="tiny")
+            row = self.cell(f"tf32-{setting}", extra=["--tf32", setting], preset="tiny",
+                            precision=TF32_AS_PRECISION[setting])
             if not self.ok(row):
                 wrong.append(f"--tf32 {setting}: {self.why(row)}")
                 continue
