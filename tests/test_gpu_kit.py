@@ -399,7 +399,8 @@ def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_
 
     checks = object.__new__(kit_checks.Checks)
     checks.lines, checks.failed, checks.gpu = [], False, True
-    checks.cell = lambda name, mode="none", extra=None, preset=None, task=None: row("own.bert-predict", mode, True)
+    checks.cell = (lambda name, mode="none", extra=None, preset=None, task=None, precision="published":
+                   row("own.bert-predict", mode, True))
     kit = [row("native-torch.sd-predict", "reduce-overhead", False),
            row("native-torch.bert-fit", "reduce-overhead", True),
            row("native-torch.sam-fit", "none", None), row("native-torch.gemma-fit", "reduce-overhead", None, "error")]
@@ -424,7 +425,7 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(monkeypatch):
     checks.lines, checks.failed, checks.gpu = [], False, True
     state = {"default": (False, True), "on": (True, True), "off": (False, True)}  # off did not reach convolutions
 
-    def cell(name, mode="none", extra=None, preset=None, task=None):
+    def cell(name, mode="none", extra=None, preset=None, task=None, precision="published"):
         setting = extra[-1]
         matmul, conv = state[setting]
         return {"status": "ok", "cell_id": name, "tf32_setting": setting, "tf32_matmul": matmul, "tf32_conv": conv,
