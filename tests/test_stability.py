@@ -238,3 +238,34 @@ def test_a_stability_record_naming_an_unknown_stack_is_skipped_with_one_line(tmp
     assert isinstance(skipped, loading.SkippedFile) and "unknown stack" in skipped.reason
     good = stability.write_record(record, tmp_path / "y.stability.parquet")
     assert loading.read_stability_file(good)["losses"] == pytest.approx(FALLING)
+
+
+def test_a_stability_fit_gets_one_gpu_and_an_engine_failing_mid_fit_leaves_a_record(tmp_path, monkeypatch):
+    """The engine and NVML are the boundary (no GPU here): a 2-GPU host whose engine stops answering mid-fit.
+    Before, the fit saw every GPU of the host (no slot placed it) and the engine's exception ended the command."""
+    from fwbench.core.spec import CellSpec
+    from fwbench.engines import slots
+    from fwbench.engines.stability import run_stability, stability_spec
+
+    class Engine:
+        name, device, pin_set = "local", "gpu", "current"
+        seen: list = []
+
+        def image_variant(self, stack):
+            return "venv-gpu"
+
+        def device_model(self, gpu=None):
+            return "NVIDIA H100 80GB HBM3"
+
+        def run_cell(self, spec, record_path, log_path):
+            self.seen.append(spec.gpus)
+            raise ConnectionError("Read timed out. (read timeout=600)")
+
+    monkeypatch.setattr(slots, "usable_gpus", lambda: [0, 1])
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir=str(tmp_path), steps=None,
+                    precision="fp16")
+    record, path = run_stability(Engine(), stability_spec(base, stack="keras3-jax", task="bert-fit", steps=10),
+                                 tmp_path / "out")
+    assert Engine.seen == [(0,)]
+    assert record["status"] == "error" and "engine failed around the cell: ConnectionError" in record["error_message"]
+    assert path.is_file()

@@ -115,12 +115,7 @@ def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
                 if not pending:
                     return
                 index, spec = pending.popleft()
-            # The engine and the host complete the identity (pin set, image variant, device model); the
-            # slot places the cell.
-            spec = replace(spec, run_id=run.run_id, engine=engine.name, pin_set=engine.pin_set,
-                           image_variant=engine.image_variant(spec.stack), device_model=device_models[slot.index],
-                           cpu_set=slot.cpu_set, gpu_index=slot.gpu,
-                           gpu_indices=slot.gpus if len(slot.gpus) > 1 else None, device=engine.device)
+            spec = placed(spec, engine, slot, device_model=device_models[slot.index], run_id=run.run_id)
             outcomes[index] = run.cell(spec)
 
     if len(slots) == 1:
@@ -196,14 +191,7 @@ class _Run:
         record_path = self.out_dir / ".work" / f"{name}.record.json"
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.unlink(missing_ok=True)
-        log_path = self.out_dir / "logs" / f"{name}.log"
-        try:
-            return record_path, self.engine.run_cell(spec, record_path, log_path)
-        except EngineError:
-            raise  # the run cannot go on (no image, no Docker): one clear error, not a failed row per cell
-        except Exception as exc:  # the engine broke mid-cell: the cell still gets its row, with the reason
-            failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-            return record_path, CellOutcome(None, False, log_path, record_path, engine_failure=failure)
+        return record_path, launch(self.engine, spec, record_path, self.out_dir / "logs" / f"{name}.log")
 
     def _write(self, spec: CellSpec, launched: tuple[Path, CellOutcome], at_once: int, process_s: float) -> CellResult:
         record_path, outcome = launched
@@ -226,6 +214,27 @@ class _Run:
         results.write_row(record, path)
         record_path.unlink(missing_ok=True)
         return CellResult(spec, path, results.read_row(path))
+
+
+def placed(spec: CellSpec, engine, slot: Slot, *, device_model: str, run_id: str) -> CellSpec:
+    """The spec as the engine and the host complete its identity (pin set, image variant, device model) and the
+    slot places it (its cores and exactly its GPUs)."""
+    return replace(spec, run_id=run_id, engine=engine.name, pin_set=engine.pin_set,
+                   image_variant=engine.image_variant(spec.stack), device_model=device_model, cpu_set=slot.cpu_set,
+                   gpu_index=slot.gpu, gpu_indices=slot.gpus if len(slot.gpus) > 1 else None, device=engine.device)
+
+
+def launch(engine, spec: CellSpec, record_path: Path, log_path: Path) -> CellOutcome:
+    """The engine's cell process for `spec`. An engine that breaks mid-cell (Docker stops answering) gives an
+    outcome that says why, so the cell still gets its row; an EngineError (no image, no Docker) means the run
+    cannot go on and is raised: one clear error, not a failed row per cell."""
+    try:
+        return engine.run_cell(spec, record_path, log_path)
+    except EngineError:
+        raise
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        return CellOutcome(None, False, log_path, record_path, engine_failure=failure)
 
 
 def most_at_once(span: list[float], others: list[list[float | None]]) -> int:

@@ -12,7 +12,8 @@ from typing import Callable
 
 from fwbench.core import registry, stability
 from fwbench.core.spec import CellSpec
-from fwbench.engines.matrix import outcome_record
+from fwbench.engines.matrix import launch, outcome_record, placed
+from fwbench.engines.slots import one_cell_at_a_time
 
 FINISHED = ("ok", "diverged")
 
@@ -37,15 +38,15 @@ def stability_spec(base: CellSpec, *, stack: str, task: str, steps: int) -> Cell
 
 
 def _run_fit(engine, spec: CellSpec, out_dir: Path, run_id: str) -> dict:
-    spec = replace(spec, run_id=run_id, engine=engine.name, pin_set=engine.pin_set,
-                   image_variant=engine.image_variant(spec.stack), device_model=engine.device_model(spec.gpu_index),
-                   device=engine.device)
+    # One device, placed as `run` places a cell: on a GPU run exactly one GPU, never every GPU of the host.
+    [slot] = one_cell_at_a_time(engine.device)
+    spec = placed(spec, engine, slot, device_model=engine.device_model(slot.gpu), run_id=run_id)
     name = f"{spec.stack}.{spec.task}.{spec.precision}.stability"
     record_path = out_dir / ".work" / f"{name}.record.json"
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.unlink(missing_ok=True)
     log_path = out_dir / "logs" / "stability" / f"{name}.log"
-    outcome = engine.run_cell(spec, record_path, log_path)
+    outcome = launch(engine, spec, record_path, log_path)
     record = outcome_record(spec, outcome)
     record_path.unlink(missing_ok=True)
     record.setdefault("device", "cuda" if spec.device == "gpu" else "cpu")
