@@ -1,5 +1,5 @@
 """Data-parallel correctness, per stack that runs data-parallel (integration: the real frameworks, tiny BERT, on the
-CPU): the fit on N=2 devices, each with the task's batch (weak scaling), ends with the same weights as the fit on
+CPU; and tiny SAM's encoder fit on native-torch, the DDP loop fwbench writes itself): the fit on N=2 devices, each with the task's batch (weak scaling), ends with the same weights as the fit on
 one device with the global batch (--devices 1 --global-batch 2b), from the same seeded start, dropout off.
 
 The cells take 2 optimizer steps (the first step and one timed step: the harness's minimum). Tolerance: every weight
@@ -30,13 +30,17 @@ pytestmark = pytest.mark.integration
 TOLERANCE = 3e-5
 # The TensorFlow stacks run without XLA (--jit off): with jit_compile=True TensorFlow's XLA cannot compile the
 # MirroredStrategy step on N CPU devices, and the cell is an unsupported row saying so.
-STACKS = [("native-torch", "published"), ("keras3-jax", "published"), ("keras3-tensorflow", "off"),
-          ("keras2-tensorflow", "off")]
+CASES = [("native-torch", "bert-fit", "published"), ("keras3-jax", "bert-fit", "published"),
+         ("keras3-tensorflow", "bert-fit", "off"), ("keras2-tensorflow", "bert-fit", "off"),
+         # The encoder fits run DistributedDataParallel in fwbench's own loop (the Trainer fits get it from the
+         # Trainer): each rank takes its share of the global batch itself.
+         ("native-torch", "sam-fit", "published")]
 
 
-def fit(engine, stack: str, data: Path, out: Path, name: str, *, jit: str, **scaling) -> tuple[dict, dict]:
+def fit(engine, stack: str, task: str, data: Path, out: Path, name: str, *, jit: str,
+        **scaling) -> tuple[dict, dict]:
     weights = out / f"{name}.npz"
-    spec = CellSpec(stack, "bert-fit", "tiny", registry.get_stack(stack).compile_modes[0], str(data), 1, warmup=0,
+    spec = CellSpec(stack, task, "tiny", registry.get_stack(stack).compile_modes[0], str(data), 1, warmup=0,
                     threads=2, device="cpu", device_setting="cpu", probe_weights=str(weights), jit=jit, **scaling)
     outcome = engine.run_cell(spec, out / f"{name}.json", out / f"{name}.log")
     assert outcome.record_path.is_file(), outcome.log_tail()
@@ -47,15 +51,15 @@ def fit(engine, stack: str, data: Path, out: Path, name: str, *, jit: str, **sca
     return record, {"after": dict(np.load(weights)), "before": dict(np.load(f"{weights}.init.npz"))}
 
 
-@pytest.mark.parametrize("stack, jit", STACKS)
-def test_two_devices_update_the_weights_as_one_device_with_the_global_batch(stack, jit, shared_data, tmp_path):
+@pytest.mark.parametrize("stack, task, jit", CASES)
+def test_two_devices_update_the_weights_as_one_device_with_the_global_batch(stack, task, jit, shared_data, tmp_path):
     from fwbench.engines.local import local_engine
 
     engine = local_engine(device="cpu")
     engine.prepare(stack)
-    batch = registry.workload("bert-fit", "tiny").batch_size
-    one_row, one = fit(engine, stack, shared_data, tmp_path, "one", jit=jit, devices=1, global_batch=2 * batch)
-    two_row, two = fit(engine, stack, shared_data, tmp_path, "two", jit=jit, devices=2)
+    batch = registry.workload(task, "tiny").batch_size
+    one_row, one = fit(engine, stack, task, shared_data, tmp_path, "one", jit=jit, devices=1, global_batch=2 * batch)
+    two_row, two = fit(engine, stack, task, shared_data, tmp_path, "two", jit=jit, devices=2)
     assert (two_row["devices"], two_row["per_device_batch"], two_row["global_batch"]) == (2, batch, 2 * batch)
     assert one_row["global_batch"] == 2 * batch and two_row["comm_backend"] in ("gloo", "xla-collectives", "tf-CollectiveAllReduce")
     assert one["before"].keys() == two["before"].keys() == one["after"].keys() == two["after"].keys()
@@ -63,5 +67,5 @@ def test_two_devices_update_the_weights_as_one_device_with_the_global_batch(stac
         np.testing.assert_array_equal(one["before"][name], two["before"][name], err_msg=name)
     worst = max(float(np.max(np.abs(one["after"][n] - two["after"][n]))) for n in one["after"])
     moved = max(float(np.max(np.abs(one["after"][n] - one["before"][n]))) for n in one["after"])
-    assert worst <= TOLERANCE, f"{stack}: a weight differs by {worst:.3g} after 2 data-parallel steps"
-    assert moved > 3 * TOLERANCE, f"{stack}: the fit moved the weights by only {moved:.3g}: the test is blind"
+    assert worst <= TOLERANCE, f"{stack} {task}: a weight differs by {worst:.3g} after 2 data-parallel steps"
+    assert moved > 3 * TOLERANCE, f"{stack} {task}: the fit moved the weights by only {moved:.3g}: the test is blind"

@@ -122,11 +122,13 @@ class Stack:
         return IMAGE_REPOSITORY.format(stack=self.id)
 
 
-_MIRRORED = DataParallel("tf.distribute.MirroredStrategy, one process, one replica per device", ("bert-fit",),
+# Every fit task: the encoder fits (SAM, Stable Diffusion), BERT and the LLMs' LoRA fits.
+_FITS = ("sam-fit", "stable_diffusion-fit", "bert-fit", "gemma-fit", "mistral-fit")
+_MIRRORED = DataParallel("tf.distribute.MirroredStrategy, one process, one replica per device", _FITS,
                          "tf.distribute", "tf.distribute")  # the workload reports which cross-device ops it chose
 _DATA_PARALLEL_KERAS3 = {
     "tensorflow": _MIRRORED,
-    "jax": DataParallel("keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh", ("bert-fit",),
+    "jax": DataParallel("keras.distribution.DataParallel, one process, SPMD over a 1-D device mesh", _FITS,
                         "xla-collectives", "xla-collectives"),
 }
 _NO_DATA_PARALLEL_KERAS3 = {
@@ -172,8 +174,9 @@ STACKS: dict[str, Stack] = {
                   "a hash-locked install needs a release: PyPI's segment-anything 1.0, whose model code "
                   "(segment_anything/modeling) differs from that commit only in docstrings")),
               environment_gb=6.3, image_gb=(("cpu", 7.0), ("gpu", 7.0)),
-              data_parallel=DataParallel("torch DistributedDataParallel (HF Trainer), one process per device",
-                                         ("bert-fit",), "gloo", "nccl", process_per_device=True)),
+              data_parallel=DataParallel("torch DistributedDataParallel, one process per device (through the HF "
+                                         "Trainer for the Trainer fits)", _FITS, "gloo", "nccl",
+                                         process_per_device=True)),
         _keras3("tensorflow", "tensorflow", report_rank=0, xla=True,
                 published_backend=(("tensorflow", "2.15.0.post1"),), environment_gb=2.7, image_gb=(3.0, 5.5)),
         _keras3("jax", "jax", report_rank=1, xla=True, published_backend=(("jax", "0.4.20"), ("jaxlib", "0.4.20")),

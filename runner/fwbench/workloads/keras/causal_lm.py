@@ -12,7 +12,8 @@ import inspect
 import numpy as np
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.keras.common import FitCell, check_stack, keras, nlp_models, report_model, set_precision_policy
+from fwbench.workloads.keras.common import (FitCell, check_stack, data_parallel, keras, nlp_models, report_model,
+                                            set_precision_policy)
 
 
 def backbone_kwargs(arch) -> dict:
@@ -49,24 +50,12 @@ def build_causal_lm(ctx, make_backbone, task_class: str):
     check_stack(ctx)
     set_precision_policy(ctx)
     models = nlp_models()
+    if ctx.kind == "fit":
+        with data_parallel(ctx):  # --devices N: the model's variables are made, and it is compiled, in its scope
+            return _fit(ctx, models, make_backbone(models, ctx.arch), task_class)
     backbone = make_backbone(models, ctx.arch)
     model = getattr(models, task_class)(backbone=backbone, preprocessor=None)
     token_ids, padding_mask = ctx.arrays["token_ids"], ctx.arrays["padding_mask"]
-
-    if ctx.kind == "fit":
-        backbone.enable_lora(rank=4)
-        report_model(ctx, model)
-        ctx.report(seq_len=token_ids.shape[1])
-        # Next-token loss over the same positions as HF's internal shift: every token predicts the next
-        # one, and the last position (nothing to predict) has weight 0.
-        labels = np.concatenate([token_ids[:, 1:], np.zeros_like(token_ids[:, :1])], axis=1)
-        weights = np.concatenate([padding_mask[:, 1:], np.zeros_like(padding_mask[:, :1])], axis=1)
-        model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      weighted_metrics=[], jit_compile=ctx.jit_compile)
-        return FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
-                       ctx.total_steps, sample_weight=weights.astype("float32"), ctx=ctx)
-
     report_model(ctx, model)
     model.compile(sampler="greedy", jit_compile=ctx.jit_compile)
     new_tokens = ctx.shapes.new_tokens
@@ -77,3 +66,21 @@ def build_causal_lm(ctx, make_backbone, task_class: str):
     inputs = {"token_ids": np.pad(token_ids, ((0, 0), (0, new_tokens))),
               "padding_mask": np.pad(padding_mask, ((0, 0), (0, new_tokens))).astype(bool)}
     return GenerateCell(ctx, model, inputs, prompt_len, new_tokens)
+
+
+def _fit(ctx, models, backbone, task_class: str) -> FitCell:
+    model = getattr(models, task_class)(backbone=backbone, preprocessor=None)
+    arrays = ctx.global_arrays()  # all devices' rows (the shared batch itself on one device)
+    token_ids, padding_mask = arrays["token_ids"], arrays["padding_mask"]
+    backbone.enable_lora(rank=4)
+    report_model(ctx, model)
+    ctx.report(seq_len=token_ids.shape[1])
+    # Next-token loss over the same positions as HF's internal shift: every token predicts the next
+    # one, and the last position (nothing to predict) has weight 0.
+    labels = np.concatenate([token_ids[:, 1:], np.zeros_like(token_ids[:, :1])], axis=1)
+    weights = np.concatenate([padding_mask[:, 1:], np.zeros_like(padding_mask[:, :1])], axis=1)
+    model.compile(optimizer=keras.optimizers.AdamW(learning_rate=1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  weighted_metrics=[], jit_compile=ctx.jit_compile)
+    return FitCell(model, {"token_ids": token_ids, "padding_mask": padding_mask}, labels,
+                   ctx.total_steps, sample_weight=weights.astype("float32"), ctx=ctx)

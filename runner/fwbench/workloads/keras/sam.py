@@ -10,7 +10,7 @@ images with their two point prompts.
 from __future__ import annotations
 
 from fwbench.workloads.keras.common import (KERAS_HUB, FitCell, PredictCell, check_stack, compile_regression,
-                                            report_model, set_precision_policy)
+                                            data_parallel, report_model, set_precision_policy)
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
 
@@ -71,14 +71,17 @@ def _keras_cv_sam(arch):
 def build(ctx):
     check_stack(ctx)
     set_precision_policy(ctx)
-    encoder, segmenter = (_keras_hub_sam if KERAS_HUB else _keras_cv_sam)(ctx.arch)
-    images = ctx.arrays["images"]
-
+    make = _keras_hub_sam if KERAS_HUB else _keras_cv_sam
     if ctx.kind == "fit":
-        report_model(ctx, encoder)
-        compile_regression(ctx, encoder)
-        return FitCell(encoder, images, ctx.arrays["target_embeddings"], ctx.total_steps, ctx=ctx)
+        with data_parallel(ctx):  # --devices N: the encoder's variables are made, and it is compiled, in its scope
+            encoder, _ = make(ctx.arch)
+            report_model(ctx, encoder)
+            compile_regression(ctx, encoder)
+        arrays = ctx.global_arrays()  # all devices' rows (the shared batch itself on one device)
+        return FitCell(encoder, arrays["images"], arrays["target_embeddings"], ctx.total_steps, ctx=ctx)
 
+    _, segmenter = make(ctx.arch)
+    images = ctx.arrays["images"]
     model = segmenter()
     report_model(ctx, model)
     model.compile(jit_compile=ctx.jit_compile)

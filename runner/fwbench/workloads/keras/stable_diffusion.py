@@ -22,8 +22,8 @@ from keras_cv.src.models.stable_diffusion.padded_conv2d import PaddedConv2D
 from keras_cv.src.models.stable_diffusion.resnet_block import ResnetBlock
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.keras.common import (FitCell, check_stack, compile_regression, keras, report_model,
-                                            set_precision_policy)
+from fwbench.workloads.keras.common import (FitCell, check_stack, compile_regression, data_parallel, keras,
+                                            report_model, set_precision_policy)
 
 # The widths KerasCV's own classes hard-code.
 SD_V1_UNET = dict(unet_channels=(320, 640, 1280, 1280), layers_per_block=2, heads=8, context_dim=768)
@@ -155,10 +155,12 @@ def build(ctx):
     set_precision_policy(ctx)
     arch = ctx.arch
     if ctx.kind == "fit":
-        encoder = vae_encoder_to_moments(arch)
-        report_model(ctx, encoder)
-        compile_regression(ctx, encoder)
-        return FitCell(encoder, ctx.arrays["images"], ctx.arrays["target_moments"], ctx.total_steps, ctx=ctx)
+        with data_parallel(ctx):  # --devices N: the encoder's variables are made, and it is compiled, in its scope
+            encoder = vae_encoder_to_moments(arch)
+            report_model(ctx, encoder)
+            compile_regression(ctx, encoder)
+        arrays = ctx.global_arrays()  # all devices' rows (the shared batch itself on one device)
+        return FitCell(encoder, arrays["images"], arrays["target_moments"], ctx.total_steps, ctx=ctx)
 
     model = unet(arch)
     report_model(ctx, model)

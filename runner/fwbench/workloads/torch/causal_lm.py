@@ -74,12 +74,16 @@ def build_causal_lm(ctx, model_class, config):
     # A private copy per model: Trainer flips use_cache on the config it sees. The .to() keeps anything created
     # with an explicit dtype (buffers) as the published recipe had it: the whole model in bfloat16.
     dtype = torch_dtype(ctx.model_dtype)  # bfloat16 as published; float16 (fp16) or float32 (fp32, tf32)
+    if ctx.scaling:
+        torch.manual_seed(spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
     with created_on(device, dtype):
         model = model_class(copy.deepcopy(config))
     model = model.to(device=device, dtype=dtype)
     check_attention_widths(model, ctx.arch)
-    token_ids = tensor(ctx.arrays["token_ids"], "cpu", torch.long)
-    padding_mask = tensor(ctx.arrays["padding_mask"], "cpu", torch.long)
+    # A fit reads the global batch (all ranks' rows; the Trainer gives each rank its share).
+    arrays = ctx.global_arrays() if ctx.kind == "fit" else ctx.arrays
+    token_ids = tensor(arrays["token_ids"], "cpu", torch.long)
+    padding_mask = tensor(arrays["padding_mask"], "cpu", torch.long)
 
     if ctx.kind == "fit":
         from peft import LoraConfig, get_peft_model

@@ -51,6 +51,40 @@ def report_model(ctx, model: torch.nn.Module) -> None:
     DtypeProbe(ctx, model)
 
 
+def data_parallel(ctx, module: torch.nn.Module) -> tuple[torch.nn.Module, slice]:
+    """--devices N > 1 in a loop of our own (the encoder fits; the Trainer fits get theirs from the Trainer): this
+    rank joins the process group from the rendezvous variables (fwbench.harness.ranks set them, as torchrun would)
+    and trains the module wrapped in DistributedDataParallel, which averages the gradients over the ranks in
+    backward. Returns the module to train and this rank's rows of the global batch: rank r takes the r-th
+    per-device share, as the Trainer's sampler does, so that N ranks update from the rows one device would."""
+    if ctx.devices == 1:
+        return module, slice(None)
+    dist = torch.distributed
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if ctx.backend.on_gpu else "gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world != ctx.devices:
+        raise RuntimeError(f"--devices {ctx.devices}: the process group has {world} rank(s)")
+    # Every parameter of the encoders takes part in each step: no search for unused ones.
+    wrapped = torch.nn.parallel.DistributedDataParallel(module, find_unused_parameters=False)
+    ctx.report(comm_backend=str(dist.get_backend()),
+               extra={"data_parallel": f"torch DistributedDataParallel, {world} ranks"})
+    share = ctx.per_device_batch
+    return wrapped, slice(rank * share, (rank + 1) * share)
+
+
+def is_first_rank() -> bool:
+    """Rank 0 of a data-parallel cell, or the only process of a one-device cell (it writes the test probes)."""
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def write_weights(model, path: str) -> None:
+    """Test-only (CellSpec.probe_weights): the model's parameters after the fit, by name, as float64 numpy."""
+    module = getattr(model, "module", model)  # unwrapped from DistributedDataParallel
+    np.savez(path, **{name: p.detach().cpu().double().numpy() for name, p in module.named_parameters()})
+
+
 class RegressionTrainStep(StepCell):
     """One Adam step of `module` towards a fixed target with MSE (the SAM and SD encoder fits). A compiled
     cell compiles the whole train step, optimizer included, as the published code did. Under bf16/fp16 the forward
@@ -80,6 +114,9 @@ class RegressionTrainStep(StepCell):
         report_compiled(ctx, self.compiled_target)
         if self.scaler is not None:
             ctx.after_run(self._report_scaler)
+        if ctx.spec.probe_weights and is_first_rank():  # test-only: the weights before and after the fit
+            write_weights(module, ctx.spec.probe_weights + ".init.npz")
+            ctx.after_run(lambda: write_weights(module, ctx.spec.probe_weights))
 
     def _train_step(self) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)

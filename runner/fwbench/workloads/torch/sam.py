@@ -15,8 +15,8 @@ from segment_anything.modeling import (ImageEncoderViT, MaskDecoder, PromptEncod
                                        TwoWayTransformer)
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import (RegressionTrainStep, autocast, maybe_compile, nchw, report_compiled,
-                                            report_model, tensor)
+from fwbench.workloads.torch.common import (RegressionTrainStep, autocast, data_parallel, maybe_compile, nchw,
+                                            report_compiled, report_model, tensor)
 
 
 def build_sam(arch) -> Sam:
@@ -75,14 +75,20 @@ CELLS = {"fit": RegressionTrainStep, "predict": SegmentCell}
 
 def build(ctx):
     device, mode = ctx.backend.device, ctx.spec.compile_mode
+    if ctx.scaling:
+        torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
     sam = build_sam(ctx.arch).to(device)
-    images = tensor(nchw(ctx.arrays["images"]), device)
 
     if ctx.kind == "fit":
         encoder = sam.image_encoder
         report_model(ctx, encoder)
-        target = tensor(nchw(ctx.arrays["target_embeddings"]), device)
-        return RegressionTrainStep(ctx, encoder, images, target)
+        # This rank's rows of the global batch (the shared batch itself on one device at the task's batch).
+        arrays = ctx.global_arrays()
+        encoder, rows = data_parallel(ctx, encoder)
+        return RegressionTrainStep(ctx, encoder, tensor(nchw(arrays["images"][rows]), device),
+                                   tensor(nchw(arrays["target_embeddings"][rows]), device))
+
+    images = tensor(nchw(ctx.arrays["images"]), device)
 
     sam.eval()
     report_model(ctx, sam)

@@ -12,8 +12,8 @@ import torch
 from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import (RegressionTrainStep, maybe_compile, nchw, report_compiled, report_model,
-                                            tensor, with_autocast)
+from fwbench.workloads.torch.common import (RegressionTrainStep, data_parallel, maybe_compile, nchw, report_compiled,
+                                            report_model, tensor, with_autocast)
 
 
 def build_vae(arch) -> AutoencoderKL:
@@ -78,11 +78,15 @@ def build(ctx):
     arch, device, mode = ctx.arch, ctx.backend.device, ctx.spec.compile_mode
 
     if ctx.kind == "fit":
+        if ctx.scaling:
+            torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
         encoder = build_vae(arch).encoder.to(device)
         report_model(ctx, encoder)
-        images = tensor(nchw(ctx.arrays["images"]), device)
-        target = tensor(nchw(ctx.arrays["target_moments"]), device)
-        return RegressionTrainStep(ctx, encoder, images, target)
+        # This rank's rows of the global batch (the shared batch itself on one device at the task's batch).
+        arrays = ctx.global_arrays()
+        encoder, rows = data_parallel(ctx, encoder)
+        return RegressionTrainStep(ctx, encoder, tensor(nchw(arrays["images"][rows]), device),
+                                   tensor(nchw(arrays["target_moments"][rows]), device))
 
     unet = build_unet(arch).to(device).eval()
     report_model(ctx, unet)

@@ -10,6 +10,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from fwbench.workloads import DrivenCell, Unsupported
+from fwbench.workloads.torch.common import write_weights
 
 
 def trainer_amp_unsupported(trainer, half: str | None) -> str | None:
@@ -188,11 +189,3 @@ def check_data_parallel(ctx, trainer) -> None:
                            f"(process group initialised: {dist.is_available() and dist.is_initialized()})")
     ctx.report(comm_backend=str(dist.get_backend()),
                extra={"data_parallel": f"torch DistributedDataParallel via the HF Trainer, {world} ranks"})
-
-
-def write_weights(model, path: str) -> None:
-    """Test-only (CellSpec.probe_weights): the model's parameters after the fit, by name, as float64 numpy."""
-    import numpy as np
-
-    module = getattr(model, "module", model)  # unwrapped from DistributedDataParallel
-    np.savez(path, **{name: p.detach().cpu().double().numpy() for name, p in module.named_parameters()})
