@@ -81,8 +81,9 @@ def test_global_rows_are_distinct_copies_of_the_shared_batch():
     ("native-torch", "bert-predict", "data-parallel variants exist for fit tasks"),
     ("keras3-jax", "gemma-generate-bs32", "data-parallel variants exist for fit tasks"),
     ("keras3-torch", "bert-fit", "for the JAX and TensorFlow backends only"),
-    ("keras3-tensorflow", "sam-fit", "a data-parallel sam-fit on keras3-tensorflow is not yet implemented"),
-    ("native-torch", "sam-fit", "a data-parallel sam-fit on native-torch is not yet implemented"),
+    ("keras3-torch", "sam-fit", "for the JAX and TensorFlow backends only"),
+    # The model's own reason comes first: Keras 2 cannot run Gemma at all.
+    ("keras2-tensorflow", "gemma-fit", "GemmaBackbone requires Keras 3"),
 ])
 def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path, stack, task, reason):
     data.generate(tmp_path / "data", "tiny", 0, [task])
@@ -94,6 +95,16 @@ def test_no_data_parallel_variant_is_an_unsupported_row_with_the_reason(tmp_path
     record = json.loads(record_path.read_text())
     assert record["status"] == "unsupported" and reason in record["error_message"], record["error_message"]
     assert record["devices"] == 2 and record["per_device_batch"] * 2 == record["global_batch"]
+
+
+def test_every_fit_task_has_a_data_parallel_variant_on_every_stack_with_data_parallelism():
+    fits = {task_id for task_id, task in registry.TASKS.items() if task.kind == "fit"}
+    with_parallelism = [stack for stack in registry.STACKS.values() if stack.data_parallel is not None]
+    assert len(with_parallelism) == 4 and len(fits) == 5
+    for stack in with_parallelism:
+        assert set(stack.data_parallel.tasks) == fits, stack.id
+        for task_id in fits:
+            assert scaling.unsupported_reason(stack.id, task_id, "fit", 2) is None, (stack.id, task_id)
 
 
 def test_one_device_has_no_unsupported_reason():
