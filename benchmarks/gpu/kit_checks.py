@@ -17,8 +17,9 @@ reads its row, or reads the rows the kit's runs left:
 A check that needs a GPU says SKIP on a machine without one. Lines go to stdout and to checks.txt.
 
 What one GPU without Docker cannot prove, and so no check here claims (on a host with several GPUs the check above
-does see each cell's share, for the kit's own placement): that a cell sees one GPU when the host has several (slots, docker device requests by id, compose `count: 1`, Slurm's --gres; tested with the GPUs mocked),
-that a container or a scheduler's CUDA_VISIBLE_DEVICES of UUIDs or MIG ids finds the right NVML handle (mocked in
+does see each cell's share, for the kit's own placement): that a cell sees one GPU when the host has several
+(slots, docker device requests by id, compose `count: 1`, Slurm's --gres; tested with the GPUs mocked), that a
+container or a scheduler's CUDA_VISIBLE_DEVICES of UUIDs or MIG ids finds the right NVML handle (mocked in
 tests/test_gpu_identity.py), that TensorFlow holds no GPU memory in Keras JAX/PyTorch cells (the kit's host has no
 TensorFlow), and doctor's Docker checks (NVIDIA Container Toolkit, a GPU inside a container).
 """
