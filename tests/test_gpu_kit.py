@@ -85,6 +85,82 @@ def test_bf16_units_follow_every_published_unit_and_find_their_own_rows(tmp_path
     assert run_kit.unit_row(tmp_path / "rows", "tiny", units[4])["precision"] == "bf16"
 
 
+def test_a_host_with_several_gpus_adds_the_data_parallel_fits_on_all_of_them_and_one_gpu_adds_nothing():
+    variants, tasks = kit_plan.parse_variants(None), kit_plan.parse_tasks(None)
+    precisions = kit_plan.parse_precisions(None)
+    one, _ = kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=1)
+    assert all(unit.devices == 1 for unit in one)
+    assert kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=0)[0] == one
+    four, left_out = kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=4)
+    scaling = [unit for unit in four if unit.devices > 1]
+    # bert-fit (the fit with a data-parallel variant) on all 4 GPUs, once per stack at its first compile mode;
+    # keras3-torch too: its row says it has no data parallelism. Every cell once before any repeat.
+    assert scaling[:3] == [Unit("native-torch", "none", "bert-fit", 0, "published", 4),
+                           Unit("keras3-jax", "xla", "bert-fit", 0, "published", 4),
+                           Unit("keras3-torch", "none", "bert-fit", 0, "published", 4)]
+    assert len(scaling) == 3 * 3 and [unit.repeat for unit in scaling] == [0] * 3 + [1] * 3 + [2] * 3
+    # After every published one-device unit, before the bf16 ones; those, and every key, are as on one GPU (an
+    # older kit-state.json resumes; the new units have keys of their own).
+    published = sum(unit.precision == "published" for unit in one)
+    assert four[published:published + len(scaling)] == scaling
+    assert [unit for unit in four if unit.devices == 1] == one
+    assert scaling[0].key == "native-torch/none/bert-fit@devices-4/r0"
+    assert len({unit.key for unit in four}) == len(four) and len(left_out) == 4
+    # No planned task with a data-parallel variant: nothing added.
+    assert kit_plan.plan_units(variants, ["bert-predict"], 1, gpus=4)[0] == kit_plan.plan_units(
+        variants, ["bert-predict"], 1)[0]
+    # The kit says why a host adds nothing, or what it adds.
+    assert kit_plan.scaling_note(1, variants, tasks) == ("data-parallel scaling: not planned, this host has 1 usable "
+                                                         "GPU (a host with N > 1 GPUs also runs bert-fit at --devices N)")
+    assert "bert-fit also at --devices 4" in kit_plan.scaling_note(4, variants, tasks)
+    assert "no planned task" in kit_plan.scaling_note(4, variants, ["bert-predict"])
+
+
+def test_a_data_parallel_unit_asks_for_its_devices_and_finds_its_own_row(tmp_path, monkeypatch):
+    import argparse
+
+    from fwbench.core.results import write_row
+
+    unit = Unit("native-torch", "none", "bert-fit", 0, "published", 2)
+    one = Unit("native-torch", "none", "bert-fit", 0)
+    folder = tmp_path / "rows" / "tiny" / "native-torch"
+    for name, devices in (("bert-fit.compile-none.r0.parquet", 1), ("bert-fit.compile-none.devices-2.r0.parquet", 2)):
+        write_row({"schema_version": 9, "stack": "native-torch", "task": "bert-fit", "status": "ok",
+                   "precision": "published", "repeat": 0, "devices": devices}, folder / name)
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", unit)["devices"] == 2
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", one)["devices"] == 1
+    commands = []
+    monkeypatch.setattr(run_kit.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
+    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", steps=None, site=tmp_path / "site")
+    run_kit.run_unit(unit, args, 100)
+    run_kit.run_unit(one, args, 100)
+    assert commands[0][commands[0].index("--devices") + 1] == "2" and "--devices" not in commands[1]
+
+
+def test_a_chunk_on_a_host_with_two_gpus_runs_bert_fit_on_both_after_the_one_device_cells(tmp_path, monkeypatch):
+    """The host's GPU count is the boundary (mocked); the cell processes are replaced by rows."""
+    for name in ("install", "aggregate", "run_doctor"):
+        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
+    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
+    monkeypatch.setattr(run_kit, "broken_stacks", lambda *a, **k: {})
+    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    logged, ran = [], []
+    monkeypatch.setattr(run_kit, "log", logged.append)
+    monkeypatch.setattr(run_kit, "run_unit", lambda unit, args, timeout_s, extra=None, rows=None: ran.append(
+        unit) or {"status": "ok", "ms_per_step": 1.0})
+    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit", "--repeats", "1", "--precisions",
+            "published", "--variants", "native-torch:none,native-torch:reduce-overhead,keras3-jax"]
+    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)
+    assert run_kit.main(argv) == 0
+    assert [unit.devices for unit in ran] == [1, 1, 1]
+    assert any("not planned, this host has 1 usable GPU" in line for line in logged), logged
+    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 2)  # the same state, resumed on a 2-GPU host
+    assert run_kit.main(argv) == 0
+    assert [unit.key for unit in ran[3:]] == ["native-torch/none/bert-fit@devices-2/r0",
+                                             "keras3-jax/xla/bert-fit@devices-2/r0"]
+    assert any("bert-fit also at --devices 2" in line for line in logged), logged
+
+
 def test_variants_parse_and_bad_ones_are_refused():
     assert kit_plan.parse_variants("native-torch:reduce-overhead,keras3-jax") == [
         ("native-torch", "reduce-overhead"), ("keras3-jax", "xla")]
@@ -123,6 +199,7 @@ def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(t
     monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
     monkeypatch.setattr(run_kit, "broken_stacks", lambda *a, **k: {})
     monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)  # no data-parallel units: the host's count
     calls = []
     durations = iter([100.0, 300.0, 90.0])
 
@@ -158,6 +235,7 @@ def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_r
         monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
     monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
     monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
+    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)
     monkeypatch.setattr(run_kit, "broken_stacks", lambda site, stacks: {
         "keras3-jax": "does not import here: jax: ImportError: libcudart.so.13: cannot open shared object file"})
     ran = []
@@ -382,7 +460,7 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     verdicts = {line.split(":")[0][5:]: line[:4].strip() for line in (out / "checks.txt").read_text().splitlines()}
     assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS", "compiled Trainer fit runs": "SKIP",
                         "reduce-overhead replays CUDA graphs": "SKIP", "competing GPU process marks rows busy": "SKIP",
-                        "each row ran on one GPU, named by UUID": "SKIP", "peak memory filled": "PASS",
+                        "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP", "peak memory filled": "PASS",
                         "energy columns": "SKIP"}, (out / "checks.txt").read_text()
     print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
@@ -453,12 +531,17 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(monkeypatch):
             "energy_status": "ok", "energy_j": 1.0, "joules_per_step": 0.1, "mean_power_w": 300.0}
     short = {**good, "cell_id": "b", "energy_status": "window_too_short", "energy_j": None, "joules_per_step": None,
              "mean_power_w": None}
-    checks.one_gpu_by_uuid([good, short])
-    assert checks.lines[-1].startswith("PASS")
-    checks.one_gpu_by_uuid([good, {**good, "cell_id": "cpu", "device": "cpu"},
-                            {**good, "cell_id": "two", "device_count": 2}, {**good, "cell_id": "x", "gpu_uuid": "GPU-0"}])
-    assert checks.lines[-1].startswith("FAIL") and all(w in checks.lines[-1] for w in ("cpu ran on cpu", "two saw 2",
-                                                                                       "x: gpu_uuid GPU-0"))
+    # A --devices 2 cell sees its 2 GPUs (the runner lists them in extra.gpu_indices, gpu_index first).
+    pair = {**good, "cell_id": "pair", "devices": 2, "device_count": 2, "extra": json.dumps({"gpu_indices": [1, 2]})}
+    checks.gpus_by_uuid([good, short, pair])
+    assert checks.lines[-1].startswith("PASS") and "3 of 3" in checks.lines[-1]
+    checks.gpus_by_uuid([good, {**good, "cell_id": "cpu", "device": "cpu"},
+                         {**good, "cell_id": "two", "device_count": 2}, {**good, "cell_id": "x", "gpu_uuid": "GPU-0"},
+                         {**pair, "cell_id": "one-of-two", "device_count": 1},
+                         {**pair, "cell_id": "shared", "extra": json.dumps({"gpu_indices": [1, 1]})}])
+    assert checks.lines[-1].startswith("FAIL") and all(w in checks.lines[-1] for w in (
+        "cpu ran on cpu", "two saw 2 GPUs, asked for 1", "x: gpu_uuid GPU-0", "one-of-two saw 1 GPUs, asked for 2",
+        "shared: --devices 2 but gpu_indices [1, 1]")), checks.lines[-1]
     checks.lines, checks.failed = [], False
     checks.energy([good, short])
     assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]

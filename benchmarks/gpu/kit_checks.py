@@ -8,23 +8,25 @@ reads its row, or reads the rows the kit's runs left:
   compiled Trainer   a reduce-overhead Trainer fit (bert-fit) runs, and its compile took effect
   CUDA graphs        reduce-overhead compiled and replayed CUDA graphs (no cudagraph skips), on its own cell and
                      on every compiled kit row (compile_took_effect true)
-  one GPU, by UUID   every ok row ran on a GPU (no CPU fallback), saw exactly one, and names it by the UUID NVML gives
-                     its index
+  GPUs, by UUID      every ok row ran on a GPU (no CPU fallback), saw exactly the GPUs it asked for (one, or the N
+                     of a --devices N cell, each its own) and names its first by the UUID NVML gives its index
   peak memory        every ok row (checks and kit rows) has a peak memory figure
   busy               a competing GPU process marks the row busy
   energy             the energy columns are filled wherever the window was long enough for NVML's counter
 
 A check that needs a GPU says SKIP on a machine without one. Lines go to stdout and to checks.txt.
 
-What one GPU without Docker cannot prove, and so no check here claims: that a cell sees one GPU when the host has
-several (slots, docker device requests by id, compose `count: 1`, Slurm's --gres; tested with the GPUs mocked),
-that a container or a scheduler's CUDA_VISIBLE_DEVICES of UUIDs or MIG ids finds the right NVML handle (mocked in
+What one GPU without Docker cannot prove, and so no check here claims (on a host with several GPUs the check above
+does see each cell's share, for the kit's own placement): that a cell sees one GPU when the host has several
+(slots, docker device requests by id, compose `count: 1`, Slurm's --gres; tested with the GPUs mocked), that a
+container or a scheduler's CUDA_VISIBLE_DEVICES of UUIDs or MIG ids finds the right NVML handle (mocked in
 tests/test_gpu_identity.py), that TensorFlow holds no GPU memory in Keras JAX/PyTorch cells (the kit's host has no
 TensorFlow), and doctor's Docker checks (NVIDIA Container Toolkit, a GPU inside a container).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -152,11 +154,13 @@ class Checks:
         self.say("PASS" if row.get("compile_took_effect") is True else "FAIL", name, detail)
         return row
 
-    def one_gpu_by_uuid(self, rows: list[dict]) -> None:
-        """No CPU fallback, one GPU per cell, and the GPU the row names is NVML's GPU of that index."""
-        name = "each row ran on one GPU, named by UUID"
+    def gpus_by_uuid(self, rows: list[dict]) -> None:
+        """No CPU fallback, exactly the GPUs the cell asked for (one, or its --devices N, each its own), and the GPU
+        the row names is NVML's GPU of that index."""
+        name = "each row ran on its own GPUs (one, or --devices N), named by UUID"
         if not self.gpu:
             return self.say("SKIP", name, "no GPU")
+        from fwbench.core.identity import CellIdentity
         from fwbench.harness.nvml import nvml_query
 
         def uuid_of(index: int) -> str | None:
@@ -168,11 +172,17 @@ class Checks:
         ok = [row for row in rows if self.ok(row)]
         problems = []
         for row in ok:
-            where = row.get("cell_id")
+            where, devices = row.get("cell_id"), CellIdentity.of_row(row).setting("devices")
+            extra = row.get("extra")
+            # The runner lists a data-parallel cell's GPUs in extra.gpu_indices (gpu_index is only the first).
+            indices = (json.loads(extra) if isinstance(extra, str) else extra or {}).get("gpu_indices")
             if row.get("device") != "cuda":
                 problems.append(f"{where} ran on {row.get('device')}")
-            elif row.get("device_count") != 1:
-                problems.append(f"{where} saw {row.get('device_count')} GPUs")
+            elif row.get("device_count") != devices:
+                problems.append(f"{where} saw {row.get('device_count')} GPUs, asked for {devices}")
+            elif devices > 1 and (not indices or len(set(indices)) != devices or indices[0] != row.get("gpu_index")):
+                problems.append(f"{where}: --devices {devices} but gpu_indices {indices} (gpu_index "
+                                f"{row.get('gpu_index')})")
             elif row.get("gpu_index") is None or row.get("gpu_uuid") != uuid_of(row["gpu_index"]):
                 problems.append(f"{where}: gpu_uuid {row.get('gpu_uuid')} is not NVML's for index "
                                 f"{row.get('gpu_index')} ({uuid_of(row.get('gpu_index') or 0)})")
@@ -272,7 +282,7 @@ def run_checks(args) -> int:
     rows.append(checks.cuda_graphs(kit_rows(args.out)))
     checks.busy()
     rows = [row for row in rows if row] + kit_rows(args.out)
-    checks.one_gpu_by_uuid(rows)
+    checks.gpus_by_uuid(rows)
     checks.peak_memory(rows)
     checks.energy(rows)
     write_atomically(args.out / "checks.txt", "\n".join(checks.lines) + "\n")

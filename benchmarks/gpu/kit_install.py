@@ -147,6 +147,14 @@ def pin_differences(versions: dict[str, str]) -> dict[str, list[str]]:
     return differences
 
 
+def usable_gpu_count() -> int:
+    """The GPUs fwbench's runner would give cells here (NVML, else nvidia-smi; narrowed to CUDA_VISIBLE_DEVICES):
+    the kit's data-parallel cells ask for all of them, exactly what the runner can place."""
+    from fwbench.engines.slots import usable_gpus
+
+    return len(usable_gpus())
+
+
 def record_host(out: Path, site: Path) -> dict:
     from fwbench.harness.envinfo import cpu_model, nvml_info
 
@@ -156,6 +164,7 @@ def record_host(out: Path, site: Path) -> dict:
         "hostname": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
         "python_executable": sys.executable, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "nvml": nvml_info(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "usable_gpus": usable_gpu_count(),
         "git_revision": _git_revision(), "wheelhouse": locked_wheels(),
         "versions": dict(sorted(versions.items())), "differences_from_current_pins": pin_differences(versions),
     }

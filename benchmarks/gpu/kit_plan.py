@@ -1,9 +1,11 @@
 """Which cells the GPU kit runs, in which order, and what it knows of each one already (kit-state.json).
 
-A unit is one repeat of one cell: (stack, compile mode, task, repeat, precision). The order is the issue's:
-BERT, SAM, SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so that a
-run cut short still covers as many cells as it can; and every `published` unit before any at another precision
-(bf16 by default: the precision users would train and serve at), which runs when the time allows.
+A unit is one repeat of one cell: (stack, compile mode, task, repeat, precision, devices). The order is the
+issue's: BERT, SAM, SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so
+that a run cut short still covers as many cells as it can; and every `published` unit before any at another
+precision (bf16 by default: the precision users would train and serve at), which runs when the time allows. On a
+host with several GPUs the data-parallel fits (bert-fit) also run on all of them (`--devices N`), after the first
+precision's one-device units: the published table comes first, its scaling next, other precisions last.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Unit:
     task: str
     repeat: int
     precision: str = "published"
+    devices: int = 1  # fwbench run --devices: data-parallel on this many GPUs
 
     @property
     def key(self) -> str:
@@ -46,8 +49,10 @@ class Unit:
 
     @property
     def cell_key(self) -> str:
-        # A published unit keeps the key it had before precisions: an older kit-state.json still resumes.
+        # A published one-device unit keeps the key it had before precisions and devices: an older kit-state.json
+        # still resumes.
         at = "" if self.precision == "published" else f"@{self.precision}"
+        at += "" if self.devices == 1 else f"@devices-{self.devices}"
         return f"{self.stack}/{self.compile_mode}/{self.task}{at}"
 
 
@@ -80,12 +85,44 @@ def parse_precisions(text: str | None) -> list[str]:
     return sorted(dict.fromkeys(chosen), key=lambda value: value != "published")
 
 
+def scaling_tasks(variants: list[tuple[str, str]], tasks: list[str]) -> list[str]:
+    """The planned tasks that some stack of the plan runs data-parallel (fwbench's registry says which)."""
+    from fwbench.core import registry
+
+    parallel = [registry.get_stack(stack).data_parallel for stack, _mode in variants]
+    return [task for task in tasks if any(p is not None and task in p.tasks for p in parallel)]
+
+
+def scaling_variants(variants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each stack once, at its first compile mode in the plan (native-torch: eager `none`; one variant per stack
+    keeps the scaling units few). A stack without data parallelism stays in: its unit is a quick `unsupported`
+    row that says why, so the scaling rows name every stack of the kit."""
+    first: dict[str, str] = {}
+    for stack, mode in variants:
+        first.setdefault(stack, mode)
+    return list(first.items())
+
+
+def scaling_note(gpus: int, variants: list[tuple[str, str]], tasks: list[str]) -> str:
+    """One line for the kit's log: which data-parallel cells this host adds, or why it adds none."""
+    fits = scaling_tasks(variants, tasks)
+    if not fits:
+        return "data-parallel scaling: no planned task has a data-parallel variant (fwbench has them for fits)"
+    if gpus < 2:
+        return (f"data-parallel scaling: not planned, this host has {gpus} usable GPU{'s' if gpus != 1 else ''} "
+                f"(a host with N > 1 GPUs also runs {', '.join(fits)} at --devices N)")
+    return (f"data-parallel scaling: {', '.join(fits)} also at --devices {gpus} (every usable GPU of this host) on "
+            + ", ".join(f"{stack} [{mode}]" for stack, mode in scaling_variants(variants)))
+
+
 def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
                broken_stacks: dict[str, str] | None = None,
-               precisions: list[str] | tuple[str, ...] = ("published",)) -> tuple[list[Unit], list[str]]:
+               precisions: list[str] | tuple[str, ...] = ("published",), gpus: int = 1
+               ) -> tuple[list[Unit], list[str]]:
     """Every unit in run order, and a line per cell left out (with the reason). broken_stacks: stack -> why it
     cannot run on this host (its imports fail): its cells are left out, the others run. Each precision's units
-    come after the previous precision's, all repeats included."""
+    come after the previous precision's, all repeats included. gpus: the host's usable GPUs; with more than one,
+    the data-parallel fits also run on all of them, at the first precision, right after its one-device units."""
     broken_stacks = broken_stacks or {}
     units, left_out = [], []
     for stack, mode in variants:
@@ -95,12 +132,18 @@ def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
         for stack, mode in variants:
             if (stack, task) in NOT_ON_THIS_HOST and stack not in broken_stacks:
                 left_out.append(f"{stack} [{mode}] {task}: {NOT_ON_THIS_HOST[(stack, task)]}")
-    for precision in precisions:
+    for index, precision in enumerate(precisions):
         for repeat in range(repeats):
             for task in tasks:
                 for stack, mode in variants:
                     if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
                         units.append(Unit(stack, mode, task, repeat, precision))
+        if index == 0 and gpus > 1:
+            for repeat in range(repeats):
+                for task in scaling_tasks(variants, tasks):
+                    for stack, mode in scaling_variants(variants):
+                        if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
+                            units.append(Unit(stack, mode, task, repeat, precision, gpus))
     return units, left_out
 
 

@@ -35,7 +35,7 @@ from fwbench.core.atomic import write_atomically  # noqa: E402
 
 import kit_plan  # noqa: E402
 from kit_install import (FWBENCH_MODULES, broken_stacks, check_imports, install, kit_environment,  # noqa: E402
-                         log, record_host)
+                         log, record_host, usable_gpu_count)
 from kit_plan import KitError, KitState, Unit  # noqa: E402
 
 KIT = REPO / ".gpu-kit"
@@ -58,16 +58,18 @@ def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
 
 
 def unit_row_paths(rows: Path, preset: str, unit: Unit) -> list[Path]:
-    """The unit's row files, oldest first: those of its cell and repeat at its precision (read from each row:
-    a bf16 row's file name differs from a published one's only by a token)."""
+    """The unit's row files, oldest first: those of its cell and repeat at its precision and devices (read from
+    each row: a bf16 or --devices N row's file name differs from the one-device published one's only by a token)."""
     from fwbench.core import precision
+    from fwbench.core.identity import CellIdentity
     from fwbench.core.results import read_row
 
     folder = rows / preset / unit.stack
     paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
                    key=lambda path: path.stat().st_mtime)
     rows_read = [(path, read_row(path)) for path in paths]
-    return [path for path, row in rows_read if row is not None and precision.of_row(row) == unit.precision]
+    return [path for path, row in rows_read if row is not None and precision.of_row(row) == unit.precision
+            and CellIdentity.of_row(row).setting("devices") == unit.devices]
 
 
 def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, *, rows: Path | None = None,
@@ -79,7 +81,8 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
             "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", preset,
             "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
             "--out", str(rows), "--data", str(args.data), *(["--steps", str(args.steps)] if args.steps else []),
-            *([] if unit.precision == "published" else ["--precision", unit.precision]), *(extra or [])]
+            *([] if unit.precision == "published" else ["--precision", unit.precision]),
+            *([] if unit.devices == 1 else ["--devices", str(unit.devices)]), *(extra or [])]
     env = kit_environment(args.site)
     env.setdefault("FWBENCH_HOME", str(KIT / "home"))
     with open(args.out / "kit.log", "a") as output:
@@ -134,9 +137,12 @@ def run_chunk(args) -> int:
         log(f"host recorded in {args.out / 'host.json'}")
     # A stack whose imports fail is left out with its reason; the others run.
     unrunnable = broken_stacks(args.site, [stack for stack, _mode in args.variants])
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable, args.precisions)
+    gpus = usable_gpu_count()
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable, args.precisions,
+                                          gpus=gpus)
     for line in left_out:
         log(f"left out: {line}")
+    log(kit_plan.scaling_note(gpus, args.variants, args.tasks))
     state = KitState(args.out / "kit-state.json")
     full_timeout = min(args.cell_timeout, args.budget_s - UNIT_OVERHEAD_S - args.reserve_s)
     pending = [unit for unit in units if state.runnable(unit, args.retry_failed)]
@@ -260,7 +266,9 @@ def publish(args) -> int:
 
 
 def status(args) -> int:
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions)
+    gpus = usable_gpu_count()
+    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions,
+                                          gpus=gpus)
     state = KitState(args.out / "kit-state.json")
     counts: dict[str, int] = {}
     for unit in units:
@@ -268,6 +276,7 @@ def status(args) -> int:
         counts[key] = counts.get(key, 0) + 1
     print(", ".join(f"{count} {name}" for name, count in sorted(counts.items())) + f" (of {len(units)} units; "
           f"{len(left_out)} cells left out as this host cannot run them)")
+    print(kit_plan.scaling_note(gpus, args.variants, args.tasks))
     return 0
 
 
