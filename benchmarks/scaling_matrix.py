@@ -37,7 +37,7 @@ def cell_text(row: dict | None) -> str:
         return "—"
     if row["status"] == "ok":
         return f"ok ({row.get('comm_backend') or 'one device'})"  # CPU devices: no speed claim, no figure
-    reason = " ".join((row.get("error_message") or "").split())[:160].replace("|", "/")
+    reason = " ".join((row.get("error_message") or "").split())[:110].replace("|", "/")
     return f"{row['status']}: {reason}"
 
 
