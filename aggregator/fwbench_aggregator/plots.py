@@ -1,7 +1,9 @@
-"""PNG plots (matplotlib, Agg backend: no display needed): ms/step bars with CIs, and speed-ups."""
+"""PNG plots (matplotlib, Agg backend: no display needed): ms/step bars with CIs, speed-ups, stability losses and
+data-parallel scaling."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, speedup_percent
@@ -120,6 +122,65 @@ def stability_chart(records: list[dict], path: Path) -> Path | None:
     for ax in list(axes.flat)[len(shown):]:
         ax.set_visible(False)
     fig.suptitle("loss per step: the precision against fp32 (fwbench stability)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+SCALING_CHARTS = 12  # at most this many panels in the scaling chart (the table lists every cell)
+
+
+@dataclass
+class ScalingPanel:
+    """One task, preset and settings group of the scaling chart: per stack (in report order), its
+    (N, speed-up, (low, high) or None) points."""
+
+    title: str
+    no_speed_claim: bool  # CPU rows: N logical devices sharing the cell's cores
+    series: dict[str, list[tuple[int, float, tuple[float, float] | None]]]
+
+
+def scaling_chart(panels: list[ScalingPanel], path: Path) -> Path | None:
+    """Speed-up against N, one line per stack with 95% interval bars, and the ideal speed-up = N; a panel per group."""
+    shown = [p for p in panels if p.series][:SCALING_CHARTS]
+    if not shown:
+        return None
+    plt = _pyplot()
+    # One colour per stack across every panel, so a stack reads the same everywhere.
+    labels = list(dict.fromkeys(label for p in shown for label in p.series))
+    colours = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    columns = min(3, len(shown))
+    rows = (len(shown) + columns - 1) // columns
+    # At least 6 inches wide: one panel alone must still fit the figure's title.
+    fig, axes = plt.subplots(rows, columns, figsize=(max(4.6 * columns, 6.0), 3.8 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, shown):
+        ns = sorted({n for points in panel.series.values() for n, _, _ in points})
+        ax.plot([1, ns[-1]], [1, ns[-1]], color="grey", linestyle="--", linewidth=1, label="ideal (speed-up = N)")
+        # Stacks side by side: a small horizontal offset each, so their interval bars do not hide one another.
+        dodge = 0.025 * max(ns[-1] - 1, 1)
+        for i, (label, points) in enumerate(panel.series.items()):
+            offset = (i - (len(panel.series) - 1) / 2) * dodge
+            points = sorted(points)
+            xs = [n + offset for n, _, _ in points]
+            ys = [value for _, value, _ in points]
+            errors = [[max(value - (iv[0] if iv else value), 0) for _, value, iv in points],
+                      [max((iv[1] if iv else value) - value, 0) for _, value, iv in points]]
+            ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, linewidth=1.2, color=colours[label], label=label)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("devices N", fontsize=8)
+        ax.set_ylabel("speed-up (samples/s vs N=1)", fontsize=8)
+        title = panel.title + ("\nCPU devices: no speed claim" if panel.no_speed_claim else "")
+        # parse_math off: the title holds row text (the device model), which a stray "$" must not break.
+        ax.set_title(title, fontsize=9, color="#8a4b00" if panel.no_speed_claim else "black", parse_math=False)
+        if panel.no_speed_claim:
+            ax.text(0.5, 0.5, "no speed claim", transform=ax.transAxes, ha="center", va="center", fontsize=16,
+                    color="#8a4b00", alpha=0.25, rotation=20)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_visible(False)
+    fig.suptitle("data-parallel speed-up vs devices N (95% intervals; dashed: ideal)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

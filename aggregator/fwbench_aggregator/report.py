@@ -13,6 +13,7 @@ from fwbench_aggregator import physics_section, plots, provenance, published, sc
 from fwbench_aggregator import sweep
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
+from fwbench_aggregator.stats import fmt_estimate, fmt_ms  # in stats: scaling shares them without importing report
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
 
 
@@ -25,14 +26,6 @@ CONCURRENT_NOTE = (f"{CONCURRENT_MARK} includes repeats that ran at the same tim
 BUSY_MARK = "⚠"
 BUSY_NOTE = (f"{BUSY_MARK} measured only while something competed with the cell (see Busy rows): shown for "
              "orientation, left out of Keras 3 best, speed-ups, rankings and plots.")
-
-
-def fmt_ms(value: float) -> str:
-    return f"{value:.4g}" if value < 100 else f"{value:.1f}"
-
-
-def fmt_estimate(est: stats.Estimate) -> str:
-    return f"{fmt_ms(est.median)} [{fmt_ms(est.low)}–{fmt_ms(est.high)}]"
 
 
 def fmt_speedup(value: float | None) -> str:
@@ -294,7 +287,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
             doc.add(*_preset_section(summary, reference, report_dir))
         doc.add(*_matched_section(preset, of_preset))
     doc.add(*sweep.blocks(loaded, report_dir))
-    doc.add(*scaling.blocks(frame))
+    doc.add(*scaling.blocks(frame, report_dir))
     doc.add(*stability.blocks(frame))
     doc.add(*stability_runs.blocks(loaded.stability, report_dir))
     doc.add(*physics_section.blocks(frame))

@@ -1,26 +1,50 @@
 """The report's data-parallel scaling table (--devices N): per task and stack, each N's ms/step and samples/s beside
-the matching one-device cell's, with speed-up and efficiency.
+the matching one-device cell's, with speed-up and efficiency, each with its 95% interval; and a chart of speed-up
+against N, the stacks side by side.
 
   speed-up    samples/s at N / samples/s of the N=1 cell of the same identity but for the devices (same global-batch
               setting: weak scaling against the task's batch on one device, strong scaling against
-              --devices 1 --global-batch G); per-step work differs under weak scaling, so throughput is compared.
+              --devices 1 --global-batch G); per-step work differs under weak scaling, so throughput is compared:
+              (G_N / ms_N) / (G_1 / ms_1) = (G_N / G_1) x (ms_1 / ms_N).
   efficiency  speed-up / N.
 
-Per cell: the median of its ok rows' ms_per_step (busy rows are kept and marked ⚠: CPU rows are for correctness).
+Per cell: the median ms/step of its ok rows' steps with the report's two-level bootstrap interval (stats.estimate;
+busy rows are kept and marked ⚠: CPU rows are for correctness). The speed-up's interval is the bootstrap interval of
+the ratio ms_1 / ms_N (stats.ratio_estimate, each cell resampled on its own, as the bf16 table's ratio) times
+G_N / G_1; samples/s and efficiency are exact transforms of ms/step and speed-up, so their intervals are too.
 Framework-free: it reads rows only.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+import numpy as np
+
+from fwbench.core import registry
 from fwbench.core.identity import CellIdentity, describe, differing_settings
 from fwbench_aggregator import document as d
+from fwbench_aggregator import plots, stats
+from fwbench_aggregator.variants import Variant
 
-HEADERS = ["task", "stack", "preset", "settings", "devices", "per-device batch", "global batch", "ms/step", "samples/s",
-           "speed-up", "efficiency", "comm", "device"]
+HEADERS = ["task", "stack", "preset", "settings", "devices", "per-device batch", "global batch",
+           "ms/step [95% CI]", "samples/s [95% CI]", "speed-up [95% CI]", "efficiency [95% CI]", "comm", "device"]
 BUSY_MARK = "\u26a0"
+ONE_SAMPLE = "1 sample"  # why a value has no interval: its cell has a single timing to resample
+CHART = "scaling.png"  # a fixed name, never built from row content
+TASK_ORDER = tuple(registry.TASKS)
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+
+    def scaled(self, factor: float) -> "Interval":
+        return Interval(self.value * factor, self.low * factor, self.high * factor)
 
 
 @dataclass(frozen=True)
@@ -29,13 +53,42 @@ class ScalingCell:
     devices: int
     per_device_batch: int | None
     global_batch: int | None
-    ms_per_step: float
-    samples_per_s: float | None
+    ms: stats.Estimate  # ms/step: median of the pooled steps and its 95% interval
     comm_backend: str | None
     device: str | None
     busy: bool
-    speedup: float | None = None
-    efficiency: float | None = None
+    samples: tuple = field(default=(), repr=False, compare=False)  # per-repeat step times behind `ms`
+    speedup: Interval | None = None  # None where the one-device cell has no ok row
+    # Why the speed-up has no interval: "reference" (the N=1 cell itself) or a side with a single sample.
+    speedup_without_interval: str | None = None
+
+    @property
+    def ms_per_step(self) -> float:
+        return self.ms.median
+
+    @property
+    def ms_without_interval(self) -> str | None:
+        return ONE_SAMPLE if self.ms.steps < 2 else None
+
+    @property
+    def samples_per_s(self) -> Interval | None:
+        """global batch / ms/step, so the interval's ends swap (the slowest step time is the fewest samples/s)."""
+        if not self.global_batch:
+            return None
+        per_s = self.global_batch * 1000.0
+        return Interval(per_s / self.ms.median, per_s / self.ms.high, per_s / self.ms.low)
+
+    @property
+    def efficiency(self) -> Interval | None:
+        return None if self.speedup is None else self.speedup.scaled(1 / self.devices)
+
+    @property
+    def stack_label(self) -> str:
+        return Variant(self.identity.stack, self.identity.compile_mode).label
+
+    @property
+    def no_speed_claim(self) -> bool:
+        return self.device == "cpu"
 
 
 def _number(value) -> float | None:
@@ -44,21 +97,41 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def one_device(identity: CellIdentity) -> CellIdentity:
     """The identity of the cell a scaling cell is compared with: the same, on one device."""
     return replace(identity, settings=tuple((name, 1 if name == "devices" else value)
                                             for name, value in identity.settings))
 
 
+def _group_key(cell: ScalingCell) -> tuple:
+    """The cells one chart panel holds: one task, preset and settings (devices aside), every stack."""
+    return (cell.identity.task, cell.identity.preset, one_device(cell.identity).settings)
+
+
+def _order_key(cell: ScalingCell) -> tuple:
+    task = cell.identity.task
+    task_rank = TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER)  # registry order, unknown after
+    return (task_rank, task, cell.identity.preset,
+            str(one_device(cell.identity).settings),
+            Variant(cell.identity.stack, cell.identity.compile_mode).sort_key(), cell.devices)
+
+
+def _with_speedup(cell: ScalingCell, base: ScalingCell) -> ScalingCell:
+    if not cell.global_batch or not base.global_batch:
+        return cell
+    if cell.identity == base.identity:
+        return replace(cell, speedup=Interval(1.0, 1.0, 1.0), speedup_without_interval="reference")
+    # samples/s at N over at 1 = (G_N / G_1) x (ms_1 / ms_N): the ms ratio carries the interval.
+    ratio = stats.ratio_estimate(list(base.samples), list(cell.samples))
+    speedup = Interval(ratio.ratio, ratio.low, ratio.high).scaled(cell.global_batch / base.global_batch)
+    short = [f"N={c.devices}" for c in (base, cell) if c.ms.steps < 2]
+    return replace(cell, speedup=speedup,
+                   speedup_without_interval=f"{ONE_SAMPLE} at {' and '.join(short)}" if short else None)
+
+
 def cells(frame) -> list[ScalingCell]:
     """Every cell of a scaling group (an identity run at N > 1, and its N=1 cell), with speed-up and efficiency
-    where the N=1 cell has ok rows."""
+    where the N=1 cell has ok rows; by task, preset, settings, then stack in report order (side by side), then N."""
     if "status" not in frame or frame.empty:
         return []
     grouped: dict[CellIdentity, list[dict]] = {}
@@ -71,25 +144,21 @@ def cells(frame) -> list[ScalingCell]:
     for identity, rows in grouped.items():
         if identity.setting("devices") == 1 and identity not in scaled:
             continue
-        ms = _median([float(r["ms_per_step"]) for r in rows])
+        samples = tuple(stats.repeat_samples(r.get("step_ms"), float(r["ms_per_step"])) for r in rows)
         first = rows[0]
         global_batch = _number(first.get("global_batch")) or _number(first.get("batch_size"))
         per_device = _number(first.get("per_device_batch")) or global_batch
         measured[identity] = ScalingCell(
             identity, int(identity.setting("devices")), int(per_device) if per_device else None,
-            int(global_batch) if global_batch else None, ms, global_batch * 1000.0 / ms if global_batch else None,
+            int(global_batch) if global_batch else None, stats.estimate(list(samples)),
             first.get("comm_backend") if isinstance(first.get("comm_backend"), str) else None,
             first.get("device") if isinstance(first.get("device"), str) else None,
-            any(bool(r.get("busy")) for r in rows))
+            any(bool(r.get("busy")) for r in rows), samples)
     out = []
     for identity, cell in measured.items():
         base = measured.get(one_device(identity))
-        if base is not None and cell.samples_per_s and base.samples_per_s:
-            speedup = cell.samples_per_s / base.samples_per_s
-            cell = replace(cell, speedup=speedup, efficiency=speedup / cell.devices)
-        out.append(cell)
-    return sorted(out, key=lambda c: (c.identity.task, c.identity.stack, c.identity.preset,
-                                      str(one_device(c.identity).settings), c.devices))
+        out.append(cell if base is None else _with_speedup(cell, base))
+    return sorted(out, key=_order_key)
 
 
 def settings(identity: CellIdentity) -> str:
@@ -103,18 +172,61 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "—" if value is None else pattern.format(value)
 
 
+def _fmt_interval(value: Interval | None, point: str, bounds: str, without: str | None) -> str:
+    """'point [low–high]', or the point and why it has no interval."""
+    if value is None:
+        return "—"
+    if without:
+        return f"{point.format(value.value)} ({without})"
+    return f"{point.format(value.value)} [{bounds.format(value.low)}–{bounds.format(value.high)}]"
+
+
+def _fmt_efficiency(value: Interval | None, without: str | None) -> str:
+    if value is None:
+        return "—"
+    if without:
+        return f"{value.value:.0%} ({without})"
+    return f"{value.value:.0%} [{value.low * 100:.0f}–{value.high:.0%}]"
+
+
+def _fmt_ms(cell: ScalingCell) -> str:
+    if cell.ms_without_interval:
+        return f"{stats.fmt_ms(cell.ms.median)} ({cell.ms_without_interval})"
+    return stats.fmt_estimate(cell.ms)
+
+
 def table_rows(scaling_cells: list[ScalingCell]) -> list[list[str]]:
     rows = []
     for c in scaling_cells:
         mark = f"\u00a0{BUSY_MARK}" if c.busy else ""
         rows.append([c.identity.task, c.identity.stack, c.identity.preset, settings(c.identity), str(c.devices),
-                     _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), f"{c.ms_per_step:.2f}{mark}",
-                     _fmt(c.samples_per_s, "{:.1f}"), _fmt(c.speedup, "{:.2f}"), _fmt(c.efficiency, "{:.0%}"),
+                     _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), _fmt_ms(c) + mark,
+                     _fmt_interval(c.samples_per_s, "{:.1f}", "{:.1f}", c.ms_without_interval),
+                     _fmt_interval(c.speedup, "{:.2f}x", "{:.2f}", c.speedup_without_interval),
+                     _fmt_efficiency(c.efficiency, c.speedup_without_interval),
                      c.comm_backend or "—", c.device or "—"])
     return rows
 
 
-def blocks(frame) -> list:
+def chart_panels(scaling_cells: list[ScalingCell]) -> list[plots.ScalingPanel]:
+    """One panel per task, preset and settings group: a series per stack (report order) of (N, speed-up, interval);
+    points without an interval (the N=1 reference, single samples) carry none."""
+    panels: dict[tuple, plots.ScalingPanel] = {}
+    for cell in scaling_cells:  # already in table order: stacks in report order within a group
+        if cell.speedup is None:
+            continue
+        key = _group_key(cell)
+        if key not in panels:
+            where = cell.identity.setting("device_model") or cell.device or "?"
+            panels[key] = plots.ScalingPanel(
+                f"{cell.identity.task} ({cell.identity.preset}, {settings(cell.identity)}) on {where}",
+                no_speed_claim=cell.no_speed_claim, series={})
+        interval = None if cell.speedup_without_interval else (cell.speedup.low, cell.speedup.high)
+        panels[key].series.setdefault(cell.stack_label, []).append((cell.devices, cell.speedup.value, interval))
+    return [p for p in panels.values() if any(n > 1 for points in p.series.values() for n, _, _ in points)]
+
+
+def blocks(frame, report_dir: Path | None = None) -> list:
     found = cells(frame)
     if not found:
         return []
@@ -122,12 +234,33 @@ def blocks(frame) -> list:
                  d.Paragraph("Fit cells run data-parallel on N devices (--devices): speed-up = samples/s at N over "
                              "samples/s of the same cell on one device (weak scaling: the task's batch per device; "
                              "strong: --global-batch G against --devices 1 --global-batch G); efficiency = "
-                             "speed-up / N; — where that one-device cell has no ok row. Median ms/step of each "
-                             "cell's ok rows.", "note")]
-    if any(c.device == "cpu" for c in found):
+                             "speed-up / N; — where that one-device cell has no ok row. ms/step: median [95% CI] of "
+                             "each cell's ok rows (the report's two-level bootstrap); samples/s = global batch / "
+                             "ms/step; the speed-up's interval is the bootstrap interval of the ratio of the two "
+                             "cells' ms/step (each resampled on its own) times the ratio of their global batches. "
+                             "The N=1 rows are the reference (1.00x).", "note")]
+    if any(c.no_speed_claim for c in found):
         out.append(d.Paragraph("Rows on the cpu are N logical devices sharing the cell's CPU cores: they check that "
                                "data parallelism runs and is correct, and make no speed claim.", "warning"))
     if any(c.busy for c in found):
         out.append(d.Paragraph(f"{BUSY_MARK}: measured while something competed with the cell (see Busy rows).",
                                "note"))
-    return out + [d.Table(HEADERS, table_rows(found), css_class="text")]
+    if any(c.ms_without_interval for c in found):
+        out.append(d.Paragraph(f"({ONE_SAMPLE}): the cell has one repeat without per-step times, so there is nothing "
+                               "to resample and no interval; the point value is shown. Use --repeats 3 or more.",
+                               "note"))
+    single = [c for c in found if c.ms.repeats == 1 and not c.ms_without_interval]
+    if single:
+        out.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their intervals (and the speed-ups "
+                               "computed from them) only cover step-to-step noise, not process-to-process "
+                               "variation. Use --repeats 3 or more.", "note"))
+    out.append(d.Table(HEADERS, table_rows(found), css_class="text"))
+    panels = chart_panels(found)
+    chart = plots.scaling_chart(panels, report_dir / CHART) if report_dir is not None and panels else None
+    if chart is not None:
+        if len(panels) > plots.SCALING_CHARTS:
+            out.append(d.Paragraph(f"The chart shows the first {plots.SCALING_CHARTS} of {len(panels)} groups; the "
+                                   "table lists every cell.", "note"))
+        out.append(d.Image(chart, "speed-up against devices N per task, stacks side by side, with the ideal "
+                                  "speed-up = N"))
+    return out

@@ -105,6 +105,16 @@ def ratio_estimate(numerator: list[np.ndarray], denominator: list[np.ndarray],
     return RatioEstimate(float(ratio), float(low), float(high))
 
 
+def fmt_ms(value: float) -> str:
+    """How the report writes a millisecond value (4 significant digits, one decimal from 100 ms)."""
+    return f"{value:.4g}" if value < 100 else f"{value:.1f}"
+
+
+def fmt_estimate(est: Estimate) -> str:
+    """'median [low–high]': how the report's tables write an estimate."""
+    return f"{fmt_ms(est.median)} [{fmt_ms(est.low)}–{fmt_ms(est.high)}]"
+
+
 def cis_overlap_too_much(a: Estimate, b: Estimate) -> bool:
     """True if two CIs overlap by more than half the average margin of error.
 
