@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench.core import registry
+from fwbench.harness import ranks
 
 
 def process_peak_rss_bytes() -> int:
@@ -28,9 +29,27 @@ class TorchBackend:
         import torch
 
         self.torch = torch
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device or self._own_device(torch)
         self.on_gpu = self.device.startswith("cuda")
         self._replay_counter: CudaGraphReplayCounter | None = None
+
+    @staticmethod
+    def _own_device(torch) -> str:
+        """The device this process's steps run on. A data-parallel rank's is its own GPU, cuda:LOCAL_RANK (as the
+        Trainer's accelerate picks it), made the current device here, before anything reads the current device:
+        plain "cuda" is GPU 0 in every rank, whose sync, allocator peak, UUID and energy would be another rank's.
+        A rank beyond the GPUs torch sees keeps "cuda": data_parallel_devices() then says there are too few."""
+        if not torch.cuda.is_available():
+            return "cpu"
+        rank = ranks.local_rank()
+        if rank is None or rank >= torch.cuda.device_count():
+            return "cuda"
+        torch.cuda.set_device(rank)
+        return f"cuda:{rank}"
+
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals (positions in CUDA_VISIBLE_DEVICES) of the GPUs this process's steps run on."""
+        return (int(self.device.split(":", 1)[1]) if ":" in self.device else 0,)
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
@@ -45,7 +64,7 @@ class TorchBackend:
         if tf32 in ("on", "off"):
             self.set_tf32(tf32 == "on")
         if self.on_gpu:
-            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def set_tf32(self, enabled: bool) -> None:
         """TF32 for float32 CUDA matmuls and cuDNN convolutions (and RNNs), through every API this torch has.
@@ -104,7 +123,7 @@ class TorchBackend:
     def sync(self, output: Any = None) -> None:
         # A CPU step has finished when its call returns; CUDA work is queued until synchronised.
         if self.on_gpu:
-            self.torch.cuda.synchronize()
+            self.torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
         """Data-parallel ranks (DistributedDataParallel): wait for every rank, so that a clock read after it is
@@ -115,7 +134,7 @@ class TorchBackend:
 
     def peak_memory(self) -> tuple[int, str]:
         if self.on_gpu:
-            return int(self.torch.cuda.max_memory_allocated()), "cuda_allocator_peak"
+            return int(self.torch.cuda.max_memory_allocated(self.device)), "cuda_allocator_peak"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:
@@ -123,7 +142,7 @@ class TorchBackend:
         info: dict[str, Any] = {"device": "cuda" if self.on_gpu else "cpu",
                                 "cuda_runtime": torch.version.cuda}
         if self.on_gpu:
-            info["device_name"] = torch.cuda.get_device_name()
+            info["device_name"] = torch.cuda.get_device_name(self.device)
             info["device_count"] = torch.cuda.device_count()
         return info
 
@@ -338,6 +357,10 @@ class JaxBackend:
             self.jax.config.update("jax_default_matmul_precision", "highest")
         self._threads = threads
 
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals of the GPUs this process's steps run on."""
+        return (0,)
+
     def sync(self, output: Any = None) -> None:
         # Python floats / numpy leaves pass through; jax.Array leaves are waited for.
         self.jax.block_until_ready(_leaves(output))
@@ -417,6 +440,10 @@ class TensorFlowBackend:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
         return devices
+
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals of the GPUs this process's steps run on."""
+        return (0,)
 
     def sync(self, output: Any = None) -> None:
         for leaf in _leaves(output):

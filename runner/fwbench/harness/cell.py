@@ -282,13 +282,15 @@ def time_cell(built: Built) -> Timed:
     """Run the warm-up and timed steps under the clock, with the contention and energy probes (and, for a
     compiled torch cell, the CUDA-graph replay count) watching the timed window."""
     spec, backend = built.spec, built.backend
-    # The GPU the steps run on, by UUID (NVML's view of it); None: NVML could not say (its energy says so).
-    cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid())
+    # The GPU the steps run on (a data-parallel rank's own), by UUID (NVML's view of it); None: NVML could not say
+    # (its energy says so).
+    position = backend.gpu_positions()[0] if backend.on_gpu else 0
+    cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid(position),
+                                              position=position)
                 if backend.on_gpu else None)
-    known_gpu = (cell_gpu or gpu_identity.unresolved_gpu()) if backend.on_gpu else None
+    known_gpu = (cell_gpu or gpu_identity.unresolved_gpu(position=position)) if backend.on_gpu else None
     probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpu)
-    # Its slot's GPU in the runner's numbering (a container numbers it 0); without a slot, the one it found.
-    gpu_index = (known_gpu.index if spec.gpu_index is None else spec.gpu_index) if known_gpu else None
+    gpu_index = _runner_gpu_index(spec, position, known_gpu) if known_gpu else None
     energy = EnergyProbe(backend.on_gpu, cell_gpu)
     window_probes = [probe, energy]
     if built.stack.family == "torch" and spec.compile_mode != "none":
@@ -311,6 +313,13 @@ def time_cell(built: Built) -> Timed:
     if spec.fault == "nan-loss" and built.ctx.losses:
         built.ctx.losses[-1] = float("nan")
     return Timed(clock, probe, energy, cell_gpu, known_gpu, gpu_index)
+
+
+def _runner_gpu_index(spec: CellSpec, position: int, found: gpu_identity.CellGpu) -> int | None:
+    """The GPU at the framework's `position` in the runner's numbering: its slot's (a container numbers them from
+    0); without a slot, the one it found."""
+    placed = spec.gpus
+    return placed[position] if position < len(placed) else found.index
 
 
 def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -49,6 +49,15 @@ def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), LAUNCHER_ENV: str(os.getpid())}
 
 
+def local_rank() -> int | None:
+    """This process's device ordinal as a rank of a data-parallel cell (LOCAL_RANK, where WORLD_SIZE > 1); None
+    when it is not one (one device, or one process driving every device)."""
+    world, rank = os.environ.get("WORLD_SIZE", ""), os.environ.get("LOCAL_RANK", "")
+    if not (world.isdigit() and int(world) > 1 and rank.isdigit()):
+        return None
+    return int(rank)
+
+
 def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir: str,
            timeout_s: float) -> list[dict[str, Any]]:
     """Run target(spec_json, rank, world=, port=, cores=, work_dir=, results=) in `ranks` spawned processes; each puts

@@ -1,0 +1,129 @@
+"""A data-parallel cell on several GPUs: each torch rank measures its own GPU, and a row over several GPUs says what
+its energy, contention and peak memory cover.
+
+There is no GPU on this machine: CUDA and NVML are the boundaries mocked here, nothing else. torch is a stand-in
+module (FakeCudaTorch) that resolves every device argument as CUDA does ("cuda" and None = the current device) and
+records which GPU each call reached; pynvml is tests/fake_nvml.py. Everything between them is the real code.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from fwbench.core.spec import CellSpec
+from fwbench.harness import cell, gpu_identity
+from fwbench.harness.backends import TorchBackend
+from tests.fake_nvml import FakeNvml, gpu
+
+
+class FakeCuda:
+    """torch.cuda on a host with `count` GPUs: which GPU each call reached, by CUDA's rule for its device argument."""
+
+    def __init__(self, count: int):
+        self.count, self.current, self.initialized = count, 0, False
+        self.reached: list[tuple[str, int]] = []  # (call, GPU ordinal)
+
+    def _ordinal(self, device) -> int:
+        if device is None or device == "cuda":
+            return self.current
+        if isinstance(device, int):
+            return device
+        return int(str(device).split(":", 1)[1])
+
+    def _reach(self, call: str, device) -> int:
+        ordinal = self._ordinal(device)
+        assert 0 <= ordinal < self.count, f"{call}: no GPU {ordinal}"
+        self.initialized = True
+        self.reached.append((call, ordinal))
+        return ordinal
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return self.initialized
+
+    def device_count(self):
+        return self.count
+
+    def set_device(self, device):
+        self.current = self._reach("set_device", device)
+
+    def current_device(self):
+        return self.current
+
+    def synchronize(self, device=None):
+        self._reach("synchronize", device)
+
+    def reset_peak_memory_stats(self, device=None):
+        self._reach("reset_peak_memory_stats", device)
+
+    def max_memory_allocated(self, device=None):
+        return 1000 + self._reach("max_memory_allocated", device)  # GPU k's peak is 1000 + k
+
+    def get_device_name(self, device=None):
+        return f"GPU {self._reach('get_device_name', device)}"
+
+    def get_device_properties(self, device):
+        ordinal = self._reach("get_device_properties", device)
+        return types.SimpleNamespace(uuid=f"{ordinal:08d}-1111-2222-3333-444444444444")
+
+
+def fake_torch(monkeypatch, gpus: int) -> FakeCuda:
+    cuda = FakeCuda(gpus)
+    torch = types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), set_num_threads=lambda n: None)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return cuda
+
+
+def as_rank(monkeypatch, rank: int | None, world: int = 2) -> None:
+    if rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+
+
+# --- task: a torch rank's device is its own GPU
+
+def test_a_torch_rank_syncs_measures_and_names_its_own_gpu_not_gpu_0(monkeypatch):
+    cuda = fake_torch(monkeypatch, gpus=2)
+    as_rank(monkeypatch, 1)
+    backend = TorchBackend()
+    assert backend.device == "cuda:1" and cuda.current == 1  # current before anything else reads it
+    assert cuda.reached[0] == ("set_device", 1)
+    backend.configure(1, "default")
+    backend.sync()
+    peak, kind = backend.peak_memory()
+    info = backend.device_info()
+    assert (peak, kind, info["device_name"]) == (1001, "cuda_allocator_peak", "GPU 1")
+    # Its GPU's identity (the UUID NVML finds it by, for energy and contention) is GPU 1's too.
+    assert gpu_identity.framework_gpu_uuid(backend.gpu_positions()[0]) == "GPU-00000001-1111-2222-3333-444444444444"
+    assert {ordinal for _, ordinal in cuda.reached} == {1}
+
+
+def test_one_device_and_a_rank_without_its_gpu_keep_the_current_device(monkeypatch):
+    cuda = fake_torch(monkeypatch, gpus=1)
+    as_rank(monkeypatch, None)
+    assert TorchBackend().device == "cuda" and cuda.reached == []
+    as_rank(monkeypatch, 1)  # rank 1 on a host where torch sees one GPU: no set_device to a GPU that is not there
+    backend = TorchBackend()
+    assert backend.device == "cuda" and cuda.reached == [] and backend.gpu_positions() == (0,)
+
+
+def test_a_rank_finds_its_own_gpu_in_nvml_and_in_the_runners_numbering(monkeypatch):
+    gpus = [gpu(0), gpu(1), gpu(2), gpu(3)]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+    # The cell was given GPUs 2 and 3; rank 1 runs on the framework's device 1, which is NVML's GPU 3.
+    found = gpu_identity.resolve_cell_gpu(visible="2,3", position=1, framework_uuid=gpus[3].uuid)
+    assert found.uuid == gpus[3].uuid and "confirmed" in found.found_by
+    assert gpu_identity.resolve_cell_gpu(visible=f"{gpus[2].uuid},{gpus[3].uuid}", position=1).index == 3
+    assert gpu_identity.resolve_cell_gpu(visible=None, position=1).index == 1  # unset: NVML's GPU 1
+    assert gpu_identity.resolve_cell_gpu(visible="2", position=1) is None  # no device 1: unknown, not a guess
+    assert gpu_identity.unresolved_gpu("2,3", position=1).index == 3
+    spec = CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 2, devices=2, gpu_index=2, gpu_indices=(2, 3))
+    assert cell._runner_gpu_index(spec, 1, found) == 3 and cell._runner_gpu_index(spec, 0, found) == 2
