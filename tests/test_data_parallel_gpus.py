@@ -127,3 +127,81 @@ def test_a_rank_finds_its_own_gpu_in_nvml_and_in_the_runners_numbering(monkeypat
     assert gpu_identity.unresolved_gpu("2,3", position=1).index == 3
     spec = CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 2, devices=2, gpu_index=2, gpu_indices=(2, 3))
     assert cell._runner_gpu_index(spec, 1, found) == 3 and cell._runner_gpu_index(spec, 0, found) == 2
+
+
+# --- the device count of a data-parallel cell: one backend hook, after configure()
+
+class RecordingBackend:
+    """A backend that records what build_cell asks of it, and has one GPU (the framework is not imported)."""
+
+    label, on_gpu = "torch", True
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def use_compile_cache(self, path, compile_mode):
+        self.calls.append("use_compile_cache")
+
+    def configure(self, threads, tf32):
+        self.calls.append("configure")
+
+    def data_parallel_devices(self, devices):
+        self.calls.append(f"data_parallel_devices({devices})")
+        return 1
+
+
+def test_build_cell_asks_the_backend_for_its_devices_once_after_configure(tmp_path, monkeypatch):
+    from fwbench.core import data
+    from fwbench.harness import backends
+    from fwbench.harness.device_check import DeviceUnavailable
+
+    data.generate(tmp_path / "data", "tiny", 0, ["bert-fit"])
+    backend = RecordingBackend()
+    asked = []
+    monkeypatch.setattr(backends, "backend_for", lambda stack, threads, devices: asked.append(devices) or backend)
+    spec = CellSpec("native-torch", "bert-fit", "tiny", "none", str(tmp_path / "data"), 2, devices=2)
+    with pytest.raises(DeviceUnavailable, match=r"^--devices 2: torch sees 1 GPU\(s\)$"):
+        cell.build_cell(spec, cell.PhaseTimer())
+    assert asked == [2] and backend.calls == ["use_compile_cache", "configure", "data_parallel_devices(2)"]
+
+
+def test_each_backend_counts_its_data_parallel_devices(monkeypatch):
+    from fwbench.harness.backends import JaxBackend, TensorFlowBackend
+
+    fake_torch(monkeypatch, gpus=1)
+    as_rank(monkeypatch, None)
+    assert TorchBackend().data_parallel_devices(2) == 1  # one GPU per rank
+    assert TorchBackend("cpu").data_parallel_devices(2) == 2  # CPU ranks share the cell's cores
+
+    jax = object.__new__(JaxBackend)
+    jax.devices, jax.on_gpu, jax.cell_devices = ["gpu:0", "gpu:1", "gpu:2"], True, 1
+    assert jax.data_parallel_devices(2) == 3 and jax.cell_devices == 2
+
+    made = {}
+    config = types.SimpleNamespace(
+        threading=types.SimpleNamespace(set_inter_op_parallelism_threads=lambda n: made.update(inter_op=n)),
+        list_physical_devices=lambda kind: [f"physical {kind}"],
+        set_logical_device_configuration=lambda device, logical: made.update(logical=(device, len(logical))),
+        LogicalDeviceConfiguration=lambda: "logical")
+    tf = object.__new__(TensorFlowBackend)
+    tf.tf, tf.gpus, tf.on_gpu, tf.cell_devices = types.SimpleNamespace(config=config), [], False, 1
+    assert tf.data_parallel_devices(2) == 2 and tf.cell_devices == 2
+    assert made == {"inter_op": 2, "logical": ("physical CPU", 2)}  # N logical CPU devices, N inter-op threads
+
+
+def test_jaxs_host_device_count_is_set_before_jax_starts(monkeypatch):
+    from fwbench.harness import backends
+
+    seen = []
+
+    class StartsJax:
+        def __init__(self):
+            seen.append(backends.os.environ.get("XLA_FLAGS"))
+
+    monkeypatch.setitem(backends.BACKENDS, "jax", StartsJax)
+    monkeypatch.setattr(backends, "_limit_cpus", lambda threads: None)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    backends.backend_for("keras3-jax", 1, 2)
+    monkeypatch.delenv("XLA_FLAGS")
+    backends.backend_for("keras3-jax", 1, 1)
+    assert seen == ["--xla_dump_to=/tmp/x --xla_force_host_platform_device_count=2", None]

@@ -24,6 +24,7 @@ def process_peak_rss_bytes() -> int:
 
 class TorchBackend:
     name = "torch"
+    label = "torch"  # in messages
 
     def __init__(self, device: str | None = None):
         import torch
@@ -50,6 +51,12 @@ class TorchBackend:
     def gpu_positions(self) -> tuple[int, ...]:
         """The framework's ordinals (positions in CUDA_VISIBLE_DEVICES) of the GPUs this process's steps run on."""
         return (int(self.device.split(":", 1)[1]) if ":" in self.device else 0,)
+
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (DistributedDataParallel, this process one of N ranks): the devices there are for the ranks.
+        On GPUs one per rank, as torch sees them (N ranks on fewer GPUs would be another measurement than the row
+        says); on a CPU the ranks share the cell's cores, so all N."""
+        return int(self.torch.cuda.device_count()) if self.on_gpu else devices
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
@@ -326,6 +333,7 @@ class JaxBackend:
     before its work is done, so sync must block on the step's own output arrays."""
 
     name = "jax"
+    label = "JAX"
 
     def __init__(self):
         import jax
@@ -334,6 +342,13 @@ class JaxBackend:
         # Initialises the backend: configure() below must not need to run before this.
         self.devices = jax.devices()
         self.on_gpu = self.devices[0].platform == "gpu"
+        self.cell_devices = 1  # the first N of self.devices run the cell (data_parallel_devices)
+
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (keras.distribution over the first N devices of this one process): the devices JAX sees. On a
+        CPU these are the N host devices backend_for asked XLA for before JAX started."""
+        self.cell_devices = devices
+        return len(self.devices)
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """JAX's persistent compilation cache at `path`, for every program however quick to compile (model
@@ -407,6 +422,7 @@ class TensorFlowBackend:
     output to the host waits for the work that produced it."""
 
     name = "tensorflow"
+    label = "TensorFlow"
 
     def __init__(self):
         import tensorflow as tf
@@ -414,6 +430,7 @@ class TensorFlowBackend:
         self.tf = tf
         self.gpus = tf.config.list_physical_devices("GPU")
         self.on_gpu = bool(self.gpus)
+        self.cell_devices = 1  # the first N devices run the cell (data_parallel_devices)
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """TensorFlow's XLA clusters are compiled afresh in every process: no persistent cache (None)."""
@@ -429,10 +446,12 @@ class TensorFlowBackend:
         if tf32 in ("on", "off"):
             tf.config.experimental.enable_tensor_float_32_execution(tf32 == "on")
 
-    def split_devices(self, devices: int) -> int:
-        """--devices N (tf.distribute.MirroredStrategy): on a CPU, N logical CPU devices over the cell's cores; and
-        N inter-op threads, so that the replicas' ops can run at the same time. Before the runtime initialises.
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (tf.distribute.MirroredStrategy over the first N devices of this one process): on a CPU, N
+        logical CPU devices over the cell's cores; and N inter-op threads, so that the replicas' ops can run at the
+        same time. After configure() (whose single-device choices it replaces), before the runtime initialises.
         Returns the devices the strategy can use (GPUs as they are)."""
+        self.cell_devices = devices
         tf = self.tf
         tf.config.threading.set_inter_op_parallelism_threads(devices)
         if self.gpus:
@@ -488,15 +507,21 @@ class TensorFlowBackend:
         return ceiling.gemm_tflops_of(ceiling.best_gemm_seconds(lambda: tf.matmul(a, b)[0, 0].numpy()))
 
 
-def backend_for(stack_id: str, threads: int | None = None):
+def backend_for(stack_id: str, threads: int | None = None, devices: int = 1):
     """The harness backend of a stack, as its definition names it (fwbench.core.registry.Stack.harness_backend).
 
-    `threads` is applied before the framework starts where that must happen first (JAX)."""
+    `threads` and `devices` are applied before the framework starts where that must happen first (JAX)."""
     stack = registry.STACKS.get(stack_id)
     if stack is None:
         raise NotImplementedError(f"no harness backend for stack {stack_id!r}")
-    if stack.harness_backend == "jax" and threads is not None:
-        _limit_cpus(threads)
+    if stack.harness_backend == JaxBackend.name:
+        if threads is not None:
+            _limit_cpus(threads)
+        if devices > 1:
+            # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. XLA
+            # reads the flag when JAX starts its CPU client, i.e. in the backend's constructor.
+            flags = os.environ.get("XLA_FLAGS", "")
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     return BACKENDS[stack.harness_backend]()
 
 

@@ -222,19 +222,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     if reason or scaling_reason:
         raise Unsupported(reason or scaling_reason)
 
-    if spec.devices > 1 and stack.harness_backend == "jax":
-        # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. Must be
-        # set before JAX starts its CPU client.
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={spec.devices}".strip()
-    backend = backends.backend_for(stack.id, spec.threads)
-    if spec.devices > 1 and stack.harness_backend == "jax" and len(backend.devices) < spec.devices:
-        raise DeviceUnavailable(f"--devices {spec.devices}: JAX sees {len(backend.devices)} "
-                                f"{backend.devices[0].platform} device(s)")
-    if (spec.devices > 1 and stack.harness_backend == "torch" and backend.on_gpu
-            and backend.torch.cuda.device_count() < spec.devices):
-        # One GPU per rank: N ranks on fewer GPUs would be another measurement than the row says.
-        raise DeviceUnavailable(f"--devices {spec.devices}: torch sees {backend.torch.cuda.device_count()} GPU(s)")
+    backend = backends.backend_for(stack.id, spec.threads, spec.devices)
     if spec.device == "gpu":
         require_gpu(backend)
     elif spec.device == "cpu":
@@ -242,11 +230,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
-    if spec.devices > 1 and stack.harness_backend == "tensorflow":
-        # After configure(): the strategy's devices and threads replace its single-device choices.
-        seen = backend.split_devices(spec.devices)
-        if seen < spec.devices:
-            raise DeviceUnavailable(f"--devices {spec.devices}: TensorFlow sees {seen} GPU(s)")
+    if spec.devices > 1:
+        check_data_parallel_devices(backend, spec.devices)
     phases.done("framework_import")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
@@ -257,6 +242,15 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+
+
+def check_data_parallel_devices(backend: Any, devices: int) -> None:
+    """Raise DeviceUnavailable unless the backend has the `devices` a data-parallel cell asks for (after configure():
+    TensorFlow's logical devices and threads replace its single-device choices): never N devices' row from fewer."""
+    seen = backend.data_parallel_devices(devices)
+    if seen < devices:
+        kind = "GPU(s)" if backend.on_gpu else "CPU device(s)"
+        raise DeviceUnavailable(f"--devices {devices}: {backend.label} sees {seen} {kind}")
 
 
 def _keras_installed(keras_version: int | None) -> str:
