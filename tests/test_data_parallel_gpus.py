@@ -205,3 +205,156 @@ def test_jaxs_host_device_count_is_set_before_jax_starts(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS")
     backends.backend_for("keras3-jax", 1, 1)
     assert seen == ["--xla_dump_to=/tmp/x --xla_force_host_platform_device_count=2", None]
+
+
+# --- energy, contention and peak memory of a row over several GPUs
+
+def rank_fields(rank: int, **columns) -> dict:
+    """What a GPU rank's measure() returns, as far as merging goes."""
+    return {"ms_per_step": 10.0, "first_step_s": 1.0, "setup_s": 1.0, "busy": False, "cpu_set": str(rank),
+            "gpu_uuid": gpu(rank).uuid, "gpu_index": rank, "peak_mem_bytes": 1000 + rank, "extra": {}, **columns}
+
+
+def test_torch_ranks_energy_is_summed_over_their_gpus_with_consistent_power():
+    from fwbench.harness import ranks
+
+    merged = ranks.merge([
+        rank_fields(0, energy_status="ok", energy_j=600.0, joules_per_step=60.0, mean_power_w=300.0,
+                    sm_clock_mhz=1410, gpu_temp_c=61, throttle_reasons="sw_power_cap", gpu_other_processes=0,
+                    gpu_other_mem_bytes=0),
+        rank_fields(1, energy_status="ok", energy_j=400.0, joules_per_step=40.0, mean_power_w=200.0,
+                    sm_clock_mhz=1200, gpu_temp_c=70, throttle_reasons="hw_slowdown", gpu_other_processes=1,
+                    gpu_other_mem_bytes=2**30)], global_batch=8)
+    assert (merged["energy_status"], merged["energy_j"], merged["joules_per_step"], merged["mean_power_w"]) == \
+        ("ok", 1000.0, 100.0, 500.0)
+    # The clocks are the worst of the GPUs': the lowest SM clock, the hottest, every throttle reason.
+    assert (merged["sm_clock_mhz"], merged["gpu_temp_c"], merged["throttle_reasons"]) == \
+        (1200, 70, "sw_power_cap,hw_slowdown")
+    assert [g["gpu_uuid"] for g in merged["extra"]["energy_gpus"]] == [gpu(0).uuid, gpu(1).uuid]
+    assert [g["energy_j"] for g in merged["extra"]["energy_gpus"]] == [600.0, 400.0]
+    # Another process on rank 1's GPU is the cell's competition; the row is rank 0's GPU by name.
+    assert (merged["gpu_other_processes"], merged["gpu_other_mem_bytes"]) == (1, 2**30)
+    assert (merged["gpu_uuid"], merged["gpu_index"]) == (gpu(0).uuid, 0)
+    assert merged["peak_mem_bytes"] == 1001 and merged["extra"]["rank_peak_mem_bytes"] == [1000, 1001]
+
+
+def test_a_rank_without_an_energy_reading_leaves_the_cell_without_energy():
+    from fwbench.harness import ranks
+
+    merged = ranks.merge([rank_fields(0, energy_status="ok", energy_j=600.0, joules_per_step=60.0,
+                                      mean_power_w=300.0, sm_clock_mhz=1410),
+                          rank_fields(1, energy_status="nvml_unavailable")], global_batch=8)
+    assert merged["energy_status"] == "nvml_unavailable"  # never rank 0's 600 J presented as the cell's
+    assert all(merged.get(k) is None for k in ("energy_j", "joules_per_step", "joules_per_token", "mean_power_w"))
+    assert gpu(1).uuid in merged["extra"]["energy_reason"] and "1 of the cell's 2 GPUs" in merged["extra"]["energy_reason"]
+    cpu = ranks.merge([{k: v for k, v in rank_fields(r).items() if k != "gpu_uuid"} for r in (0, 1)], global_batch=8)
+    assert "energy_status" not in cpu and "energy_gpus" not in cpu["extra"]  # CPU ranks: no energy columns
+
+
+def _window(monkeypatch, fake: FakeNvml, *cells):
+    from fwbench.harness import energy
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    clock = iter(range(10, 100))  # one second between NVML reads: every window is long enough
+    monkeypatch.setattr(energy.time, "perf_counter", lambda: float(next(clock)))
+    probe = energy.EnergyProbe(True, *cells)
+    probe.start()
+    probe.stop()
+    return probe
+
+
+def test_one_process_on_two_gpus_has_both_gpus_energy_or_none(monkeypatch):
+    gpus = [gpu(0, energy_mj=iter([0, 600_000])), gpu(1, energy_mj=iter([0, 400_000])), gpu(2, energy_mj=iter([0, 9]))]
+    fake = FakeNvml(gpus)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    cells = [gpu_identity.resolve_cell_gpu(visible="0,1", position=p) for p in (0, 1)]
+    fake.inits = fake.shutdowns = 0
+    probe = _window(monkeypatch, fake, *cells)
+    cols = probe.result(timed_steps=10, tokens_per_step=None)
+    assert cols["energy_status"] == "ok" and cols["energy_j"] == pytest.approx(1000.0)
+    assert cols["joules_per_step"] == pytest.approx(100.0)
+    assert cols["mean_power_w"] == pytest.approx(600_000 / 1000 / 2 + 400_000 / 1000 / 2)  # 2 s windows
+    assert {handle for handle in fake.energy_handles} == {("gpu", 0), ("gpu", 1)}  # never GPU 2
+    assert (fake.inits, fake.shutdowns) == (1, 1)  # one NVML session for both GPUs
+    assert [g["gpu_uuid"] for g in probe.extra(10, None)["energy_gpus"]] == [gpus[0].uuid, gpus[1].uuid]
+
+    no_counter = FakeNvml([gpu(0, energy_mj=iter([0, 600_000])), gpu(1)])  # GPU 1 has no energy counter
+    monkeypatch.setitem(sys.modules, "pynvml", no_counter)
+    cells = [gpu_identity.resolve_cell_gpu(visible="0,1", position=p) for p in (0, 1)]
+    probe = _window(monkeypatch, no_counter, *cells)
+    cols = probe.result(10, None)
+    assert cols["energy_status"] == "unsupported" and cols.get("energy_j") is None
+    assert "unsupported" in probe.extra(10, None)["energy_reason"]
+    fresh = FakeNvml([gpu(0, energy_mj=iter([0, 600_000])), gpu(1, energy_mj=iter([0, 1]))])
+    unknown = _window(monkeypatch, fresh, cells[0], None)  # NVML could not say which GPU the second is
+    assert unknown.result(10, None) == {"energy_status": "nvml_unavailable", "sm_clock_mhz": 1410, "gpu_temp_c": 61,
+                                        "throttle_reasons": "sw_power_cap"}
+
+
+def test_a_competitor_on_any_of_the_cells_gpus_makes_it_busy(monkeypatch):
+    from fwbench.harness import contention
+
+    gpus = [gpu(0, processes=[(11, 2**30)]), gpu(1, processes=[(21, 2**30), (22, 3 * 2**30)]), gpu(2)]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+    mine = [gpu_identity.resolve_cell_gpu(visible="0,1", position=p) for p in (0, 1)]
+    probe = contention.ContentionProbe(threads=1, on_gpu=True, gpus=mine)
+    monkeypatch.setattr(contention, "other_cells", lambda: [])
+    probe.start()
+    probe.stop()
+    row = probe.result()
+    # Each GPU's largest user is taken to be the cell itself (no own pid in a container's NVML view): 21 on GPU 1.
+    assert (row["gpu_other_processes"], row["gpu_other_mem_bytes"]) == (1, 2**30) and row["busy"]
+    # Another fwbench cell told to use GPU 1 (the cell's second) competes; one on GPU 2 does not.
+    monkeypatch.setattr(contention, "process_cpus", lambda pid: {99})
+    monkeypatch.setattr(contention, "process_gpus", lambda pid: {1: ["1"], 2: ["2"], 3: [gpus[1].uuid]}[pid])
+    assert contention.competing_cells([1, 2, 3], {0}, *mine) == [1, 3]
+
+
+def test_one_process_reports_the_fullest_of_its_devices(monkeypatch):
+    from fwbench.harness.backends import JaxBackend, TensorFlowBackend
+
+    jax = object.__new__(JaxBackend)
+    devices = [types.SimpleNamespace(memory_stats=lambda peak=peak: {"peak_bytes_in_use": peak}) for peak in (5, 9, 99)]
+    jax.devices, jax.on_gpu, jax.cell_devices = devices, True, 2
+    assert jax.peak_memory() == (9, "jax_device_peak_bytes_in_use") and jax.gpu_positions() == (0, 1)
+
+    peaks = {"GPU:0": 7, "GPU:1": 3, "GPU:2": 99}
+    tf = object.__new__(TensorFlowBackend)
+    experimental = types.SimpleNamespace(get_memory_info=lambda name: {"peak": peaks[name]})
+    tf.tf = types.SimpleNamespace(config=types.SimpleNamespace(experimental=experimental))
+    tf.on_gpu, tf.cell_devices = True, 2
+    assert tf.peak_memory() == (7, "tf_gpu_peak") and tf.gpu_positions() == (0, 1)
+
+
+def test_a_cell_driving_two_gpus_watches_both(monkeypatch, tmp_path):
+    """time_cell with a stand-in backend on two GPUs (CUDA) and NVML: both probes get both GPUs."""
+    from fwbench.core import registry
+    from fwbench.workloads import CellContext, StepCell
+
+    class TwoGpus:
+        on_gpu, label = True, "JAX"
+
+        def gpu_positions(self):
+            return (0, 1)
+
+        def sync(self, output):
+            pass
+
+    class Step(StepCell):
+        kinds, timed = ("fit",), "nothing"
+
+        def step(self):
+            return None
+
+    gpus = [gpu(0), gpu(1), gpu(2)]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+    monkeypatch.setitem(sys.modules, "torch", None)  # no framework UUID to cross-check
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    spec = CellSpec("keras3-jax", "bert-fit", "tiny", "xla", str(tmp_path), steps=1, warmup=0, devices=2,
+                    gpu_index=1, gpu_indices=(1, 2))
+    ctx = CellContext(spec=spec, workload=registry.workload("bert-fit", "tiny"), arrays={}, backend=TwoGpus())
+    built = cell.Built(registry.get_stack("keras3-jax"), ctx, Step(), "sha", 0, None, 0.0)
+    timed = cell.time_cell(built)
+    assert [g.uuid for g in timed.energy.gpus] == [gpus[1].uuid, gpus[2].uuid]
+    assert [g.uuid for g in timed.contention.gpus] == [gpus[1].uuid, gpus[2].uuid]
+    assert (timed.gpu_index, timed.cell_gpu.uuid) == (1, gpus[1].uuid)  # the row's GPU is the first

@@ -373,18 +373,20 @@ class JaxBackend:
         self._threads = threads
 
     def gpu_positions(self) -> tuple[int, ...]:
-        """The framework's ordinals of the GPUs this process's steps run on."""
-        return (0,)
+        """The framework's ordinals of the GPUs this process's steps run on: the first N (data_parallel_devices)."""
+        return tuple(range(self.cell_devices))
 
     def sync(self, output: Any = None) -> None:
         # Python floats / numpy leaves pass through; jax.Array leaves are waited for.
         self.jax.block_until_ready(_leaves(output))
 
     def peak_memory(self) -> tuple[int, str]:
+        """The allocator peak of the cell's device; on several, the largest of theirs (what one device must hold)."""
         if self.on_gpu:
-            stats = self.devices[0].memory_stats() or {}
-            if "peak_bytes_in_use" in stats:
-                return int(stats["peak_bytes_in_use"]), "jax_device_peak_bytes_in_use"
+            peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use")
+                     for device in self.devices[:self.cell_devices]]
+            if peaks and all(peak is not None for peak in peaks):
+                return int(max(peaks)), "jax_device_peak_bytes_in_use"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:
@@ -461,8 +463,8 @@ class TensorFlowBackend:
         return devices
 
     def gpu_positions(self) -> tuple[int, ...]:
-        """The framework's ordinals of the GPUs this process's steps run on."""
-        return (0,)
+        """The framework's ordinals of the GPUs this process's steps run on: the first N (data_parallel_devices)."""
+        return tuple(range(self.cell_devices))
 
     def sync(self, output: Any = None) -> None:
         for leaf in _leaves(output):
@@ -470,8 +472,10 @@ class TensorFlowBackend:
                 leaf.numpy()
 
     def peak_memory(self) -> tuple[int, str]:
+        """The allocator peak of the cell's GPU; on several, the largest of theirs (what one device must hold)."""
         if self.on_gpu:
-            return int(self.tf.config.experimental.get_memory_info("GPU:0")["peak"]), "tf_gpu_peak"
+            memory_info = self.tf.config.experimental.get_memory_info
+            return max(int(memory_info(f"GPU:{i}")["peak"]) for i in range(self.cell_devices)), "tf_gpu_peak"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:

@@ -276,16 +276,16 @@ def time_cell(built: Built) -> Timed:
     """Run the warm-up and timed steps under the clock, with the contention and energy probes (and, for a
     compiled torch cell, the CUDA-graph replay count) watching the timed window."""
     spec, backend = built.spec, built.backend
-    # The GPU the steps run on (a data-parallel rank's own), by UUID (NVML's view of it); None: NVML could not say
-    # (its energy says so).
-    position = backend.gpu_positions()[0] if backend.on_gpu else 0
-    cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid(position),
-                                              position=position)
-                if backend.on_gpu else None)
-    known_gpu = (cell_gpu or gpu_identity.unresolved_gpu(position=position)) if backend.on_gpu else None
-    probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpu)
-    gpu_index = _runner_gpu_index(spec, position, known_gpu) if known_gpu else None
-    energy = EnergyProbe(backend.on_gpu, cell_gpu)
+    # The GPUs the steps run on (a data-parallel rank's own; every GPU of a process that drives several), by UUID
+    # (NVML's view of them); None: NVML could not say (the energy says so).
+    positions = backend.gpu_positions() if backend.on_gpu else ()
+    cell_gpus = [gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid(position),
+                                               position=position) for position in positions]
+    known_gpus = [gpu or gpu_identity.unresolved_gpu(position=position) for gpu, position in zip(cell_gpus, positions)]
+    cell_gpu, known_gpu = (cell_gpus[0], known_gpus[0]) if positions else (None, None)
+    probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpus)
+    gpu_index = _runner_gpu_index(spec, positions[0], known_gpu) if known_gpu else None
+    energy = EnergyProbe(backend.on_gpu, *cell_gpus)
     window_probes = [probe, energy]
     if built.stack.family == "torch" and spec.compile_mode != "none":
         window_probes.append(backend.count_cudagraph_replays())  # did the compiled code replay as CUDA graphs?
@@ -378,6 +378,7 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(timed.energy.result(spec.steps, tokens))
+    extra.update(timed.energy.extra(spec.steps, tokens))
     return result, extra
 
 
