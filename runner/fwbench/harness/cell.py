@@ -57,6 +57,22 @@ def precision_unsupported(spec: CellSpec, exc: BaseException) -> bool:
 MIRRORED_XLA_MARKER = "tfvariable_on_a_different_device"
 
 
+def unsupported_variant(spec: CellSpec, exc: BaseException) -> str | None:
+    """Why the library cannot run this variant of the cell, in its own words (the row's error_message, status
+    unsupported), or None: the failure is an error. Asked of failures that are errors only (classify_failure)."""
+    message = str(exc).strip()[:4000] or type(exc).__name__
+    if precision_unsupported(spec, exc):
+        return (f"--precision {spec.precision}: the library has no kernel or no consistent dtype handling for it "
+                f"here: {message}")[:4000]
+    if spec.devices > 1 and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"):
+        return (f"--devices {spec.devices}: tf.distribute.MirroredStrategy with jit_compile=True: XLA cannot compile "
+                "the replicated train step, whose variables live on several devices (TensorFlow's known issue "
+                "'tf.Variable on a different device'); --jit off runs it without XLA: "
+                + next((line.strip() for line in str(exc).splitlines() if "Trying to access resource" in line),
+                       str(exc).strip().splitlines()[-1]))[:4000]
+    return None
+
+
 def base_record(spec: CellSpec) -> dict[str, Any]:
     """The identifying fields every row has, whatever its status (the runner uses it too)."""
     stack = registry.STACKS.get(spec.stack)
@@ -534,25 +550,12 @@ def run(spec: CellSpec, record_path: Path) -> int:
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
-        if record["status"] == "error" and precision_unsupported(spec, exc):
-            record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
-        mirrored_xla = (record["status"] == "error" and spec.devices > 1
-                        and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"))
-        if mirrored_xla:
-            record["status"] = "unsupported"  # the library cannot run this variant: its own words follow
         record["error_type"] = type(exc).__name__
         record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
         record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
-        if record["status"] == "unsupported" and not isinstance(exc, Unsupported):
-            record["error_message"] = (f"--precision {spec.precision}: the library has no kernel or no consistent "
-                                       f"dtype handling for it here: {record['error_message']}")[:4000]
-        if mirrored_xla:
-            record["error_message"] = (
-                f"--devices {spec.devices}: tf.distribute.MirroredStrategy with jit_compile=True: XLA cannot compile "
-                "the replicated train step, whose variables live on several devices (TensorFlow's known issue "
-                "'tf.Variable on a different device'); --jit off runs it without XLA: "
-                + next((line.strip() for line in str(exc).splitlines() if "Trying to access resource" in line),
-                       str(exc).strip().splitlines()[-1]))[:4000]
+        unsupported = unsupported_variant(spec, exc) if record["status"] == "error" else None
+        if unsupported:
+            record["status"], record["error_message"] = "unsupported", unsupported
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start
