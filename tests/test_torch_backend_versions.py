@@ -163,7 +163,7 @@ def torch_2_14():
     torch = SimpleNamespace(backends=backends_, get_float32_matmul_precision=state.matmul_precision,
                             set_float32_matmul_precision=state.set_matmul_precision, set_num_threads=lambda n: None,
                             cuda=SimpleNamespace(get_device_capability=lambda: (8, 0),
-                                                 reset_peak_memory_stats=lambda: None))
+                                                 reset_peak_memory_stats=lambda device=None: None))
     return torch, state
 
 

@@ -85,7 +85,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("step_ms", "list<float64>", "Per-step times in the window (null if per_step_sync is false)."),
     ("per_step_sync", "bool", "True if the device was synced after every timed step."),
     ("samples_per_s", "float64", "batch_size / seconds per step (data-parallel rows: the global batch's)."),
-    ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU."),
+    ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU. Data-parallel "
+                                "rows: the fullest device's (GPUs: the largest allocator peak; CPU ranks: the largest "
+                                "rank's RSS; one process on N CPU devices: its RSS); each rank's in "
+                                "extra.rank_peak_mem_bytes."),
     ("peak_mem_kind", "string", "Which counter peak_mem_bytes is (cuda_allocator_peak, process_peak_rss, ...)."),
     ("tokens_generated", "int64", "generate: new tokens per sequence actually produced."),
     ("tokenize_in_step", "bool", "generate: True if tokenizing the prompt and detokenizing the output were inside the "
@@ -167,7 +170,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                            "the first (null on the CPU); a --devices N cell's first GPU (extra.gpu_indices: all N)."),
     ("parallel_cells", "int64", "Most cells of this run that ran at the same time as this one, itself included "
                                 "(1 = it ran alone; more only with --parallel, each on its own cores and GPU)."),
-    ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU)."),
+    ("gpu_other_processes", "int64", "Other processes on the cell's GPU (NVML; null on the CPU); on several GPUs, "
+                                     "summed over them (a process on two counts twice)."),
     ("gpu_other_mem_bytes", "int64", "GPU memory those other processes held (NVML; null on the CPU)."),
     ("model_flops_per_step", "float64", "Model FLOPs of one timed step, counted analytically from the architecture "
                                         "(fwbench.core.physics; 2 per multiply-add of matmuls, convolutions and "
@@ -199,15 +203,18 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                 "updates every ~20-100 ms, too coarse for a shorter one), mig (the cell ran on a MIG "
                                 "slice: the counter is the whole GPU's), nvml_unavailable (NVML could not start in "
                                 "the cell's environment, or did not find the cell's GPU); energy columns stay null, "
-                                "never 0, unless ok; null on a CPU."),
-    ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta)."),
+                                "never 0, unless ok; null on a CPU. On several GPUs: ok only when every GPU's reading "
+                                "is, else the status of a GPU without one (extra.energy_reason names it)."),
+    ("energy_j", "float64", "GPU energy over the timed window, joules (NVML total energy consumption delta); on "
+                            "several GPUs the sum over all of them (each GPU's in extra.energy_gpus)."),
     ("joules_per_step", "float64", "energy_j / timed_steps."),
     ("joules_per_token", "float64", "generate: energy_j / (timed_steps x batch_size x tokens_generated)."),
-    ("mean_power_w", "float64", "energy_j / timed window seconds."),
-    ("sm_clock_mhz", "float64", "SM clock at the end of the timed window (NVML), MHz."),
-    ("gpu_temp_c", "float64", "GPU temperature at the end of the timed window (NVML), degrees C."),
+    ("mean_power_w", "float64", "energy_j / timed window seconds (on several GPUs: their summed power)."),
+    ("sm_clock_mhz", "float64", "SM clock at the end of the timed window (NVML), MHz; on several GPUs the lowest."),
+    ("gpu_temp_c", "float64", "GPU temperature at the end of the timed window (NVML), degrees C; on several GPUs "
+                              "the highest."),
     ("throttle_reasons", "string", "NVML clock-throttle reasons active at the end of the timed window, comma-separated "
-                                   "(empty = none; idle is not a throttle)."),
+                                   "(empty = none; idle is not a throttle); on several GPUs, any GPU's."),
     ("library_versions", "string", "JSON object: distribution -> version for the tracked libraries."),
     ("sweep_point", "string", "Identity: the version-sweep point the row measured (`fwbench sweep`/`bisect`): "
                               "'PACKAGE==VERSION' (the pin set's environment with that one package at that version) "
@@ -229,7 +236,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                "ops> (MirroredStrategy's choice, e.g. tf-CollectiveAllReduce); null on one device."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
-     "runner gave the cell)."),
+     "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "
+     "energy_reason: why such a row has no energy)."),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench.core import registry
+from fwbench.harness import ranks
 
 
 def process_peak_rss_bytes() -> int:
@@ -23,14 +24,39 @@ def process_peak_rss_bytes() -> int:
 
 class TorchBackend:
     name = "torch"
+    label = "torch"  # in messages
 
     def __init__(self, device: str | None = None):
         import torch
 
         self.torch = torch
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device or self._own_device(torch)
         self.on_gpu = self.device.startswith("cuda")
         self._replay_counter: CudaGraphReplayCounter | None = None
+
+    @staticmethod
+    def _own_device(torch) -> str:
+        """The device this process's steps run on. A data-parallel rank's is its own GPU, cuda:LOCAL_RANK (as the
+        Trainer's accelerate picks it), made the current device here, before anything reads the current device:
+        plain "cuda" is GPU 0 in every rank, whose sync, allocator peak, UUID and energy would be another rank's.
+        A rank beyond the GPUs torch sees keeps "cuda": data_parallel_devices() then says there are too few."""
+        if not torch.cuda.is_available():
+            return "cpu"
+        rank = ranks.local_rank()
+        if rank is None or rank >= torch.cuda.device_count():
+            return "cuda"
+        torch.cuda.set_device(rank)
+        return f"cuda:{rank}"
+
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals (positions in CUDA_VISIBLE_DEVICES) of the GPUs this process's steps run on."""
+        return (int(self.device.split(":", 1)[1]) if ":" in self.device else 0,)
+
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (DistributedDataParallel, this process one of N ranks): the devices there are for the ranks.
+        On GPUs one per rank, as torch sees them (N ranks on fewer GPUs would be another measurement than the row
+        says); on a CPU the ranks share the cell's cores, so all N."""
+        return int(self.torch.cuda.device_count()) if self.on_gpu else devices
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
@@ -45,7 +71,7 @@ class TorchBackend:
         if tf32 in ("on", "off"):
             self.set_tf32(tf32 == "on")
         if self.on_gpu:
-            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_memory_stats(self.device)
 
     def set_tf32(self, enabled: bool) -> None:
         """TF32 for float32 CUDA matmuls and cuDNN convolutions (and RNNs), through every API this torch has.
@@ -104,7 +130,7 @@ class TorchBackend:
     def sync(self, output: Any = None) -> None:
         # A CPU step has finished when its call returns; CUDA work is queued until synchronised.
         if self.on_gpu:
-            self.torch.cuda.synchronize()
+            self.torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
         """Data-parallel ranks (DistributedDataParallel): wait for every rank, so that a clock read after it is
@@ -115,7 +141,7 @@ class TorchBackend:
 
     def peak_memory(self) -> tuple[int, str]:
         if self.on_gpu:
-            return int(self.torch.cuda.max_memory_allocated()), "cuda_allocator_peak"
+            return int(self.torch.cuda.max_memory_allocated(self.device)), "cuda_allocator_peak"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:
@@ -123,7 +149,7 @@ class TorchBackend:
         info: dict[str, Any] = {"device": "cuda" if self.on_gpu else "cpu",
                                 "cuda_runtime": torch.version.cuda}
         if self.on_gpu:
-            info["device_name"] = torch.cuda.get_device_name()
+            info["device_name"] = torch.cuda.get_device_name(self.device)
             info["device_count"] = torch.cuda.device_count()
         return info
 
@@ -307,6 +333,7 @@ class JaxBackend:
     before its work is done, so sync must block on the step's own output arrays."""
 
     name = "jax"
+    label = "JAX"
 
     def __init__(self):
         import jax
@@ -315,6 +342,13 @@ class JaxBackend:
         # Initialises the backend: configure() below must not need to run before this.
         self.devices = jax.devices()
         self.on_gpu = self.devices[0].platform == "gpu"
+        self.cell_devices = 1  # the first N of self.devices run the cell (data_parallel_devices)
+
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (keras.distribution over the first N devices of this one process): the devices JAX sees. On a
+        CPU these are the N host devices backend_for asked XLA for before JAX started."""
+        self.cell_devices = devices
+        return len(self.devices)
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """JAX's persistent compilation cache at `path`, for every program however quick to compile (model
@@ -338,15 +372,21 @@ class JaxBackend:
             self.jax.config.update("jax_default_matmul_precision", "highest")
         self._threads = threads
 
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals of the GPUs this process's steps run on: the first N (data_parallel_devices)."""
+        return tuple(range(self.cell_devices))
+
     def sync(self, output: Any = None) -> None:
         # Python floats / numpy leaves pass through; jax.Array leaves are waited for.
         self.jax.block_until_ready(_leaves(output))
 
     def peak_memory(self) -> tuple[int, str]:
+        """The allocator peak of the cell's device; on several, the largest of theirs (what one device must hold)."""
         if self.on_gpu:
-            stats = self.devices[0].memory_stats() or {}
-            if "peak_bytes_in_use" in stats:
-                return int(stats["peak_bytes_in_use"]), "jax_device_peak_bytes_in_use"
+            peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use")
+                     for device in self.devices[:self.cell_devices]]
+            if peaks and all(peak is not None for peak in peaks):
+                return int(max(peaks)), "jax_device_peak_bytes_in_use"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:
@@ -384,6 +424,7 @@ class TensorFlowBackend:
     output to the host waits for the work that produced it."""
 
     name = "tensorflow"
+    label = "TensorFlow"
 
     def __init__(self):
         import tensorflow as tf
@@ -391,6 +432,7 @@ class TensorFlowBackend:
         self.tf = tf
         self.gpus = tf.config.list_physical_devices("GPU")
         self.on_gpu = bool(self.gpus)
+        self.cell_devices = 1  # the first N devices run the cell (data_parallel_devices)
 
     def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
         """TensorFlow's XLA clusters are compiled afresh in every process: no persistent cache (None)."""
@@ -406,10 +448,12 @@ class TensorFlowBackend:
         if tf32 in ("on", "off"):
             tf.config.experimental.enable_tensor_float_32_execution(tf32 == "on")
 
-    def split_devices(self, devices: int) -> int:
-        """--devices N (tf.distribute.MirroredStrategy): on a CPU, N logical CPU devices over the cell's cores; and
-        N inter-op threads, so that the replicas' ops can run at the same time. Before the runtime initialises.
+    def data_parallel_devices(self, devices: int) -> int:
+        """--devices N (tf.distribute.MirroredStrategy over the first N devices of this one process): on a CPU, N
+        logical CPU devices over the cell's cores; and N inter-op threads, so that the replicas' ops can run at the
+        same time. After configure() (whose single-device choices it replaces), before the runtime initialises.
         Returns the devices the strategy can use (GPUs as they are)."""
+        self.cell_devices = devices
         tf = self.tf
         tf.config.threading.set_inter_op_parallelism_threads(devices)
         if self.gpus:
@@ -418,14 +462,20 @@ class TensorFlowBackend:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
         return devices
 
+    def gpu_positions(self) -> tuple[int, ...]:
+        """The framework's ordinals of the GPUs this process's steps run on: the first N (data_parallel_devices)."""
+        return tuple(range(self.cell_devices))
+
     def sync(self, output: Any = None) -> None:
         for leaf in _leaves(output):
             if hasattr(leaf, "numpy"):
                 leaf.numpy()
 
     def peak_memory(self) -> tuple[int, str]:
+        """The allocator peak of the cell's GPU; on several, the largest of theirs (what one device must hold)."""
         if self.on_gpu:
-            return int(self.tf.config.experimental.get_memory_info("GPU:0")["peak"]), "tf_gpu_peak"
+            memory_info = self.tf.config.experimental.get_memory_info
+            return max(int(memory_info(f"GPU:{i}")["peak"]) for i in range(self.cell_devices)), "tf_gpu_peak"
         return process_peak_rss_bytes(), "process_peak_rss"
 
     def device_info(self) -> dict[str, Any]:
@@ -461,15 +511,21 @@ class TensorFlowBackend:
         return ceiling.gemm_tflops_of(ceiling.best_gemm_seconds(lambda: tf.matmul(a, b)[0, 0].numpy()))
 
 
-def backend_for(stack_id: str, threads: int | None = None):
+def backend_for(stack_id: str, threads: int | None = None, devices: int = 1):
     """The harness backend of a stack, as its definition names it (fwbench.core.registry.Stack.harness_backend).
 
-    `threads` is applied before the framework starts where that must happen first (JAX)."""
+    `threads` and `devices` are applied before the framework starts where that must happen first (JAX)."""
     stack = registry.STACKS.get(stack_id)
     if stack is None:
         raise NotImplementedError(f"no harness backend for stack {stack_id!r}")
-    if stack.harness_backend == "jax" and threads is not None:
-        _limit_cpus(threads)
+    if stack.harness_backend == JaxBackend.name:
+        if threads is not None:
+            _limit_cpus(threads)
+        if devices > 1:
+            # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. XLA
+            # reads the flag when JAX starts its CPU client, i.e. in the backend's constructor.
+            flags = os.environ.get("XLA_FLAGS", "")
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     return BACKENDS[stack.harness_backend]()
 
 

@@ -57,6 +57,22 @@ def precision_unsupported(spec: CellSpec, exc: BaseException) -> bool:
 MIRRORED_XLA_MARKER = "tfvariable_on_a_different_device"
 
 
+def unsupported_variant(spec: CellSpec, exc: BaseException) -> str | None:
+    """Why the library cannot run this variant of the cell, in its own words (the row's error_message, status
+    unsupported), or None: the failure is an error. Asked of failures that are errors only (classify_failure)."""
+    message = str(exc).strip()[:4000] or type(exc).__name__
+    if precision_unsupported(spec, exc):
+        return (f"--precision {spec.precision}: the library has no kernel or no consistent dtype handling for it "
+                f"here: {message}")[:4000]
+    if spec.devices > 1 and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"):
+        return (f"--devices {spec.devices}: tf.distribute.MirroredStrategy with jit_compile=True: XLA cannot compile "
+                "the replicated train step, whose variables live on several devices (TensorFlow's known issue "
+                "'tf.Variable on a different device'); --jit off runs it without XLA: "
+                + next((line.strip() for line in str(exc).splitlines() if "Trying to access resource" in line),
+                       str(exc).strip().splitlines()[-1]))[:4000]
+    return None
+
+
 def base_record(spec: CellSpec) -> dict[str, Any]:
     """The identifying fields every row has, whatever its status (the runner uses it too)."""
     stack = registry.STACKS.get(spec.stack)
@@ -222,19 +238,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     if reason or scaling_reason:
         raise Unsupported(reason or scaling_reason)
 
-    if spec.devices > 1 and stack.harness_backend == "jax":
-        # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. Must be
-        # set before JAX starts its CPU client.
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={spec.devices}".strip()
-    backend = backends.backend_for(stack.id, spec.threads)
-    if spec.devices > 1 and stack.harness_backend == "jax" and len(backend.devices) < spec.devices:
-        raise DeviceUnavailable(f"--devices {spec.devices}: JAX sees {len(backend.devices)} "
-                                f"{backend.devices[0].platform} device(s)")
-    if (spec.devices > 1 and stack.harness_backend == "torch" and backend.on_gpu
-            and backend.torch.cuda.device_count() < spec.devices):
-        # One GPU per rank: N ranks on fewer GPUs would be another measurement than the row says.
-        raise DeviceUnavailable(f"--devices {spec.devices}: torch sees {backend.torch.cuda.device_count()} GPU(s)")
+    backend = backends.backend_for(stack.id, spec.threads, spec.devices)
     if spec.device == "gpu":
         require_gpu(backend)
     elif spec.device == "cpu":
@@ -242,11 +246,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
-    if spec.devices > 1 and stack.harness_backend == "tensorflow":
-        # After configure(): the strategy's devices and threads replace its single-device choices.
-        seen = backend.split_devices(spec.devices)
-        if seen < spec.devices:
-            raise DeviceUnavailable(f"--devices {spec.devices}: TensorFlow sees {seen} GPU(s)")
+    if spec.devices > 1:
+        check_data_parallel_devices(backend, spec.devices)
     phases.done("framework_import")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
@@ -257,6 +258,15 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+
+
+def check_data_parallel_devices(backend: Any, devices: int) -> None:
+    """Raise DeviceUnavailable unless the backend has the `devices` a data-parallel cell asks for (after configure():
+    TensorFlow's logical devices and threads replace its single-device choices): never N devices' row from fewer."""
+    seen = backend.data_parallel_devices(devices)
+    if seen < devices:
+        kind = "GPU(s)" if backend.on_gpu else "CPU device(s)"
+        raise DeviceUnavailable(f"--devices {devices}: {backend.label} sees {seen} {kind}")
 
 
 def _keras_installed(keras_version: int | None) -> str:
@@ -282,14 +292,16 @@ def time_cell(built: Built) -> Timed:
     """Run the warm-up and timed steps under the clock, with the contention and energy probes (and, for a
     compiled torch cell, the CUDA-graph replay count) watching the timed window."""
     spec, backend = built.spec, built.backend
-    # The GPU the steps run on, by UUID (NVML's view of it); None: NVML could not say (its energy says so).
-    cell_gpu = (gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid())
-                if backend.on_gpu else None)
-    known_gpu = (cell_gpu or gpu_identity.unresolved_gpu()) if backend.on_gpu else None
-    probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpu)
-    # Its slot's GPU in the runner's numbering (a container numbers it 0); without a slot, the one it found.
-    gpu_index = (known_gpu.index if spec.gpu_index is None else spec.gpu_index) if known_gpu else None
-    energy = EnergyProbe(backend.on_gpu, cell_gpu)
+    # The GPUs the steps run on (a data-parallel rank's own; every GPU of a process that drives several), by UUID
+    # (NVML's view of them); None: NVML could not say (the energy says so).
+    positions = backend.gpu_positions() if backend.on_gpu else ()
+    cell_gpus = [gpu_identity.resolve_cell_gpu(framework_uuid=gpu_identity.framework_gpu_uuid(position),
+                                               position=position) for position in positions]
+    known_gpus = [gpu or gpu_identity.unresolved_gpu(position=position) for gpu, position in zip(cell_gpus, positions)]
+    cell_gpu, known_gpu = (cell_gpus[0], known_gpus[0]) if positions else (None, None)
+    probe = contention.ContentionProbe(spec.threads, backend.on_gpu, known_gpus)
+    gpu_index = _runner_gpu_index(spec, positions[0], known_gpu) if known_gpu else None
+    energy = EnergyProbe(backend.on_gpu, *cell_gpus)
     window_probes = [probe, energy]
     if built.stack.family == "torch" and spec.compile_mode != "none":
         window_probes.append(backend.count_cudagraph_replays())  # did the compiled code replay as CUDA graphs?
@@ -311,6 +323,13 @@ def time_cell(built: Built) -> Timed:
     if spec.fault == "nan-loss" and built.ctx.losses:
         built.ctx.losses[-1] = float("nan")
     return Timed(clock, probe, energy, cell_gpu, known_gpu, gpu_index)
+
+
+def _runner_gpu_index(spec: CellSpec, position: int, found: gpu_identity.CellGpu) -> int | None:
+    """The GPU at the framework's `position` in the runner's numbering: its slot's (a container numbers them from
+    0); without a slot, the one it found."""
+    placed = spec.gpus
+    return placed[position] if position < len(placed) else found.index
 
 
 def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -375,6 +394,7 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     tokens = (workload.batch_size * result["tokens_generated"]
               if workload.task.kind == "generate" and result.get("tokens_generated") else None)
     result.update(timed.energy.result(spec.steps, tokens))
+    extra.update(timed.energy.extra(spec.steps, tokens))
     return result, extra
 
 
@@ -530,25 +550,12 @@ def run(spec: CellSpec, record_path: Path) -> int:
         record["status"] = "diverged" if record.get("nonfinite_losses") else "ok"
     except BaseException as exc:  # noqa: BLE001 - every failure must become a row
         record["status"] = classify_failure(exc)
-        if record["status"] == "error" and precision_unsupported(spec, exc):
-            record["status"] = "unsupported"  # the library cannot run this precision here: its own words follow
-        mirrored_xla = (record["status"] == "error" and spec.devices > 1
-                        and MIRRORED_XLA_MARKER in str(exc).lower().replace(".", "_"))
-        if mirrored_xla:
-            record["status"] = "unsupported"  # the library cannot run this variant: its own words follow
         record["error_type"] = type(exc).__name__
         record["error_message"] = str(exc).strip()[:4000] or type(exc).__name__
         record["extra"] = {"traceback": traceback.format_exc(limit=8)[-6000:]}
-        if record["status"] == "unsupported" and not isinstance(exc, Unsupported):
-            record["error_message"] = (f"--precision {spec.precision}: the library has no kernel or no consistent "
-                                       f"dtype handling for it here: {record['error_message']}")[:4000]
-        if mirrored_xla:
-            record["error_message"] = (
-                f"--devices {spec.devices}: tf.distribute.MirroredStrategy with jit_compile=True: XLA cannot compile "
-                "the replicated train step, whose variables live on several devices (TensorFlow's known issue "
-                "'tf.Variable on a different device'); --jit off runs it without XLA: "
-                + next((line.strip() for line in str(exc).splitlines() if "Trying to access resource" in line),
-                       str(exc).strip().splitlines()[-1]))[:4000]
+        unsupported = unsupported_variant(spec, exc) if record["status"] == "error" else None
+        if unsupported:
+            record["status"], record["error_message"] = "unsupported", unsupported
         if isinstance(exc, KeyboardInterrupt):
             record["error_message"] = "interrupted"
     record["wall_s"] = time.perf_counter() - start

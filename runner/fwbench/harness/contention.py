@@ -20,7 +20,7 @@ import os
 import resource
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
 from fwbench.harness.nvml import nvml_query
@@ -112,17 +112,18 @@ def process_gpus(pid: int) -> list[str] | None:
     return None
 
 
-def competing_cells(pids: list[int], cpus: set[int] | None, gpu: CellGpu | None) -> list[int]:
+def competing_cells(pids: list[int], cpus: set[int] | None, *gpus: CellGpu | None) -> list[int]:
     """The cells among `pids` that compete with this one: they may run on one of its cores (`cpus`;
-    None: every core) or, when it uses GPU `gpu`, may use that GPU. Anything unknown competes."""
+    None: every core) or, when it uses GPUs `gpus` (None: none), may use one of them. Anything unknown competes."""
+    mine = [gpu for gpu in gpus if gpu is not None]
     competing = []
     for pid in pids:
         theirs = process_cpus(pid)
         shares_cores = cpus is None or theirs is None or bool(theirs & cpus)
         shares_gpu = False
-        if gpu is not None:
+        if mine:
             entries = process_gpus(pid)
-            shares_gpu = entries is None or any(entry_may_name(entry, gpu) for entry in entries)
+            shares_gpu = entries is None or any(entry_may_name(entry, gpu) for entry in entries for gpu in mine)
         if shares_cores or shares_gpu:
             competing.append(pid)
     return competing
@@ -163,15 +164,17 @@ class _Snapshot:
 class ContentionProbe:
     """start() just before the timed window, stop() just after it, then result() for the row."""
 
-    def __init__(self, threads: int, on_gpu: bool = False, gpu: CellGpu | None = None):
-        """gpu: the cell's GPU when it runs on one (default: found here, fwbench.harness.gpu_identity)."""
+    def __init__(self, threads: int, on_gpu: bool = False, gpus: Sequence[CellGpu] = ()):
+        """gpus: the GPUs this process's steps run on, when it runs on GPUs (default: the one found here,
+        fwbench.harness.gpu_identity); a process that drives several meets what competes on any of them."""
         self.threads = max(int(threads), 1)
         self.on_gpu = on_gpu
         # The cores whose load counts (the cell's own; all of them when it is not pinned, which reads
         # the all-CPU line, exactly as before --parallel existed).
         cpus = own_cpus()
         self.cpus = None if cpus is None or cpus == set(range(os.cpu_count() or 0)) else cpus
-        self.gpu = (gpu or resolve_cell_gpu() or unresolved_gpu()) if on_gpu else None
+        self.gpus: tuple[CellGpu, ...] = ((tuple(gpus) or (resolve_cell_gpu() or unresolved_gpu(),))
+                                          if on_gpu else ())
         self._start: _Snapshot | None = None
         self._stop: _Snapshot | None = None
         self._cells: set[int] = set()
@@ -181,7 +184,7 @@ class ContentionProbe:
         return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s(self.cpus))
 
     def _note_cells(self) -> None:
-        self._cells.update(competing_cells(other_cells(), own_cpus(), self.gpu))
+        self._cells.update(competing_cells(other_cells(), own_cpus(), *self.gpus))
 
     def start(self) -> None:
         self._note_cells()
@@ -209,10 +212,10 @@ class ContentionProbe:
                 end = self._snapshot()
             others = (end.system_busy - start.system_busy) - (end.own_cpu - start.own_cpu)
             row["other_cpu_cores"] = max(others, 0.0) / (end.wall - start.wall)
-        if self.gpu is not None:
-            gpu = gpu_others(self.gpu)
-            if gpu is not None:
-                row["gpu_other_processes"], row["gpu_other_mem_bytes"] = gpu
+        others = [found for found in map(gpu_others, self.gpus) if found is not None]
+        if others:  # summed over the GPUs (a process on two of them counts on each)
+            row["gpu_other_processes"] = sum(count for count, _ in others)
+            row["gpu_other_mem_bytes"] = sum(memory for _, memory in others)
         reasons = busy_reasons(row)
         row["busy"] = bool(reasons)
         row["busy_reasons"] = "; ".join(reasons) or None

@@ -9,7 +9,8 @@ energy reading (energy_status), never 0 in place of a reading:
                      ~20-100 ms, so a shorter delta is mostly update granularity;
   mig                the cell ran on a MIG slice: the counter is the whole GPU's, every slice's work together;
   nvml_unavailable   NVML could not start in the cell's environment, or did not find the cell's GPU.
-A CPU cell gets no energy columns at all.
+A CPU cell gets no energy columns at all. A cell on several GPUs (one process driving them, or one rank per GPU,
+whose readings harness.ranks merges) has their sum, or none with the status of a GPU that had none (combine).
 """
 
 from __future__ import annotations
@@ -61,58 +62,130 @@ def throttle_names(mask: int) -> str:
 class EnergyProbe:
     """start()/stop() around the timed window (StepClock calls them); result() gives the row's columns.
 
-    on_gpu: whether the cell runs on a GPU; gpu: that GPU as NVML knows it (None: NVML could not say)."""
+    on_gpu: whether the cell runs on a GPU; gpus: the GPUs this process's steps run on, as NVML knows them (None: NVML
+    could not say), usually one. A process that drives several (JAX SPMD, MirroredStrategy) reads each, in one
+    session, and its row has their sum (combine); extra() names each GPU's reading."""
 
-    def __init__(self, on_gpu: bool, gpu: CellGpu | None, min_window_s: float = MIN_ENERGY_WINDOW_S):
+    def __init__(self, on_gpu: bool, *gpus: CellGpu | None, min_window_s: float = MIN_ENERGY_WINDOW_S):
         self.on_gpu = on_gpu
-        self.gpu = gpu
+        self.gpus: tuple[CellGpu | None, ...] = gpus or (None,)
         self.min_window_s = min_window_s
         self._session = NvmlSession()
-        self._handle: Any = None
-        self._start: tuple[int, float] | None = None
-        self._end: tuple[int, float] | None = None
-        self._clocks: dict[str, Any] | None = None
+        count = len(self.gpus)
+        self._handles: list[Any] = [None] * count
+        self._start: list[tuple[int, float] | None] = [None] * count
+        self._end: list[tuple[int, float] | None] = [None] * count
+        self._clocks: list[dict[str, Any] | None] = [None] * count
 
     def start(self) -> None:
-        if not self.on_gpu or self.gpu is None or not self._session.open():
+        if not self.on_gpu or all(gpu is None for gpu in self.gpus) or not self._session.open():
             return
-        gpu = self.gpu
-        self._handle = self._session.query(lambda pynvml: nvml_handle(pynvml, gpu))
-        if self._handle is not None and not gpu.mig:
-            self._start = self._session.query(_energy_mj(self._handle))
+        for i, gpu in enumerate(self.gpus):  # every handle first: the counters are then read close together
+            if gpu is not None:
+                self._handles[i] = self._session.query(lambda pynvml, gpu=gpu: nvml_handle(pynvml, gpu))
+        for i, gpu in enumerate(self.gpus):
+            if self._handles[i] is not None and not gpu.mig:
+                self._start[i] = self._session.query(_energy_mj(self._handles[i]))
 
     def stop(self) -> None:
         try:
-            if self._handle is None:
-                return
-            if not self.gpu.mig:
-                self._end = self._session.query(_energy_mj(self._handle))
-            self._clocks = self._session.query(_clocks(self._handle))  # a slice's clocks are its GPU's
+            for i, gpu in enumerate(self.gpus):
+                if self._handles[i] is not None and not gpu.mig:
+                    self._end[i] = self._session.query(_energy_mj(self._handles[i]))
+            for i, handle in enumerate(self._handles):
+                if handle is not None:
+                    self._clocks[i] = self._session.query(_clocks(handle))  # a slice's clocks are its GPU's
         finally:
             self._session.close()
 
-    def result(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
-        if not self.on_gpu:
-            return {}
-        if self._handle is None:  # no NVML session, or NVML does not know the cell's GPU
+    def _reading(self, i: int, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
+        """GPU i's columns, as a one-GPU row would have them."""
+        if self._handles[i] is None:  # no NVML session, or NVML does not know that GPU
             return {"energy_status": "nvml_unavailable"}
-        row: dict[str, Any] = {**(self._clocks or {})}
-        if self.gpu.mig:
+        row: dict[str, Any] = {**(self._clocks[i] or {})}
+        if self.gpus[i].mig:
             row["energy_status"] = "mig"
             return row
-        if self._start is None or self._end is None:
+        start, end = self._start[i], self._end[i]
+        if start is None or end is None:
             row["energy_status"] = "unsupported"
             return row
-        window_s = self._end[1] - self._start[1]
+        window_s = end[1] - start[1]
         if window_s < self.min_window_s:
             row["energy_status"] = "window_too_short"
             return row
-        joules = (self._end[0] - self._start[0]) / 1000.0
+        joules = (end[0] - start[0]) / 1000.0
         row.update(energy_status="ok", energy_j=joules, joules_per_step=joules / timed_steps,
                    mean_power_w=joules / window_s)
         if tokens_per_step:
             row["joules_per_token"] = joules / (timed_steps * tokens_per_step)
         return row
+
+    def readings(self, timed_steps: int, tokens_per_step: int | None) -> list[dict[str, Any]]:
+        """Each GPU's columns, in the order of `gpus` (none on a CPU)."""
+        if not self.on_gpu:
+            return []
+        return [self._reading(i, timed_steps, tokens_per_step) for i in range(len(self.gpus))]
+
+    def result(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
+        return combine(self.readings(timed_steps, tokens_per_step))
+
+    def extra(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
+        """The row's `extra` fields: each GPU's reading where the process ran on several (see per_gpu)."""
+        readings = self.readings(timed_steps, tokens_per_step)
+        if len(readings) < 2:
+            return {}
+        return per_gpu(readings, [gpu.device_uuid if gpu else None for gpu in self.gpus])
+
+
+# Summed over a cell's GPUs: each GPU's share of the cell's energy over the same (barrier-aligned) window.
+_SUMMED = ("energy_j", "joules_per_step", "joules_per_token", "mean_power_w")
+
+
+def combine(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row's energy columns from its GPUs' readings over the same timed window (one GPU: its own).
+
+    The energy is every GPU's or none: the sum when each GPU's reading is ok, else the first failing GPU's
+    energy_status with empty energy columns (never one GPU's energy as the cell's). The clocks are the GPUs' worst
+    at the window's end: the lowest SM clock, the highest temperature, every throttle reason of any."""
+    if len(readings) < 2:
+        return dict(readings[0]) if readings else {}
+    row: dict[str, Any] = {}
+    clocks = [r["sm_clock_mhz"] for r in readings if r.get("sm_clock_mhz") is not None]
+    temperatures = [r["gpu_temp_c"] for r in readings if r.get("gpu_temp_c") is not None]
+    reasons = [r["throttle_reasons"] for r in readings if r.get("throttle_reasons") is not None]
+    if any("sm_clock_mhz" in r for r in readings):
+        row["sm_clock_mhz"] = min(clocks) if clocks else None
+    if any("gpu_temp_c" in r for r in readings):
+        row["gpu_temp_c"] = max(temperatures) if temperatures else None
+    if any("throttle_reasons" in r for r in readings):
+        active = {name for text in reasons for name in text.split(",") if name}
+        row["throttle_reasons"] = (",".join(name for name in THROTTLE_REASONS.values() if name in active)
+                                   if reasons else None)
+    failed = [r.get("energy_status") for r in readings if r.get("energy_status") != "ok"]
+    if failed:
+        row["energy_status"] = failed[0] or "nvml_unavailable"
+        return row
+    row["energy_status"] = "ok"
+    for column in _SUMMED:
+        values = [r.get(column) for r in readings]
+        if all(value is not None for value in values):
+            row[column] = sum(values)
+    return row
+
+
+def per_gpu(readings: list[dict[str, Any]], uuids: list[str | None]) -> dict[str, Any]:
+    """`extra` fields of a row over several GPUs: energy_gpus, each GPU's reading (by UUID, in the order of
+    extra.gpu_indices), and where the row has no energy, energy_reason: which GPUs had none."""
+    extra: dict[str, Any] = {"energy_gpus": [
+        {"gpu_uuid": uuid, "energy_status": r.get("energy_status"), "energy_j": r.get("energy_j")}
+        for uuid, r in zip(uuids, readings)]}
+    missing = [f"{uuid or f'GPU {position}'}: {r.get('energy_status')}"
+               for position, (uuid, r) in enumerate(zip(uuids, readings)) if r.get("energy_status") != "ok"]
+    if missing:
+        extra["energy_reason"] = (f"{len(missing)} of the cell's {len(readings)} GPUs had no energy reading "
+                                  f"({'; '.join(missing)}); the row's energy is all its GPUs' or none")
+    return extra
 
 
 class Probes:

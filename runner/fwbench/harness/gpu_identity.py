@@ -6,10 +6,11 @@ inside a container NVML numbers only the container's GPUs (the cell's is index 0
 CUDA_VISIBLE_DEVICES may name GPUs by UUID ("GPU-8f3...", a unique prefix is enough for CUDA) or MIG slices
 ("MIG-<uuid>", or the old "MIG-GPU-<gpu uuid>/<gpu instance>/<compute instance>").
 
-The first CUDA_VISIBLE_DEVICES entry says which GPU the framework's device 0 is: a number is an NVML index (the
-engines set CUDA_DEVICE_ORDER=PCI_BUS_ID, which numbers GPUs as NVML does), a UUID is looked up by UUID, a MIG id
-is that slice; unset, it is NVML's first GPU. A UUID the framework reports (torch) is checked against that and
-wins where they disagree: it is the device the steps ran on.
+The first CUDA_VISIBLE_DEVICES entry says which GPU the framework's device 0 is (its k-th entry, device k: a cell
+given several GPUs runs on the first N): a number is an NVML index (the engines set CUDA_DEVICE_ORDER=PCI_BUS_ID,
+which numbers GPUs as NVML does), a UUID is looked up by UUID, a MIG id is that slice; unset, device k is NVML's
+GPU k. A UUID the framework reports (torch) is checked against that and wins where they disagree: it is the device
+the steps ran on.
 """
 
 from __future__ import annotations
@@ -41,38 +42,52 @@ class CellGpu:
 
 def first_visible_entry(visible: str | None) -> str | None:
     """The first CUDA_VISIBLE_DEVICES entry (the framework's device 0); None when unset or empty."""
+    return visible_entry(visible, 0)
+
+
+def visible_entry(visible: str | None, position: int) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry of the framework's device `position`; None when unset or empty, or when it
+    names fewer devices (_is_unset tells the two apart)."""
     if visible is None:
         return None
-    first = visible.split(",")[0].strip()
-    return first or None
+    entries = [part.strip() for part in visible.split(",")]
+    return (entries[position] or None) if position < len(entries) else None
 
 
-def framework_gpu_uuid() -> str | None:
-    """The UUID of the framework's device 0 as torch reports it ("GPU-..."), when torch has already started
-    CUDA in this process (it is never started here); None otherwise (TensorFlow and JAX report no UUID)."""
+def _is_unset(visible: str | None) -> bool:
+    return first_visible_entry(visible) is None
+
+
+def framework_gpu_uuid(position: int = 0) -> str | None:
+    """The UUID of the framework's device `position` as torch reports it ("GPU-..."), when torch has already
+    started CUDA in this process (it is never started here); None otherwise (TensorFlow and JAX report no UUID)."""
     torch = sys.modules.get("torch")
     try:
         if torch is None or not torch.cuda.is_initialized():
             return None
-        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        uuid = str(torch.cuda.get_device_properties(position).uuid)
     except Exception:  # an old torch without .uuid, or a CUDA error: no cross-check
         return None
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
 def resolve_cell_gpu(session: NvmlSession | None = None, *, visible: str | None = None,
-                     framework_uuid: str | None = None) -> CellGpu | None:
-    """The GPU the cell uses (see the module doc). visible: CUDA_VISIBLE_DEVICES (default: this process's).
+                     framework_uuid: str | None = None, position: int = 0) -> CellGpu | None:
+    """The GPU the cell uses (see the module doc): the framework's device `position` (0 but for a data-parallel
+    rank or a process driving several GPUs). visible: CUDA_VISIBLE_DEVICES (default: this process's).
     None when NVML cannot start or does not know that GPU."""
     if visible is None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if session is None:
         with NvmlSession() as own:
-            return resolve_cell_gpu(own, visible=visible, framework_uuid=framework_uuid)
+            return resolve_cell_gpu(own, visible=visible, framework_uuid=framework_uuid, position=position)
     if not session.is_open:
         return None
-    entry = first_visible_entry(visible)
-    from_environment = session.query(lambda pynvml: _by_entry(pynvml, entry))
+    entry = visible_entry(visible, position)
+    if entry is None and not _is_unset(visible):  # CUDA_VISIBLE_DEVICES names fewer GPUs: no device `position`
+        from_environment = None
+    else:
+        from_environment = session.query(lambda pynvml: _by_entry(pynvml, entry, position))
     if framework_uuid is None:
         return from_environment
     from_framework = session.query(lambda pynvml: _by_uuid_forms(pynvml, framework_uuid))
@@ -84,12 +99,16 @@ def resolve_cell_gpu(session: NvmlSession | None = None, *, visible: str | None 
     return _found_by(from_framework, f"the framework's UUID ({named}, another GPU or none)")
 
 
-def unresolved_gpu(visible: str | None = None) -> CellGpu:
-    """What CUDA_VISIBLE_DEVICES alone says of the cell's GPU, where NVML could not (no UUID, no name): an index
-    only when it names one, and whether it is a MIG slice."""
-    entry = first_visible_entry(os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible)
+def unresolved_gpu(visible: str | None = None, position: int = 0) -> CellGpu:
+    """What CUDA_VISIBLE_DEVICES alone says of the cell's GPU (the framework's device `position`), where NVML could
+    not (no UUID, no name): an index only when it names one, and whether it is a MIG slice."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    entry = visible_entry(visible, position)
+    if entry is None and _is_unset(visible):
+        which = "first GPU" if position == 0 else f"GPU {position}"
+        return CellGpu(position, None, None, found_by=f"{which} (CUDA_VISIBLE_DEVICES unset; no NVML)")
     if entry is None:
-        return CellGpu(0, None, None, found_by="first GPU (CUDA_VISIBLE_DEVICES unset; no NVML)")
+        return CellGpu(None, None, None, found_by=f"CUDA_VISIBLE_DEVICES names no device {position} (no NVML)")
     index = int(entry) if entry.isdigit() else None
     return CellGpu(index, None, None, entry.startswith("MIG-"), found_by=f"CUDA_VISIBLE_DEVICES {entry} (no NVML)")
 
@@ -133,10 +152,11 @@ def _handle_by_uuid(pynvml: Any, uuid: str) -> Any:
         return pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
 
 
-def _by_entry(pynvml: Any, entry: str | None) -> CellGpu | None:
-    if entry is None:
-        return _whole_gpu(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0), "NVML's first GPU (CUDA_VISIBLE_DEVICES "
-                                                                          "unset)")
+def _by_entry(pynvml: Any, entry: str | None, position: int = 0) -> CellGpu | None:
+    if entry is None:  # unset: the framework's device k is NVML's GPU k (PCI order, as NVML numbers them)
+        which = "first GPU" if position == 0 else f"GPU {position}"
+        return _whole_gpu(pynvml, pynvml.nvmlDeviceGetHandleByIndex(position),
+                          f"NVML's {which} (CUDA_VISIBLE_DEVICES unset)")
     if entry.isdigit():
         return _whole_gpu(pynvml, pynvml.nvmlDeviceGetHandleByIndex(int(entry)),
                           f"CUDA_VISIBLE_DEVICES index {entry}")

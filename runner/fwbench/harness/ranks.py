@@ -6,7 +6,7 @@ own share of the cell's CPU cores where there are enough to go round, and return
 rank 0's, timed as the slowest rank: every clock read of every rank follows a barrier across ranks (the harness's
 sync), so the ranks' windows line up and the slowest rank's time is the step's.
 
-Plain Python (multiprocessing): the framework is imported by the ranks only.
+Plain Python (multiprocessing, and NVML through the energy module): the framework is imported by the ranks only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import queue as queues
 import socket
 import time
 from typing import Any, Callable
+
+from fwbench.core.schema import ENERGY_COLUMNS
+from fwbench.harness import energy
 
 LAUNCHER_ENV = "FWBENCH_RANK_LAUNCHER"  # the launcher's pid: a rank does not count it as a competing cell
 
@@ -47,6 +50,15 @@ def core_shares(cores: list[int], ranks: int) -> list[list[int]]:
 def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:
     return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), LAUNCHER_ENV: str(os.getpid())}
+
+
+def local_rank() -> int | None:
+    """This process's device ordinal as a rank of a data-parallel cell (LOCAL_RANK, where WORLD_SIZE > 1); None
+    when it is not one (one device, or one process driving every device)."""
+    world, rank = os.environ.get("WORLD_SIZE", ""), os.environ.get("LOCAL_RANK", "")
+    if not (world.isdigit() and int(world) > 1 and rank.isdigit()):
+        return None
+    return int(rank)
 
 
 def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir: str,
@@ -99,8 +111,10 @@ def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir:
 
 def merge(fields: list[dict[str, Any]], global_batch: int) -> dict[str, Any]:
     """Rank 0's fields, timed as the slowest rank: ms_per_step the largest of the ranks', each timed step the
-    largest of that step's times, samples/s of the global batch at that pace; every rank's ms/step in extra."""
-    merged = dict(fields[0])
+    largest of that step's times, samples/s of the global batch at that pace; every rank's ms/step in extra.
+    What each rank read of its own device is the cell's over all of them: energy summed over the ranks' GPUs (or
+    none, energy.combine), other processes on any of them, the largest device's peak memory."""
+    merged = {key: value for key, value in fields[0].items() if key not in ENERGY_COLUMNS}
     merged.pop("cpu_set", None)  # the row's cpu_set stays the cell's (all its ranks' cores); each rank's is in extra
     ms = [f["ms_per_step"] for f in fields]
     merged["ms_per_step"] = max(ms)
@@ -114,6 +128,18 @@ def merge(fields: list[dict[str, Any]], global_batch: int) -> dict[str, Any]:
     merged["busy"] = any(bool(f.get("busy")) for f in fields)
     reasons = [f"rank {rank}: {f['busy_reasons']}" for rank, f in enumerate(fields) if f.get("busy_reasons")]
     merged["busy_reasons"] = "; ".join(reasons) or fields[0].get("busy_reasons")
-    merged["extra"] = {**fields[0].get("extra", {}), "rank_ms_per_step": ms,
-                       "rank_cpu_sets": [f.get("cpu_set") for f in fields]}
+    for column in ("gpu_other_processes", "gpu_other_mem_bytes"):  # each rank counted those on its own GPU
+        counts = [f[column] for f in fields if f.get(column) is not None]
+        if counts:
+            merged[column] = sum(counts)
+    peaks = [f.get("peak_mem_bytes") for f in fields]
+    if all(peak is not None for peak in peaks):
+        merged["peak_mem_bytes"] = max(peaks)  # per device: what the fullest device had to hold
+    extra = {**fields[0].get("extra", {}), "rank_ms_per_step": ms, "rank_cpu_sets": [f.get("cpu_set") for f in fields],
+             "rank_peak_mem_bytes": peaks}
+    readings = [{k: f[k] for k in ENERGY_COLUMNS if k in f} for f in fields]
+    if any(readings):  # GPU ranks (a CPU rank has no energy columns)
+        merged.update(energy.combine(readings))
+        extra.update(energy.per_gpu(readings, [f.get("gpu_uuid") for f in fields]))
+    merged["extra"] = extra
     return merged
