@@ -4,6 +4,7 @@ unsupported rows of tasks and stacks that have no data-parallel variant. No fram
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,18 @@ def test_a_rank_does_not_count_its_launcher_as_a_competing_cell(monkeypatch):
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def _report_launcher(spec_json, rank, *, world, port, cores, work_dir, results):
+    results.put((rank, "ok", {"launcher": os.environ.get(ranks.LAUNCHER_ENV), "own": os.getpid()}))
+
+
+def test_ranks_know_their_launchers_pid_not_their_own(tmp_path):
+    # Each rank excludes its launcher from the competing cells by this pid: with its own pid there, every
+    # data-parallel row was flagged busy by its own launcher.
+    fields = ranks.launch(_report_launcher, "{}", 2, work_dir=str(tmp_path), timeout_s=60)
+    assert [f["launcher"] for f in fields] == [str(os.getpid())] * 2
+    assert all(f["own"] != os.getpid() for f in fields)
 
 
 def test_reported_extra_fields_are_merged_not_replaced():

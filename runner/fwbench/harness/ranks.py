@@ -48,8 +48,9 @@ def core_shares(cores: list[int], ranks: int) -> list[list[int]]:
 
 
 def rank_environment(rank: int, ranks: int, port: int) -> dict[str, str]:
+    """The rendezvous variables torch.distributed reads (set by the rank itself, in its own process)."""
     return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), LAUNCHER_ENV: str(os.getpid())}
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
 def local_rank() -> int | None:
@@ -77,6 +78,9 @@ def launch(target: Callable[..., None], spec_json: str, ranks: int, *, work_dir:
     processes = [context.Process(target=target, args=(spec_json, rank), daemon=True,
                                  kwargs={"world": ranks, "port": port, "cores": shares[rank], "work_dir": work_dir,
                                          "results": results}) for rank in range(ranks)]
+    # The launcher's own pid, read here: inside a rank os.getpid() is the rank's, and the launcher (a cell process
+    # that only waits) would count as a competing cell on every row. Spawned ranks inherit this environment.
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
     for process in processes:
         process.start()
     received: dict[int, tuple[str, Any]] = {}
