@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -30,8 +30,10 @@ ADDED_IN_V8 = ("sweep_point", "sweep_installed")
 # v9: data-parallel scaling (--devices, --global-batch): the devices a fit ran on, the batch per device and in all,
 # the global batch asked for (an identity setting) and the collectives that reduced the gradients.
 ADDED_IN_V9 = ("devices", "per_device_batch", "global_batch", "global_batch_setting", "comm_backend")
+# v10: what a data-parallel row's devices talked over: the collectives' version and, on GPUs, the links between them.
+ADDED_IN_V10 = ("comm_backend_version", "interconnect")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
-            8: ADDED_IN_V8, 9: ADDED_IN_V9}
+            8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -234,6 +236,13 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("comm_backend", "string", "Data-parallel rows (devices > 1): the collectives that reduced the gradients: gloo "
                                "or nccl (torch DistributedDataParallel), xla-collectives (JAX SPMD), tf-<cross-device "
                                "ops> (MirroredStrategy's choice, e.g. tf-CollectiveAllReduce); null on one device."),
+    ("comm_backend_version", "string", "Data-parallel rows: the version of those collectives: nccl <version> (the NCCL "
+                                       "torch loaded), gloo (built into torch <version>), xla-collectives (jaxlib "
+                                       "<version>), tf-... (tensorflow <version>); null on one device."),
+    ("interconnect", "string", "Data-parallel rows on GPUs: each pair of the cell's GPUs (by position in the cell) "
+                               "with its link in nvidia-smi topo -m's words: NV<k> (NVLink, k active links), or the "
+                               "PCIe path PIX, PXB, PHB, NODE, SYS, e.g. '0-1 NV18'; null on a CPU, on one device, "
+                               "or where NVML cannot say (extra.nvidia_smi_topo: the matrix nvidia-smi printed)."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "

@@ -52,6 +52,16 @@ class TorchBackend:
         """The framework's ordinals (positions in CUDA_VISIBLE_DEVICES) of the GPUs this process's steps run on."""
         return (int(self.device.split(":", 1)[1]) if ":" in self.device else 0,)
 
+    def comm_version(self, comm_backend: str) -> str | None:
+        """The version of the collectives library a data-parallel row reduced its gradients with: NCCL's own (the
+        one torch loaded); gloo has none of its own (it is built into torch)."""
+        if comm_backend == "nccl":
+            version = _guarded(self.torch.cuda.nccl.version)
+            return f"nccl {'.'.join(map(str, version)) if isinstance(version, tuple) else version}" if version else None
+        if comm_backend == "gloo":
+            return f"gloo (built into torch {self.torch.__version__})"
+        return None
+
     def data_parallel_devices(self, devices: int) -> int:
         """--devices N (DistributedDataParallel, this process one of N ranks): the devices there are for the ranks.
         On GPUs one per rank, as torch sees them (N ranks on fewer GPUs would be another measurement than the row
@@ -344,6 +354,12 @@ class JaxBackend:
         self.on_gpu = self.devices[0].platform == "gpu"
         self.cell_devices = 1  # the first N of self.devices run the cell (data_parallel_devices)
 
+    def comm_version(self, comm_backend: str) -> str | None:
+        """XLA's collectives are compiled into jaxlib (NCCL underneath on GPUs, loaded by jaxlib): jaxlib's version."""
+        import jaxlib
+
+        return f"{comm_backend} (jaxlib {getattr(jaxlib, '__version__', None) or self.jax.__version__})"
+
     def data_parallel_devices(self, devices: int) -> int:
         """--devices N (keras.distribution over the first N devices of this one process): the devices JAX sees. On a
         CPU these are the N host devices backend_for asked XLA for before JAX started."""
@@ -447,6 +463,10 @@ class TensorFlowBackend:
             tf.config.experimental.set_memory_growth(gpu, True)
         if tf32 in ("on", "off"):
             tf.config.experimental.enable_tensor_float_32_execution(tf32 == "on")
+
+    def comm_version(self, comm_backend: str) -> str | None:
+        """MirroredStrategy's cross-device ops ship with TensorFlow (NCCL underneath on GPUs): TensorFlow's version."""
+        return f"{comm_backend} (tensorflow {self.tf.__version__})"
 
     def data_parallel_devices(self, devices: int) -> int:
         """--devices N (tf.distribute.MirroredStrategy over the first N devices of this one process): on a CPU, N

@@ -22,7 +22,7 @@ from typing import Any
 
 from fwbench import __version__
 from fwbench.core import data, pins, precision, registry, scaling, stability
-from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, ranks
+from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, interconnect, ranks
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
@@ -388,6 +388,8 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(built.ctx.reported)
+    if spec.devices > 1:
+        result.update(_interconnect(spec, backend, result.get("comm_backend"), extra))
     _check_precision(spec, built.workload.task.model, result)
     if built.workload.task.kind == "fit":
         result["nonfinite_losses"] = built.ctx.nonfinite_losses()
@@ -396,6 +398,21 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     result.update(timed.energy.result(spec.steps, tokens))
     extra.update(timed.energy.extra(spec.steps, tokens))
     return result, extra
+
+
+def _interconnect(spec: CellSpec, backend: Any, comm_backend: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+    """A data-parallel row's collectives version and, on GPUs, how its N GPUs are connected (the cell's N GPUs are
+    the first N its CUDA_VISIBLE_DEVICES names, whichever of them this process's steps ran on); `nvidia-smi topo -m`
+    as printed goes to extra where the binary is there."""
+    fields: dict[str, Any] = {"comm_backend_version": backend.comm_version(comm_backend) if comm_backend else None}
+    if backend.on_gpu:
+        gpus = [gpu_identity.resolve_cell_gpu(position=position) for position in range(spec.devices)]
+        fields["interconnect"] = interconnect.describe([gpu for gpu in gpus if gpu is not None]
+                                                       if all(gpus) else [])
+        topology = interconnect.nvidia_smi_topology()
+        if topology:
+            extra["nvidia_smi_topo"] = topology
+    return fields
 
 
 def measure_stability(spec: CellSpec) -> dict[str, Any]:
