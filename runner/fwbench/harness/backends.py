@@ -356,9 +356,13 @@ class JaxBackend:
 
     def comm_version(self, comm_backend: str) -> str | None:
         """XLA's collectives are compiled into jaxlib (NCCL underneath on GPUs, loaded by jaxlib): jaxlib's version."""
-        import jaxlib
+        from importlib import metadata
 
-        return f"{comm_backend} (jaxlib {getattr(jaxlib, '__version__', None) or self.jax.__version__})"
+        try:
+            version = metadata.version("jaxlib")
+        except metadata.PackageNotFoundError:  # a jax built with its jaxlib (no distribution of its own)
+            return f"{comm_backend} (jax {self.jax.__version__})"
+        return f"{comm_backend} (jaxlib {version})"
 
     def data_parallel_devices(self, devices: int) -> int:
         """--devices N (keras.distribution over the first N devices of this one process): the devices JAX sees. On a
