@@ -119,9 +119,15 @@ def stability_chart(records: list[dict], path: Path) -> Path | None:
         ax.set_title(f"{record['stack']} {record['task']}", fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(shown):]:
+    return _save_panels(plt, fig, axes, len(shown), "loss per step: the precision against fp32 (fwbench stability)",
+                        path)
+
+
+def _save_panels(plt, fig, axes, used: int, title: str, path: Path) -> Path:
+    """A grid of panels saved as a PNG: the unused panels hidden, one title over them all."""
+    for ax in list(axes.flat)[used:]:
         ax.set_visible(False)
-    fig.suptitle("loss per step: the precision against fp32 (fwbench stability)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -178,10 +184,5 @@ def scaling_chart(panels: list[ScalingPanel], path: Path) -> Path | None:
             ax.text(0.5, 0.5, "no speed claim", transform=ax.transAxes, ha="center", va="center", fontsize=16,
                     color="#8a4b00", alpha=0.25, rotation=20)
         ax.legend(fontsize=7, loc="upper left")
-    for ax in list(axes.flat)[len(shown):]:
-        ax.set_visible(False)
-    fig.suptitle("data-parallel speed-up vs devices N (95% intervals; dashed: ideal)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    title = "data-parallel speed-up vs devices N (95% intervals; dashed: ideal)"
+    return _save_panels(plt, fig, axes, len(shown), title, path)
