@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from fwbench.harness.nvml import NvmlSession, text
+from fwbench.harness.nvml import NvmlSession, guarded, text
 
 NVML_DEVICE_MIG_ENABLE = 1
 
@@ -197,22 +197,15 @@ def _gpu_by_uuid_prefix(pynvml: Any, uuid: str) -> Any:
     return matches[0] if len(matches) == 1 else None
 
 
-def _guarded(read: Any, default: Any = None) -> Any:
-    try:
-        return read()
-    except Exception:
-        return default
-
-
 def _whole_gpu(pynvml: Any, handle: Any, found_by: str) -> CellGpu:
     """A GPU named whole; in MIG mode the cell runs on a slice of it (its only one, where NVML shows one)."""
-    index = _guarded(lambda: int(pynvml.nvmlDeviceGetIndex(handle)))
+    index = guarded(lambda: int(pynvml.nvmlDeviceGetIndex(handle)))
     uuid = text(pynvml.nvmlDeviceGetUUID(handle))
-    name = _guarded(lambda: text(pynvml.nvmlDeviceGetName(handle)))
-    mode = _guarded(lambda: pynvml.nvmlDeviceGetMigMode(handle))
+    name = guarded(lambda: text(pynvml.nvmlDeviceGetName(handle)))
+    mode = guarded(lambda: pynvml.nvmlDeviceGetMigMode(handle))
     if not mode or mode[0] != NVML_DEVICE_MIG_ENABLE:
         return CellGpu(index, uuid, name, False, None, found_by)
-    slices = _guarded(lambda: _mig_handles(pynvml, handle), [])
+    slices = guarded(lambda: _mig_handles(pynvml, handle), [])
     if len(slices) == 1:
         gpu = _slice(pynvml, slices[0], found_by)
         return CellGpu(index, uuid, gpu.name, True, gpu.mig_uuid, f"{found_by}: a GPU in MIG mode, its one slice")
@@ -231,12 +224,12 @@ def _mig_handles(pynvml: Any, handle: Any) -> list[Any]:
 
 def _slice(pynvml: Any, mig_handle: Any, found_by: str) -> CellGpu:
     parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_handle)
-    parent_name = _guarded(lambda: text(pynvml.nvmlDeviceGetName(parent)))
-    name = _guarded(lambda: text(pynvml.nvmlDeviceGetName(mig_handle)))
+    parent_name = guarded(lambda: text(pynvml.nvmlDeviceGetName(parent)))
+    name = guarded(lambda: text(pynvml.nvmlDeviceGetName(mig_handle)))
     if not name or "MIG" not in name.upper().split():
         name = f"{parent_name or 'unknown GPU'} MIG"  # a slice is never named as the whole GPU
-    return CellGpu(_guarded(lambda: int(pynvml.nvmlDeviceGetIndex(parent))), text(pynvml.nvmlDeviceGetUUID(parent)),
-                   name, True, _guarded(lambda: text(pynvml.nvmlDeviceGetUUID(mig_handle))), found_by)
+    return CellGpu(guarded(lambda: int(pynvml.nvmlDeviceGetIndex(parent))), text(pynvml.nvmlDeviceGetUUID(parent)),
+                   name, True, guarded(lambda: text(pynvml.nvmlDeviceGetUUID(mig_handle))), found_by)
 
 
 def _old_form_slice(pynvml: Any, entry: str) -> CellGpu:
@@ -245,9 +238,9 @@ def _old_form_slice(pynvml: Any, entry: str) -> CellGpu:
     parent = _handle_by_uuid(pynvml, parts[0])
     found_by = f"CUDA_VISIBLE_DEVICES MIG id {entry}"
     if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-        for mig_handle in _guarded(lambda: _mig_handles(pynvml, parent), []):
-            if (_guarded(lambda: pynvml.nvmlDeviceGetGpuInstanceId(mig_handle)) == int(parts[1])
-                    and _guarded(lambda: pynvml.nvmlDeviceGetComputeInstanceId(mig_handle)) == int(parts[2])):
+        for mig_handle in guarded(lambda: _mig_handles(pynvml, parent), []):
+            if (guarded(lambda: pynvml.nvmlDeviceGetGpuInstanceId(mig_handle)) == int(parts[1])
+                    and guarded(lambda: pynvml.nvmlDeviceGetComputeInstanceId(mig_handle)) == int(parts[2])):
                 return _slice(pynvml, mig_handle, found_by)
     gpu = _whole_gpu(pynvml, parent, found_by)
     return CellGpu(gpu.index, gpu.uuid, gpu.name if gpu.mig else f"{gpu.name} MIG", True, gpu.mig_uuid, found_by)

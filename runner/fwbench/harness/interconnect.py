@@ -16,7 +16,7 @@ import subprocess
 from typing import Any
 
 from fwbench.harness import gpu_identity
-from fwbench.harness.nvml import NvmlSession
+from fwbench.harness.nvml import NvmlSession, guarded
 
 # nvmlDeviceGetTopologyCommonAncestor's levels, by nvidia-smi's legend name.
 PCIE_LEVELS = {0: "SAME BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -25,12 +25,12 @@ TOPO_TIMEOUT_S = 10.0
 
 def link(pynvml: Any, first: Any, second: Any) -> str | None:
     """One pair's connection (NV<k>, or the PCIe level); None where NVML cannot say."""
-    nvlink = _guarded(lambda: pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_NVLINK))
+    nvlink = guarded(lambda: pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_NVLINK))
     if nvlink == pynvml.NVML_P2P_STATUS_OK:
         links = sum(1 for index in range(pynvml.NVML_NVLINK_MAX_LINKS)
-                    if _guarded(lambda: pynvml.nvmlDeviceGetNvLinkState(first, index)) == pynvml.NVML_FEATURE_ENABLED)
+                    if guarded(lambda: pynvml.nvmlDeviceGetNvLinkState(first, index)) == pynvml.NVML_FEATURE_ENABLED)
         return f"NV{links}" if links else "NVLink"
-    level = _guarded(lambda: pynvml.nvmlDeviceGetTopologyCommonAncestor(first, second))
+    level = guarded(lambda: pynvml.nvmlDeviceGetTopologyCommonAncestor(first, second))
     return PCIE_LEVELS.get(level) if level is not None else None
 
 
@@ -69,10 +69,3 @@ def nvidia_smi_topology() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()[:8000] if done.returncode == 0 and done.stdout.strip() else None
-
-
-def _guarded(read: Any) -> Any:
-    try:
-        return read()
-    except Exception:  # an NVML error: this read has no answer
-        return None

@@ -70,3 +70,12 @@ def nvml_query(query: Callable[[Any], T]) -> T | None:
 def text(value: Any) -> str:
     """NVML strings are bytes in older pynvml, str in newer."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def guarded(read: Callable[[], T], default: Any = None) -> T | Any:
+    """read(), or `default` when it raises: one NVML read that fails (an unsupported query, an older driver) has no
+    answer, and never fails the cell."""
+    try:
+        return read()
+    except Exception:
+        return default
