@@ -7,7 +7,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import maybe_compile, report_compiled, report_model, tensor, with_autocast
+from fwbench.workloads.torch.common import (maybe_compile, report_compiled, report_model, seed_weights, tensor,
+                                            with_autocast)
 from fwbench.workloads.torch.trainer import TrainerCell
 
 
@@ -30,8 +31,7 @@ CELLS = {"fit": TrainerCell, "predict": ForwardCell}
 
 def build(ctx):
     arch, device = ctx.arch, ctx.backend.device
-    if ctx.scaling:
-        torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
+    seed_weights(ctx)
     dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if ctx.dropout_off else {}
     config = BertConfig(
         vocab_size=arch.vocab_size, hidden_size=arch.hidden, num_hidden_layers=arch.layers,

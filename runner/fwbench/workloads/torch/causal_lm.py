@@ -12,7 +12,7 @@ import copy
 import torch
 
 from fwbench.workloads import StepCell
-from fwbench.workloads.torch.common import report_model, tensor, torch_dtype
+from fwbench.workloads.torch.common import report_model, seed_weights, tensor, torch_dtype
 from fwbench.workloads.torch.trainer import TrainerCell
 
 
@@ -74,8 +74,7 @@ def build_causal_lm(ctx, model_class, config):
     # A private copy per model: Trainer flips use_cache on the config it sees. The .to() keeps anything created
     # with an explicit dtype (buffers) as the published recipe had it: the whole model in bfloat16.
     dtype = torch_dtype(ctx.model_dtype)  # bfloat16 as published; float16 (fp16) or float32 (fp32, tf32)
-    if ctx.scaling:
-        torch.manual_seed(spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
+    seed_weights(ctx)
     with created_on(device, dtype):
         model = model_class(copy.deepcopy(config))
     model = model.to(device=device, dtype=dtype)

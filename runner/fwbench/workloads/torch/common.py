@@ -62,15 +62,31 @@ def data_parallel(ctx, module: torch.nn.Module) -> tuple[torch.nn.Module, slice]
     dist = torch.distributed
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if ctx.backend.on_gpu else "gloo")
-    world, rank = dist.get_world_size(), dist.get_rank()
-    if world != ctx.devices:
-        raise RuntimeError(f"--devices {ctx.devices}: the process group has {world} rank(s)")
+    report_process_group(ctx, dist.get_world_size(), "the process group has", "")
     # Every parameter of the encoders takes part in each step: no search for unused ones.
     wrapped = torch.nn.parallel.DistributedDataParallel(module, find_unused_parameters=False)
-    ctx.report(comm_backend=str(dist.get_backend()),
-               extra={"data_parallel": f"torch DistributedDataParallel, {world} ranks"})
-    share = ctx.per_device_batch
+    share, rank = ctx.per_device_batch, dist.get_rank()
     return wrapped, slice(rank * share, (rank + 1) * share)
+
+
+def report_process_group(ctx, world: int, set_up_by: str, via: str) -> None:
+    """The DistributedDataParallel of a --devices N cell really spans N ranks (never one device's fit recorded as N),
+    whoever set it up (`set_up_by`: the HF Trainer, fwbench's own loop); the backend that reduces the gradients goes
+    on the row."""
+    dist = torch.distributed
+    initialized = dist.is_available() and dist.is_initialized()
+    if world != ctx.devices or not initialized:
+        raise RuntimeError(f"--devices {ctx.devices}: {set_up_by} {world} process(es) "
+                           f"(process group initialised: {initialized})")
+    ctx.report(comm_backend=str(dist.get_backend()),
+               extra={"data_parallel": f"torch DistributedDataParallel{via}, {world} ranks"})
+
+
+def seed_weights(ctx) -> None:
+    """A scaling cell starts from weights seeded by --seed: the same start for any N (DDP broadcasts rank 0's
+    anyway), so that one device and N devices can be compared update for update."""
+    if ctx.scaling:
+        torch.manual_seed(ctx.spec.seed)
 
 
 def is_first_rank() -> bool:

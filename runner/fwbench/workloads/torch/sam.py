@@ -16,7 +16,7 @@ from segment_anything.modeling import (ImageEncoderViT, MaskDecoder, PromptEncod
 
 from fwbench.workloads import StepCell
 from fwbench.workloads.torch.common import (RegressionTrainStep, autocast, data_parallel, maybe_compile, nchw,
-                                            report_compiled, report_model, tensor)
+                                            report_compiled, report_model, seed_weights, tensor)
 
 
 def build_sam(arch) -> Sam:
@@ -75,8 +75,7 @@ CELLS = {"fit": RegressionTrainStep, "predict": SegmentCell}
 
 def build(ctx):
     device, mode = ctx.backend.device, ctx.spec.compile_mode
-    if ctx.scaling:
-        torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
+    seed_weights(ctx)
     sam = build_sam(ctx.arch).to(device)
 
     if ctx.kind == "fit":

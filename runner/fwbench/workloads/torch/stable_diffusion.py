@@ -13,7 +13,7 @@ from diffusers import AutoencoderKL, DDIMScheduler, UNet2DConditionModel
 
 from fwbench.workloads import StepCell
 from fwbench.workloads.torch.common import (RegressionTrainStep, data_parallel, maybe_compile, nchw, report_compiled,
-                                            report_model, tensor, with_autocast)
+                                            report_model, seed_weights, tensor, with_autocast)
 
 
 def build_vae(arch) -> AutoencoderKL:
@@ -78,8 +78,7 @@ def build(ctx):
     arch, device, mode = ctx.arch, ctx.backend.device, ctx.spec.compile_mode
 
     if ctx.kind == "fit":
-        if ctx.scaling:
-            torch.manual_seed(ctx.spec.seed)  # the same initial weights for any N (DDP broadcasts rank 0's anyway)
+        seed_weights(ctx)
         encoder = build_vae(arch).encoder.to(device)
         report_model(ctx, encoder)
         # This rank's rows of the global batch (the shared batch itself on one device at the task's batch).

@@ -10,7 +10,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from fwbench.workloads import DrivenCell, Unsupported
-from fwbench.workloads.torch.common import write_weights
+from fwbench.workloads.torch.common import is_first_rank, report_process_group, write_weights
 
 
 def trainer_amp_unsupported(trainer, half: str | None) -> str | None:
@@ -149,7 +149,7 @@ class TrainerCell(DrivenCell):
         if ctx.devices > 1:
             check_data_parallel(ctx, self.trainer)
         self.ctx = ctx
-        if ctx.spec.probe_weights and self.trainer.args.process_index == 0:
+        if ctx.spec.probe_weights and is_first_rank():
             write_weights(model, ctx.spec.probe_weights + ".init.npz")  # test-only: the weights the fit starts from
         reason = trainer_amp_unsupported(self.trainer, ctx.mixed_dtype)
         if reason:
@@ -175,17 +175,10 @@ class TrainerCell(DrivenCell):
             self.trainer.train()
         finally:
             self.output_dir.cleanup()
-        if self.ctx.spec.probe_weights and self.trainer.args.process_index == 0:
+        if self.ctx.spec.probe_weights and is_first_rank():
             write_weights(self.trainer.model, self.ctx.spec.probe_weights)
 
 
 def check_data_parallel(ctx, trainer) -> None:
-    """The Trainer really runs DistributedDataParallel over `ctx.devices` ranks (never one device's fit recorded as
-    N); the backend that reduces the gradients goes on the row."""
-    dist = torch.distributed
-    world = trainer.args.world_size
-    if world != ctx.devices or not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(f"--devices {ctx.devices}: the HF Trainer set up {world} process(es) "
-                           f"(process group initialised: {dist.is_available() and dist.is_initialized()})")
-    ctx.report(comm_backend=str(dist.get_backend()),
-               extra={"data_parallel": f"torch DistributedDataParallel via the HF Trainer, {world} ranks"})
+    """The Trainer really runs DistributedDataParallel over `ctx.devices` ranks; its backend goes on the row."""
+    report_process_group(ctx, trainer.args.world_size, "the HF Trainer set up", " via the HF Trainer")
