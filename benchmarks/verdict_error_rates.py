@@ -1,6 +1,6 @@
 """Error rates of `fwbench compare` and `fwbench verify` verdicts, by simulation with known truth.
 
-    python benchmarks/verdict_error_rates.py [--part all|rows|bundle] [--trials 100] [--planted-trials 30]
+    python benchmarks/verdict_error_rates.py [--part all|rows|bundle|example] [--trials 100] [--planted-trials 30]
                                              [--bundle-trials 1000] [--seed 16] [--jobs 2]
 
 Part "bundle" (whole-bundle verify error rates, through verification's pure core: Rule, judge_arrays,
@@ -12,8 +12,11 @@ scenario and rule: the share of verifications in which any unchanged cell is cal
 cell made 30% slower is called slower. Rules: "old" (the 90% interval wholly beyond the tolerance, per cell),
 "adjusted" (one-sided tests at alpha / (2 x 40 cells), no added repeats), "added" (inconclusive cells get
 re-run repeats up to 15, in batches of the first count, every look at alpha / (2 x 40 x L) and a TOST at
-alpha / L per side) and "added, unadjusted looks" (the same loop judging every look at L = 1: what sequential
-looks do to an unadjusted level). Part "rows" is the table below.
+alpha / L per side, none for a cell verification.decidable_by says the cap cannot decide: verify's default) and
+"added, unadjusted looks" (the same loop judging every look at L = 1: what sequential looks do to an unadjusted
+level). Part "example": one honest cell on one machine (5 or 10 published repeats v 5 re-runs, log-sd 0.03-0.06,
+drift 0 or 3% between the runs), the share reproduced with one look and with added repeats: what a user trying
+the verify flow should expect (no target). Part "rows" is the table below.
 
 Each trial makes 60 cells (the 12 synthetic cells of tests/aggregator_rows.py at 5 thread settings) with two
 sides, A (baseline / published) and B (candidate / re-run), as real result rows, validated by the loader
@@ -191,6 +194,9 @@ class BundleScenario:
     published: int
     rerun: int
     noise: float  # re-run sd / published sd
+    cells: int = BUNDLE_CELLS
+    sd: float = PUBLISHED_SD  # the publisher's
+    drift: float = 1.0  # true re-run/published of every honest cell (the machine's own drift between the runs)
 
 
 def bundle_scenarios(rerun_noise: float) -> list[BundleScenario]:
@@ -206,41 +212,47 @@ class _SimCell:
     resolvable: bool
 
 
-def _judge_bundle(pub: tuple, rerun: tuple, rule: verification.Rule, old: bool = False) -> list[_SimCell]:
+def _judge_bundle(pub: tuple, rerun: tuple, rule: verification.Rule, old: bool = False,
+                  cap: int | None = None) -> list[_SimCell]:
     """Every cell's verdict from the moments (mean, variance, count) of simulated log repeat medians, through
-    compare's capped Welch test and verification's rule (all cells at once)."""
+    compare's capped Welch test and verification's rule (all cells at once); with a cap, an inconclusive cell is
+    resolvable only where verification.decidable_by says the cap could decide it (as verify does)."""
     log_ratio, se, dof = compare.capped_welch(pub, rerun)
     verdicts, low, high, _, _ = verification.judge_arrays(log_ratio, se, dof, rule)
     if old:  # issue 16's rule: the 90% interval wholly beyond a bound, per cell, no family-wise level
         bound = rule.tolerance_pct / 100
         verdicts = np.where(low > 1 + bound, verification.SLOWER,
                             np.where(high < 1 - bound, verification.FASTER, verdicts))
-    return [_SimCell(i, str(v), int(n), v == verification.INCONCLUSIVE) for i, (v, n) in enumerate(zip(verdicts, rerun[2]))]
+    resolvable = verdicts == verification.INCONCLUSIVE
+    if cap is not None:
+        resolvable &= verification.decidable_by(pub, rerun, cap, rule)
+    return [_SimCell(i, str(v), int(n), bool(r)) for i, (v, n, r) in enumerate(zip(verdicts, rerun[2], resolvable))]
 
 
 def bundle_trial(rng, scenario: BundleScenario, rule_name: str, effect: float, max_repeats: int) -> tuple[bool, bool, str, int]:
     """One verification of BUNDLE_CELLS cells (cell 0 made `effect` times slower): (any unchanged cell called
     slower/faster, every cell reproduced, cell 0's verdict, re-run repeats spent)."""
-    sd_pub, sd_rerun = PUBLISHED_SD, PUBLISHED_SD * scenario.noise
-    shift = np.zeros(BUNDLE_CELLS)
-    shift[0] = math.log(effect)
-    published = rng.normal(0, sd_pub, (BUNDLE_CELLS, scenario.published))
-    pub = (published.mean(1), published.var(1, ddof=1), np.full(BUNDLE_CELLS, scenario.published))
-    first = rng.normal(shift[:, None], sd_rerun, (BUNDLE_CELLS, scenario.rerun))
+    cells_n, sd_pub, sd_rerun = scenario.cells, scenario.sd, scenario.sd * scenario.noise
+    shift = np.full(cells_n, math.log(scenario.drift))
+    shift[0] += math.log(effect)
+    published = rng.normal(0, sd_pub, (cells_n, scenario.published))
+    pub = (published.mean(1), published.var(1, ddof=1), np.full(cells_n, scenario.published))
+    first = rng.normal(shift[:, None], sd_rerun, (cells_n, scenario.rerun))
     rerun = [row for row in first]
-    moments = [first.mean(1), first.var(1, ddof=1), np.full(BUNDLE_CELLS, scenario.rerun)]
+    moments = [first.mean(1), first.var(1, ddof=1), np.full(cells_n, scenario.rerun)]
     adding = rule_name.startswith("added")
     schedule = verification.look_schedule(scenario.rerun, max_repeats) if adding else [scenario.rerun]
     looks = len(schedule) if rule_name == "added" else 1
-    rule = verification.Rule(TOLERANCE_PCT, cells=BUNDLE_CELLS, looks=looks)
+    rule = verification.Rule(TOLERANCE_PCT, cells=cells_n, looks=looks)
 
     def add(wanted: dict[int, int]) -> None:
         for i, count in wanted.items():
             rerun[i] = np.concatenate([rerun[i], rng.normal(shift[i], sd_rerun, count - rerun[i].size)])
             moments[0][i], moments[1][i], moments[2][i] = rerun[i].mean(), rerun[i].var(ddof=1), rerun[i].size
 
-    cells = verification.with_added_repeats(lambda: _judge_bundle(pub, tuple(moments), rule, old=rule_name == "old"),
-                                            add, schedule, key=lambda c: c.index)
+    cells = verification.with_added_repeats(
+        lambda: _judge_bundle(pub, tuple(moments), rule, old=rule_name == "old", cap=schedule[-1] if adding else None),
+        add, schedule, key=lambda c: c.index)
     return (any(c.verdict in (verification.SLOWER, verification.FASTER) for c in cells[1:] + cells[:1] * (effect == 1.0)),
             all(c.verdict == verification.REPRODUCED for c in cells), cells[0].verdict, sum(r.size for r in rerun))
 
@@ -255,7 +267,7 @@ def _run_bundle_job(job) -> dict[str, float]:
         found += bundle_trial(rng, scenario, rule_name, POWER_EFFECT, max_repeats)[2] == verification.SLOWER
         at_bound += bundle_trial(rng, scenario, rule_name, BOUND_EFFECT, max_repeats)[2] == verification.REPRODUCED
     return {"false": false_claims / trials, "all_reproduced": all_reproduced / trials, "power": found / trials,
-            "at_bound": at_bound / trials, "repeats": spent / trials / BUNDLE_CELLS}
+            "at_bound": at_bound / trials, "repeats": spent / trials / scenario.cells}
 
 
 def run_bundle_part(trials: int, seed: int, jobs: int, rerun_noise: float, max_repeats: int) -> bool:
@@ -279,6 +291,34 @@ def run_bundle_part(trials: int, seed: int, jobs: int, rerun_noise: float, max_r
     return met
 
 
+EXAMPLE_SDS = (0.03, 0.045, 0.06)  # per-process log-sd of CPU cells measured on the development machine
+EXAMPLE_DRIFTS = (1.0, 1.03)  # the same machine a while later: a few percent either way between two sets
+
+
+def example_scenarios() -> list[BundleScenario]:
+    return [BundleScenario(f"{published}v5 sd {sd:g} drift {drift:g}", published, 5, 1.0, cells=1, sd=sd, drift=drift)
+            for published in (5, 10) for sd in EXAMPLE_SDS for drift in EXAMPLE_DRIFTS]
+
+
+def run_example_part(trials: int, seed: int, jobs: int, max_repeats: int) -> None:
+    """One honest cell, the same machine on both sides (what a user who tries the verify flow on one machine
+    sees): the share of verifications that say reproduced, by the publisher's repeats, the machine's spread and
+    its drift between the two runs, with one look and with added repeats. No target: usability."""
+    print(f"one honest cell, same machine: share reproduced at ±{TOLERANCE_PCT:g}%, re-run 5 (+ added up to "
+          f"{max_repeats}); {trials} verifications per row")
+    print(f"{'scenario':<28} {'one look':>8} {'added':>8} {'re-runs':>7}")
+    scenarios = example_scenarios()
+    jobs_list = [(scenario, rule, trials, s, max_repeats) for (scenario, rule), s in
+                 zip([(sc, rule) for sc in scenarios for rule in ("adjusted", "added")],
+                     np.random.SeedSequence([seed, 31]).spawn(2 * len(scenarios)))]
+    with ProcessPoolExecutor(jobs) as pool:
+        rates = list(pool.map(_run_bundle_job, jobs_list))
+    for i, scenario in enumerate(scenarios):
+        one, added = rates[2 * i], rates[2 * i + 1]
+        print(f"{scenario.name:<28} {one['all_reproduced']:>8.3f} {added['all_reproduced']:>8.3f} "
+              f"{added['repeats']:>7.1f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100, help="trials per A/A scenario")
@@ -287,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-sigma", type=float, default=0.02)
     parser.add_argument("--step-sigma", type=float, default=0.03)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--part", choices=("all", "rows", "bundle"), default="all")
+    parser.add_argument("--part", choices=("all", "rows", "bundle", "example"), default="all")
     parser.add_argument("--bundle-trials", type=int, default=1000, help="verifications per bundle scenario and rule")
     parser.add_argument("--rerun-noise", type=float, default=3.0, help="re-run sd / published sd (noisy scenarios)")
     parser.add_argument("--max-repeats", type=int, default=verification.DEFAULT_MAX_REPEATS)
@@ -297,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{dt.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
           f"{platform.python_version()})")
     started, all_met = time.perf_counter(), True
+    if args.part in ("all", "example"):
+        run_example_part(args.bundle_trials, args.seed, args.jobs, args.max_repeats)
+        if args.part == "example":
+            return 0
+        print()
     if args.part in ("all", "bundle"):
         all_met &= run_bundle_part(args.bundle_trials, args.seed, args.jobs, args.rerun_noise, args.max_repeats)
         if args.part == "bundle":

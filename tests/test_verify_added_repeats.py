@@ -148,3 +148,71 @@ def test_an_inconclusive_cell_gets_added_repeats_through_run_matrix_and_is_then_
     first_three = [c for c in verification.verify(
         published, loading.load_results(sorted((tmp_path / "results").rglob("bert-fit*.r[0-2].parquet"))))]
     assert first_three and first_three[0].task == "bert-fit" and first_three[0].verdict == verification.INCONCLUSIVE
+
+
+def test_a_cell_whose_published_spread_the_cap_cannot_overcome_is_not_resolvable():
+    """5 published repeats with a log-sd near 0.1: even 15 quiet re-runs leave the interval at 3 looks wider
+    than ±10%, so added repeats would be spent for nothing; a quiet published side can still be decided, and an
+    estimate beyond the band keeps a claim in view."""
+    rule = verification.Rule(looks=3)
+    noisy = (0.0, 0.1 ** 2, 5)
+    quiet = (0.0, 0.03 ** 2, 5)
+    rerun = (0.02, 0.03 ** 2, 5)
+    assert not verification.decidable_by(noisy, rerun, 15, rule)
+    assert verification.decidable_by(quiet, rerun, 15, rule)
+    assert verification.decidable_by(noisy, (0.25, 0.03 ** 2, 5), 15, rule)
+    assert verification.decidable_by(noisy, rerun, 15, verification.Rule(tolerance_pct=40, looks=3))
+
+
+def spread_rows(tmp_path: Path, name: str, medians_by_task: dict[str, list[float]]) -> Path:
+    from tests.aggregator_rows import record, write
+
+    out = tmp_path / name
+    for task, medians in medians_by_task.items():
+        for repeat, centre in enumerate(medians):
+            write(out, record("keras3-jax", task, compile_mode="xla", repeat=repeat,
+                              step_ms=centre * (1 + 0.001 * np.arange(-2, 3)), device_model="Test CPU",
+                              device_name="Test CPU", image_digest=IMAGE.reference, pin_set="paper-2024",
+                              image_variant="cpu", engine="docker", input_sha256="f" * 64))
+    return out
+
+
+def test_verify_spends_no_added_repeats_on_a_cell_the_cap_cannot_decide(tmp_path, monkeypatch):
+    """bert-fit was published with a spread no re-run can overcome (7-13 ms over 5 repeats): it stays at its
+    first 5 re-runs, inconclusive, and says why; bert-predict (published quietly, re-run noisily) gets added
+    repeats as before."""
+    monkeypatch.setattr(matrix, "ensure_data", lambda specs: None)
+    published = loading.load_results([spread_rows(tmp_path, "pub", {"bert-fit": [7.0, 13.0, 10.0, 8.0, 12.0],
+                                                                      "bert-predict": [10.0, 10.1, 9.9, 10.0, 10.05]})])
+    specs = published_specs(published.frame(), None, 5, tmp_path / "data")
+    ran: list = []
+
+    def medians(task, repeat):
+        return {0: 8.8, 1: 11.2}.get(repeat, 10.0) if task == "bert-predict" else 10.0
+
+    cells, looks = rerun_and_judge(published, specs, tmp_path / "results",
+                                   lambda pin_set, refs: StandInEngine(pin_set, refs, medians, ran), {IMAGE.reference},
+                                   tolerance=10.0, fail_above=None, allow_inconclusive=False, repeats=5, max_repeats=15,
+                                   max_added_s=None)
+    by_task = {c.task: c for c in cells}
+    assert looks == 3 and by_task["bert-fit"].rerun_repeats == 5, [c.detail for c in cells]
+    assert by_task["bert-fit"].verdict == verification.INCONCLUSIVE
+    assert "not re-run further: even 15 re-run repeats" in by_task["bert-fit"].detail
+    assert by_task["bert-predict"].rerun_repeats > 5
+
+
+@pytest.mark.parametrize("args, expected", [([], 15), (["--repeats", "20"], 20), (["--max-repeats", "5"], 5)])
+def test_verify_adds_repeats_by_default(tmp_path, monkeypatch, capsys, args, expected):
+    """Issue 30: an inconclusive cell gets more re-runs unless the user says otherwise (--max-repeats = --repeats)."""
+    import sys
+
+    from fwbench.cli.commands import main
+    from fwbench.release import verify as verify_module
+
+    seen = {}
+    monkeypatch.setattr(verify_module, "run_verify", lambda *a, **kw: seen.update(kw) or 0)
+    monkeypatch.setattr(sys, "argv", ["fwbench", "verify", str(tmp_path / "b.tar.gz"), "--out", str(tmp_path / "v"),
+                                      *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code in (0, None) and seen["max_repeats"] == expected, capsys.readouterr().err

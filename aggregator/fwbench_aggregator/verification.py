@@ -23,7 +23,7 @@ only may be allowed, and is still reported). Busy rows (another process or cell 
 only slow a cell: "slower" with a busy re-run, or "faster" with a busy published side, becomes inconclusive.
 Writes verification.md, verification.html and verification.parquet.
 
-The pure core (`Rule`, `judge_arrays`, `look_schedule`, `with_added_repeats`) takes no rows: the benchmark and
+The pure core (`Rule`, `judge_arrays`, `look_schedule`, `decidable_by`, `with_added_repeats`) takes no rows: the benchmark and
 the tests call it with simulated repeat medians.
 """
 
@@ -131,6 +131,24 @@ def look_schedule(initial: int, max_repeats: int) -> list[int]:
     return list(range(initial, max_repeats, initial)) + [max_repeats]
 
 
+def decidable_by(published, rerun, cap: int, rule: Rule):
+    """Whether re-run repeats up to `cap` could still decide inconclusive cells (vectorised; each side as
+    compare.capped_welch's (mean, variance, count) of log repeat medians). Not when, at the cap and the spread
+    measured so far, the interval at the rule's level would be wider than the tolerance band even centred in it,
+    while the estimate lies inside the band (no slower/faster claim in view): the published side's own spread
+    sets that width's floor, and re-runs cannot lower it. Saying no only spends fewer re-runs: the levels are
+    fixed by the schedule, so the error rates hold either way."""
+    from scipy import stats as sps
+
+    log_ratio, _, _ = compare.capped_welch(published, rerun)
+    mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in rerun)
+    _, se, dof = compare.capped_welch(published, (mean_b, var_b, np.maximum(n_b, cap)))
+    half = sps.t.ppf(0.5 + rule.tost_confidence / 2, dof) * se
+    upper, lower = math.log(1 + rule.tolerance_pct / 100), math.log(1 - rule.tolerance_pct / 100)
+    hopeless = (half >= (upper - lower) / 2) & (log_ratio >= lower) & (log_ratio <= upper)
+    return ~hopeless
+
+
 def with_added_repeats(judge: Callable[[], list], add: Callable[[dict[Hashable, int]], None], schedule: list[int],
                        key: Callable[[object], Hashable], time_left: Callable[[], bool] = lambda: True) -> list:
     """The added-repeats loop: judge every cell; give each resolvable (inconclusive) cell re-run repeats up to the
@@ -169,10 +187,12 @@ def _facts(frame: pd.DataFrame) -> dict[CellIdentity, dict]:
 
 def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
            fail_above_pct: float | None = None, allow_inconclusive: bool = False, *, looks: int = 1,
-           alpha: float = DEFAULT_ALPHA) -> list[VerifiedCell]:
+           alpha: float = DEFAULT_ALPHA, max_rerun_repeats: int | None = None) -> list[VerifiedCell]:
     """One VerifiedCell per published cell; `fails` is True for every verdict but "reproduced" (and
     "inconclusive" with allow_inconclusive), and for a cell whose interval lies above +fail_above_pct.
-    `looks`: how many times verify may judge a cell (len(look_schedule(...))); the levels are adjusted for them."""
+    `looks`: how many times verify may judge a cell (len(look_schedule(...))); the levels are adjusted for them.
+    `max_rerun_repeats`: the cap on re-run repeats; an inconclusive cell that the cap cannot decide
+    (decidable_by) is not resolvable and says so."""
     pub_facts, rerun_facts = _facts(published.frame()), _facts(rerun.frame())
     cells, to_judge = [], []
     for row in compare.compare(_without_device(published), _without_device(rerun)):
@@ -198,7 +218,7 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
         cells.append(cell)
     rule = Rule(tolerance_pct, alpha, cells=len(to_judge), looks=looks)
     for cell, row in to_judge:
-        _judge(cell, row, rule)
+        _judge(cell, row, rule, max_rerun_repeats)
     for cell in cells:
         cell.fails = cell.verdict != REPRODUCED and not (cell.verdict == INCONCLUSIVE and allow_inconclusive)
         if fail_above_pct is not None and cell.ratio_low is not None and cell.ratio_low > 1 + fail_above_pct / 100:
@@ -206,7 +226,7 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
     return cells
 
 
-def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule) -> None:
+def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int | None = None) -> None:
     """TOST against [1 - tolerance, 1 + tolerance], family-wise one-sided tests for slower/faster (module doc)."""
     n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
     tolerance = f"tolerance ±{rule.tolerance_pct:g}%"
@@ -238,6 +258,14 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule) -> None:
                             f"{rule.describe()} (more repeats needed)")
         else:
             cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
+        if cap is not None and n_rerun < cap:
+            moments = [(np.log(side).mean(), np.log(side).var(ddof=1), side.size)
+                       for side in (np.asarray(row.a.repeat_medians), np.asarray(row.b.repeat_medians))]
+            if not decidable_by(*moments, cap, rule):
+                cell.resolvable = False
+                cell.detail += (f"; not re-run further: even {cap} re-run repeats would leave the interval wider "
+                                f"than the tolerance at the published side's spread (the publisher needs more repeats"
+                                f" or a quieter machine)")
     _discount_busy(cell, row.a.busy, row.b.busy)
 
 

@@ -93,8 +93,9 @@ def register(app: typer.Typer) -> None:
                                                                             "the report)."),
         max_repeats: Optional[int] = typer.Option(None, "--max-repeats", help="Re-runs an inconclusive cell may get: "
                                                   "batches of --repeats more, judged after each at levels adjusted "
-                                                  "for the looks, e.g. 15 (default: --repeats, none added, one look: "
-                                                  "every look widens the first one's interval)."),
+                                                  "for the looks; none for a cell the cap cannot decide (default: "
+                                                  "15, or --repeats if more; --max-repeats N = --repeats: one look, "
+                                                  "none added)."),
         max_added_minutes: float = typer.Option(120.0, "--max-added-minutes", help="No batch of added re-runs "
                                                 "starts once they have taken this long."),
         fail_above: Optional[float] = typer.Option(None, "--fail-above", help="Exit 1 if a cell is slower than "
@@ -113,11 +114,12 @@ def register(app: typer.Typer) -> None:
         """Check a published bundle's signature and images, re-run its cells in those images, compare, report."""
         from fwbench.release.verify import run_verify
         from fwbench_aggregator.compare import MIN_REPEATS as MIN_VERDICT_REPEATS
+        from fwbench_aggregator.verification import DEFAULT_MAX_REPEATS
 
         if options.repeats < MIN_VERDICT_REPEATS:
             raise _fail(f"--repeats must be at least {MIN_VERDICT_REPEATS}: a verdict needs {MIN_VERDICT_REPEATS} "
                         "repeats a side", 2)
-        max_repeats = options.repeats if max_repeats is None else max_repeats
+        max_repeats = max(DEFAULT_MAX_REPEATS, options.repeats) if max_repeats is None else max_repeats
         if options.repeats > 100 or max_repeats > 100:
             raise _fail("--repeats and --max-repeats must be at most 100", 2)
         if max_repeats < options.repeats:

@@ -191,7 +191,8 @@ def rerun_and_judge(published, specs: list[tuple[str, CellSpec]], results_dir: P
 
     def judge():
         again = _only_released(loading.load_results([results_dir]), references)
-        return verification.verify(published, again, tolerance, fail_above, allow_inconclusive, looks=len(schedule))
+        return verification.verify(published, again, tolerance, fail_above, allow_inconclusive, looks=len(schedule),
+                                   max_rerun_repeats=schedule[-1])
 
     started = time.perf_counter()
 
