@@ -3,8 +3,8 @@ exactly the released images with each published cell's settings, then the compar
 
 Inconclusive cells get more re-run repeats (new repeat indices, through run_matrix with resume) in batches of
 --repeats up to --max-repeats a cell, judged again after each batch at levels adjusted for the number of looks
-(fwbench_aggregator.verification: look_schedule, with_added_repeats); no batch starts once the added re-runs have
-taken --max-added-minutes.
+(fwbench_aggregator.verification: look_schedule, with_added_repeats), except a cell the cap cannot decide
+(decidable_by); no batch starts once the added re-runs have taken --max-added-minutes.
 """
 
 from __future__ import annotations
