@@ -270,11 +270,16 @@ def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
     so a small side whose variance happens to come out low cannot buy itself extra degrees of freedom: plain
     Welch-Satterthwaite let false alarms multiply at 10 vs 3 repeats under Holm's small per-cell alpha.
     None when both sides' repeats are identical: no spread to test against (undefined, never p = 0)."""
-    la, lb = np.log(a), np.log(b)
-    log_ratio, se, dof = capped_welch((la.mean(), la.var(ddof=1), la.size), (lb.mean(), lb.var(ddof=1), lb.size))
+    log_ratio, se, dof = capped_welch(log_moments(a), log_moments(b))
     if se == 0:
         return None
     return LogRatioTest(float(log_ratio), float(se), float(dof))
+
+
+def log_moments(values) -> tuple[float, float, int]:
+    """One side's (mean, variance (ddof 1), size) of the log of its values: what capped_welch takes."""
+    logs = np.log(np.asarray(values, dtype=float))
+    return float(logs.mean()), float(logs.var(ddof=1)), int(logs.size)
 
 
 def capped_welch(side_a, side_b):

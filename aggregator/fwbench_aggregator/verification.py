@@ -140,8 +140,8 @@ def decidable_by(published, rerun, cap: int, rule: Rule):
     fixed by the schedule, so the error rates hold either way."""
     from scipy import stats as sps
 
-    log_ratio, _, _ = compare.capped_welch(published, rerun)
     mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in rerun)
+    log_ratio = mean_b - np.asarray(published[0], dtype=float)
     _, se, dof = compare.capped_welch(published, (mean_b, var_b, np.maximum(n_b, cap)))
     half = sps.t.ppf(0.5 + rule.tost_confidence / 2, dof) * se
     upper, lower = math.log(1 + rule.tolerance_pct / 100), math.log(1 - rule.tolerance_pct / 100)
@@ -259,9 +259,8 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
         else:
             cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
         if cap is not None and n_rerun < cap:
-            moments = [(np.log(side).mean(), np.log(side).var(ddof=1), side.size)
-                       for side in (np.asarray(row.a.repeat_medians), np.asarray(row.b.repeat_medians))]
-            if not decidable_by(*moments, cap, rule):
+            if not decidable_by(compare.log_moments(row.a.repeat_medians), compare.log_moments(row.b.repeat_medians),
+                                cap, rule):
                 cell.resolvable = False
                 cell.detail += (f"; not re-run further: even {cap} re-run repeats would leave the interval wider "
                                 f"than the tolerance at the published side's spread (the publisher needs more repeats"
