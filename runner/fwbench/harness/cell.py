@@ -388,7 +388,8 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
         # The switches Keras reads from the environment (backend, legacy Keras, GPU allocation, JAX's device).
         extra["keras_environment"] = {key: os.environ.get(key) for key in KERAS_ENVIRONMENT}
     result.update(built.ctx.reported)
-    if spec.devices > 1:
+    # ranks.merge keeps rank 0's: the other ranks of a torch cell need not read NVML or run nvidia-smi again.
+    if spec.devices > 1 and not ranks.local_rank():
         result.update(_interconnect(spec, backend, result.get("comm_backend"), extra))
     _check_precision(spec, built.workload.task.model, result)
     if built.workload.task.kind == "fit":
