@@ -14,7 +14,11 @@ reads its row, or reads the rows the kit's runs left:
   busy               a competing GPU process marks the row busy
   energy             the energy columns are filled wherever the window was long enough for NVML's counter
 
-A check that needs a GPU says SKIP on a machine without one. Lines go to stdout and to checks.txt.
+A check that needs a GPU says SKIP on a machine without one, and so does a check the window's time cannot fit (it
+runs in the next window). In a window (run_kit.py window) the checks that run cells come first, at `tiny` sizes,
+cheapest first, within their share of the window; the checks over rows come last, over every row the window
+left. Each line goes to stdout, to checks.txt and to kit-state.json as soon as its check ends; a later window
+re-runs only the cell checks that have not passed.
 
 What one GPU without Docker cannot prove, and so no check here claims (on a host with several GPUs the check above
 does see each cell's share, for the kit's own placement): that a cell sees one GPU when the host has several
@@ -50,33 +54,102 @@ COMPETITOR = ("import sys, time, torch\n"
               "    (x @ x).sum().item()\n")
 
 
+# Estimated seconds of a check's cells on a GPU host (tiny sizes: the process start, imports and CUDA set-up
+# dominate; a reduce-overhead cell adds its compile). A check starts only if this much of its share is left.
+PLAIN_CELL_S, COMPILED_CELL_S = 15.0, 75.0
+CELL_CHECKS = (("per-step sync", "sync", 2 * PLAIN_CELL_S), ("TF32 recorded as set", "tf32", 2 * PLAIN_CELL_S),
+               ("competing GPU process marks rows busy", "busy", PLAIN_CELL_S),
+               ("reduce-overhead replays CUDA graphs", "cuda_graph_cell", COMPILED_CELL_S),
+               ("compiled Trainer fit runs", "compiled_trainer", COMPILED_CELL_S))
+
+
 def on_gpu() -> bool:
     from fwbench.harness.envinfo import nvml_info
 
     return bool(nvml_info().get("gpu_names"))
 
 
+class OutOfTime(Exception):
+    """A check's cell was cut by the window's time, not by anything it measured."""
+
+
 class Checks:
-    def __init__(self, args):
+    def __init__(self, args, *, state=None, time_left=None, on_line=None):
+        """state: the kit's KitState (verdicts are recorded there); time_left: seconds this phase may still use
+        (None: unbounded); on_line: called after each verdict (the window exports then)."""
         self.args, self.lines, self.failed = args, [], False
         self.folder = args.out / "checks"
         self.gpu = on_gpu()
+        self.state, self.time_left, self.on_line = state, time_left, on_line
+        self.rows: list[dict] = []  # the rows of this window's check cells
+        self.cuda_graph_row: dict | None = None
+        self.sync_row: dict | None = None
 
     def say(self, verdict: str, name: str, detail: str) -> None:
         self.failed |= verdict == "FAIL"
         line = f"{verdict:<4} {name}: {detail}"
         self.lines.append(line)
         print(line, flush=True)
+        if self.state is not None:
+            from datetime import datetime, timezone
+
+            self.state.record_check(name, verdict, detail, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        write_atomically(self.args.out / "checks.txt", "\n".join(self.lines) + "\n")
+        if self.on_line is not None:
+            self.on_line()
 
     def cell(self, name: str, mode: str = "none", extra: list[str] | None = None, *,
-             preset: str | None = None, task: str | None = None, precision: str = "published") -> dict | None:
+             preset: str | None = None, task: str | None = None, precision: str = "published",
+             steps: int | None = None) -> dict | None:
         """precision: what the cell's options amount to (--tf32 on is tf32), so that its row is found."""
         rows = self.folder / name
         if rows.exists():
             shutil.rmtree(rows)  # a check measures now, never an earlier row
-        unit = Unit("native-torch", mode, task or self.args.task, 0, precision)
-        row = run_kit.run_unit(unit, self.args, self.args.cell_timeout, extra, rows=rows, preset=preset)
+        unit = Unit("native-torch", mode, task or self.args.task, 0, precision, steps=steps)
+        timeout = self.args.cell_timeout
+        if self.time_left is not None:
+            timeout = min(timeout, self.time_left() - run_kit.UNIT_OVERHEAD_S)
+            if timeout < 10:
+                raise OutOfTime(f"{name}: no time left in this window")
+        row = run_kit.run_unit(unit, self.args, timeout, extra, rows=rows, preset=preset)
+        if row and row.get("status") == "timeout" and timeout < self.args.cell_timeout:
+            raise OutOfTime(f"{name}: cut at {timeout:.0f} s by the window's time")
+        if row:
+            self.rows.append(row)
         return row
+
+    def run_cell_checks(self, names: set[str] | None = None) -> None:
+        """The checks that run cells, cheapest first, each only if its estimate fits what is left; one that has
+        passed in an earlier window (kit-state.json) is not run again but for `names` asked for."""
+        for name, method, estimate_s in CELL_CHECKS:
+            if names is None and self.state is not None and self.state.passed(name):
+                earlier = self.state.checks[name]
+                self.lines.append(f"PASS {name}: in an earlier window ({earlier.get('at')}): {earlier.get('detail')}")
+                continue
+            if names is not None and name not in names:
+                continue
+            if self.gpu and self.time_left is not None and self.time_left() < estimate_s:
+                self.say("SKIP", name, f"not run: about {estimate_s:.0f} s needed, {max(self.time_left(), 0):.0f} s "
+                                       "left of the checks' share of this window (it runs in the next window)")
+                continue
+            try:
+                getattr(self, method)()
+            except OutOfTime as exc:
+                self.say("SKIP", name, f"{exc} (it runs in the next window)")
+            except Exception as exc:  # noqa: BLE001 - a broken check is a FAIL line, never a lost window
+                self.say("FAIL", name, f"the check itself raised {type(exc).__name__}: {str(exc)[:300]}")
+
+    def run_row_checks(self, kit_rows: list[dict]) -> None:
+        """The checks over rows: this window's check cells and every row of the kit's cells."""
+        rows = self.rows + kit_rows
+        for name, check in (("compiled kit rows replay CUDA graphs", lambda: self.cuda_graphs(kit_rows)),
+                            ("each row ran on its own GPUs", lambda: self.gpus_by_uuid(rows)),
+                            ("peak memory filled", lambda: self.peak_memory(rows)),
+                            ("energy columns", lambda: self.energy(rows))):
+            try:
+                check()
+            except Exception as exc:  # noqa: BLE001
+                self.say("FAIL", name, f"the check itself raised {type(exc).__name__}: {str(exc)[:300]}")
 
     @staticmethod
     def ok(row: dict | None) -> bool:
@@ -95,9 +168,8 @@ class Checks:
             # Not run: on a CPU the verdict can only be SKIP (the harness's sync is tested on the CPU elsewhere).
             self.say("SKIP", "per-step sync", "no GPU (a CPU sync waits for nothing): not run")
             return None
-        steps = ["--steps", str(SYNC_STEPS)]  # the CLI takes an option's last value
-        synced = self.cell("sync-on", extra=steps, preset="tiny")
-        unsynced = self.cell("sync-off", extra=[*steps, "--no-per-step-sync"], preset="tiny")
+        synced = self.sync_row = self.cell("sync-on", preset="tiny", steps=SYNC_STEPS)
+        unsynced = self.cell("sync-off", extra=["--no-per-step-sync"], preset="tiny", steps=SYNC_STEPS)
         if not (self.ok(synced) and self.ok(unsynced)):
             self.say("FAIL", "per-step sync", f"synced {self.why(synced)}; unsynced {self.why(unsynced)}")
             return synced
@@ -122,8 +194,11 @@ class Checks:
         expected = {"default": (False, True), "on": (True, True), "off": (False, False)}  # (matmul, conv)
         details, wrong = [], []
         for setting, (matmul, conv) in expected.items():
-            row = self.cell(f"tf32-{setting}", extra=["--tf32", setting], preset="tiny",
-                            precision=TF32_AS_PRECISION[setting])
+            if setting == "default" and self.ok(self.sync_row):
+                row = self.sync_row  # the per-step sync check's synced cell ran at --tf32 default: one cell less
+            else:
+                row = self.cell(f"tf32-{setting}", extra=["--tf32", setting], preset="tiny",
+                                precision=TF32_AS_PRECISION[setting])
             if not self.ok(row):
                 wrong.append(f"--tf32 {setting}: {self.why(row)}")
                 continue
@@ -189,29 +264,46 @@ class Checks:
         detail = f"{len(ok) - len(problems)} of {len(ok)} ok rows" + (": " + "; ".join(problems[:5]) if problems else "")
         self.say("FAIL" if problems or not ok else "PASS", name, detail)
 
-    def cuda_graphs(self, rows_of_the_kit: list[dict]) -> dict | None:
-        """Its own bert-predict cell replays CUDA graphs, and every compiled (reduce-overhead) kit row says its
-        compile took effect (compiled graphs, no skips, a CUDA-graph replay per timed step)."""
+    @staticmethod
+    def graphs_in_effect(row: dict) -> str | None:
+        """None where a compiled row replayed CUDA graphs as it should, else what it says instead."""
+        if row.get("compile_took_effect") is True:
+            return None
+        return (f"{row.get('cell_id')} (compiled_graphs={row.get('compiled_graphs')}, "
+                f"cudagraph_skips={row.get('cudagraph_skips')}, cudagraph_replays={row.get('cudagraph_replays')}, "
+                f"timed_steps={row.get('timed_steps')}, compile_took_effect={row.get('compile_took_effect')})")
+
+    def cuda_graph_cell(self) -> dict | None:
+        """Its own bert-predict cell at tiny, compiled reduce-overhead, replays CUDA graphs (compiled graphs, no
+        skips, a CUDA-graph replay per timed step)."""
         name = "reduce-overhead replays CUDA graphs"
         if not self.gpu:
             # Not run: on a CPU the verdict can only be SKIP, and the compile alone (inductor's C++ build) would
-            # cost a minute of the kit's CPU test. The kit's own runs compile reduce-overhead on the GPU host.
+            # cost a minute of the kit's CPU test.
             self.say("SKIP", name, "no GPU (CUDA graphs need one): not run")
             return None
-        row = self.cell("reduce-overhead", mode="reduce-overhead")
-        problems = [] if self.ok(row) else [f"its own cell: {self.why(row)}"]
+        row = self.cuda_graph_row = self.cell("reduce-overhead", mode="reduce-overhead", preset="tiny")
+        if not self.ok(row):
+            self.say("FAIL", name, f"its own cell: {self.why(row)}")
+        else:
+            problem = self.graphs_in_effect(row)
+            self.say("FAIL" if problem else "PASS", name, f"not in effect: {problem}" if problem else
+                     f"{row.get('cudagraph_replays')} replays over {row.get('timed_steps')} timed steps, "
+                     f"{row.get('compiled_graphs')} compiled graphs, no skips")
+        return row
+
+    def cuda_graphs(self, rows_of_the_kit: list[dict]) -> None:
+        """Every compiled (reduce-overhead) ok kit row says its compile took effect."""
+        name = "compiled kit rows replay CUDA graphs"
+        if not self.gpu:
+            return self.say("SKIP", name, "no GPU (CUDA graphs need one)")
         compiled = [r for r in rows_of_the_kit if self.ok(r) and r.get("compile_mode") == "reduce-overhead"]
-        for checked in ([row] if self.ok(row) else []) + compiled:
-            if checked.get("compile_took_effect") is not True:
-                problems.append(f"{checked.get('cell_id')} (compiled_graphs={checked.get('compiled_graphs')}, "
-                                f"cudagraph_skips={checked.get('cudagraph_skips')}, "
-                                f"cudagraph_replays={checked.get('cudagraph_replays')}, "
-                                f"timed_steps={checked.get('timed_steps')}, "
-                                f"compile_took_effect={checked.get('compile_took_effect')})")
-        detail = (f"its own cell and {len(compiled)} compiled kit rows; "
+        if not compiled:
+            return self.say("SKIP", name, "no ok reduce-overhead kit row yet")
+        problems = [problem for row in compiled if (problem := self.graphs_in_effect(row))]
+        detail = (f"{len(compiled)} compiled kit rows; "
                   + ("not in effect: " + "; ".join(problems) if problems else "all replayed CUDA graphs"))
         self.say("FAIL" if problems else "PASS", name, detail)
-        return row
 
     def peak_memory(self, rows: list[dict]) -> None:
         ok = [row for row in rows if self.ok(row)]
@@ -234,7 +326,7 @@ class Checks:
             if not ready:
                 return self.say("FAIL", "competing GPU process marks rows busy", "the competitor did not start")
             time.sleep(2)
-            row = self.cell("busy")
+            row = self.cell("busy", preset="tiny")
         finally:
             competitor.terminate()
             competitor.wait(timeout=30)
@@ -267,25 +359,3 @@ def kit_rows(out: Path) -> list[dict]:
     from fwbench.core.results import read_row
 
     return [row for path in sorted((out / "rows").rglob("*.parquet")) if (row := read_row(path))]
-
-
-def run_checks(args) -> int:
-    args.out.mkdir(parents=True, exist_ok=True)
-    run_kit.run_doctor(args)
-    run_kit.install(args.wheels, args.site)
-    checks = Checks(args)
-    print(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}: native-torch "
-          f"{args.task} at {args.preset}", flush=True)
-    rows = [checks.sync()]
-    checks.tf32()
-    rows.append(checks.compiled_trainer())
-    rows.append(checks.cuda_graphs(kit_rows(args.out)))
-    checks.busy()
-    rows = [row for row in rows if row] + kit_rows(args.out)
-    checks.gpus_by_uuid(rows)
-    checks.peak_memory(rows)
-    checks.energy(rows)
-    write_atomically(args.out / "checks.txt", "\n".join(checks.lines) + "\n")
-    if args.export:
-        run_kit.export(args)
-    return 1 if checks.failed else 0

@@ -27,8 +27,18 @@ LOCK = HERE / "wheelhouse.lock.json"
 KIT_STACKS = ("native-torch", "keras3-jax", "keras3-torch")
 
 
+# Where log() also appends its lines (the kit's kit.log, beside the cells' output), once the kit has set it.
+LOG_PATH: Path | None = None
+# Written here by `run_kit.py prepare` (git rev-parse), carried to the host: its copy of the repository has no .git.
+SOURCE = REPO / ".gpu-kit" / "source.json"
+
+
 def log(message: str) -> None:
-    print(f"[kit {datetime.now(timezone.utc):%H:%M:%S}] {message}", flush=True)
+    line = f"[kit {datetime.now(timezone.utc):%H:%M:%S}] {message}"
+    print(line, flush=True)
+    if LOG_PATH is not None:
+        with open(LOG_PATH, "a") as handle:
+            handle.write(line + "\n")
 
 
 # -- install -----------------------------------------------------------------------------------------
@@ -46,11 +56,15 @@ def sha256(path: Path) -> str:
 
 
 def locked_wheels() -> list[dict]:
+    return locked_wheels_for(python_tag())
+
+
+def locked_wheels_for(tag: str) -> list[dict]:
     lock = json.loads(LOCK.read_text())
-    if python_tag() not in lock:
-        raise KitError(f"{LOCK.name} has no wheels for {python_tag()} (it has {', '.join(sorted(lock))}): "
-                       f"make_wheelhouse.py --python-version {sys.version_info.major}.{sys.version_info.minor}")
-    return lock[python_tag()]
+    if tag not in lock:
+        raise KitError(f"{LOCK.name} has no wheels for {tag} (it has {', '.join(sorted(lock))}): "
+                       f"make_wheelhouse.py --python-version {tag[2]}.{tag[3:]}")
+    return lock[tag]
 
 
 def install(wheels: Path, site: Path) -> None:
@@ -165,7 +179,7 @@ def record_host(out: Path, site: Path) -> dict:
         "python_executable": sys.executable, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "nvml": nvml_info(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "usable_gpus": usable_gpu_count(),
-        "git_revision": _git_revision(), "wheelhouse": locked_wheels(),
+        **source_revision(), "wheelhouse": locked_wheels(),
         "versions": dict(sorted(versions.items())), "differences_from_current_pins": pin_differences(versions),
     }
     write_atomically(out / "host.json", json.dumps(facts, indent=2) + "\n")
@@ -179,10 +193,30 @@ def record_host(out: Path, site: Path) -> dict:
     return facts
 
 
-def _git_revision() -> str | None:
-    try:  # the host may have no git, and the copy of the repository no .git
-        done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
+def git_source() -> dict:
+    """This checkout's commit and whether files differ from it (None where there is no git or no .git)."""
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO), *argv], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    revision, changes = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    return {"git_revision": revision.strip() if revision else None,
+            "git_dirty": None if changes is None else bool(changes.strip())}
+
+
+def source_revision() -> dict:
+    """The commit the kit runs: git's where the repository has its .git, else what `prepare` wrote beside the
+    wheelhouse (the host's copy has none), else FWBENCH_GIT_REVISION; with where it was read."""
+    found = git_source()
+    if found["git_revision"]:
+        return {**found, "git_revision_from": "git"}
+    if SOURCE.is_file():
+        saved = json.loads(SOURCE.read_text())
+        return {"git_revision": saved.get("git_revision"), "git_dirty": saved.get("git_dirty"),
+                "git_revision_from": f"{SOURCE.name} (prepared {saved.get('prepared_at')})"}
+    revision = os.environ.get("FWBENCH_GIT_REVISION")
+    return {"git_revision": revision, "git_dirty": None,
+            "git_revision_from": "FWBENCH_GIT_REVISION" if revision else "nowhere (no .git, no source.json)"}

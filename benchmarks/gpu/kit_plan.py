@@ -1,17 +1,25 @@
-"""Which cells the GPU kit runs, in which order, and what it knows of each one already (kit-state.json).
+"""Which cells the GPU kit runs, in which order, with how many timed steps, what each is expected to cost, and
+what each came to already (kit-state.json).
 
-A unit is one repeat of one cell: (stack, compile mode, task, repeat, precision, devices). The order is the
-issue's: BERT, SAM, SD, Gemma, Mistral, each task across the variants, every cell once before any is repeated, so
-that a run cut short still covers as many cells as it can; and every `published` unit before any at another
-precision (bf16 by default: the precision users would train and serve at), which runs when the time allows. On a
-host with several GPUs the data-parallel fits (bert-fit) also run on all of them (`--devices N`), after the first
-precision's one-device units: the published table comes first, its scaling next, other precisions last.
+A unit is one repeat of one cell: (stack, compile mode, task, repeat, precision, devices, timed steps). The order
+gives the most published ratios per device-second: the short predict cells of BERT and SAM on the uncompiled
+variants (native-torch `none`, keras3-jax, keras3-torch), then native-torch's compiled variants of them, then the
+fits, then Stable Diffusion, then the LLMs; every cell once before any is repeated, every `published` unit before any
+at another precision (bf16 by default), and on a host with several GPUs the data-parallel fits (bert-fit) on all of
+them after the first precision's one-device units.
+
+At `paper` a cell whose published timed window would not fit a window's share gets fewer timed steps (the same
+for every stack of a task, so the stacks stay comparable): `--steps N` on the command line, `timed_steps` on the
+row, a cell identity of its own.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 # (stack, compile mode) in the order each task runs them.
@@ -42,6 +50,7 @@ class Unit:
     repeat: int
     precision: str = "published"
     devices: int = 1  # fwbench run --devices: data-parallel on this many GPUs
+    steps: int | None = None  # fwbench run --steps: a shortened timed window; None: the preset's default
 
     @property
     def key(self) -> str:
@@ -49,10 +58,11 @@ class Unit:
 
     @property
     def cell_key(self) -> str:
-        # A published one-device unit keeps the key it had before precisions and devices: an older kit-state.json
-        # still resumes.
+        # A published one-device unit at the preset's steps keeps the key it had before precisions, devices and
+        # steps: an older kit-state.json still resumes.
         at = "" if self.precision == "published" else f"@{self.precision}"
         at += "" if self.devices == 1 else f"@devices-{self.devices}"
+        at += "" if self.steps is None else f"@steps-{self.steps}"
         return f"{self.stack}/{self.compile_mode}/{self.task}{at}"
 
 
@@ -122,15 +132,33 @@ def scaling_note(gpus: int, variants: list[tuple[str, str]], tasks: list[str]) -
             + ", ".join(f"{stack} [{mode}]" for stack, mode in scaling_variants(variants)))
 
 
+# -- order ------------------------------------------------------------------------------------------
+
+def priority(task: str, stack: str, compile_mode: str) -> int:
+    """Lower runs first: the short predict cells of BERT and SAM on the uncompiled variants give the most published
+    ratios per second; native-torch's compiled variants of them next (a compile costs a minute or more), then the
+    fits, then Stable Diffusion, then the LLMs (whose random-weight build alone takes a minute)."""
+    from fwbench.core import registry
+
+    spec = registry.get_task(task)
+    if spec.model in ("bert", "sam"):
+        if spec.kind == "predict":
+            return 1 if stack == "native-torch" and compile_mode != "none" else 0
+        return 2
+    return 3 if spec.model == "stable_diffusion" else 4
+
+
 def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
                broken_stacks: dict[str, str] | None = None,
-               precisions: list[str] | tuple[str, ...] = ("published",), gpus: int = 1
-               ) -> tuple[list[Unit], list[str]]:
+               precisions: list[str] | tuple[str, ...] = ("published",), gpus: int = 1, *,
+               steps: dict[str, int | None] | None = None) -> tuple[list[Unit], list[str]]:
     """Every unit in run order, and a line per cell left out (with the reason). broken_stacks: stack -> why it
-    cannot run on this host (its imports fail): its cells are left out, the others run. Each precision's units
-    come after the previous precision's, all repeats included. gpus: the host's usable GPUs; with more than one,
-    the data-parallel fits also run on all of them, at the first precision, right after its one-device units."""
-    broken_stacks = broken_stacks or {}
+    cannot run on this host (its imports fail): its cells are left out, the others run. Within one precision and
+    repeat, units go by `priority`, then task, then variant, in the order given; each precision's units come after
+    the previous precision's, all repeats included. gpus: the host's usable GPUs; with more than one, the
+    data-parallel fits also run on all of them, at the first precision, right after its one-device units.
+    steps: task -> its shortened timed steps (`window_steps`), None or absent for the preset's."""
+    broken_stacks, steps = broken_stacks or {}, steps or {}
     units, left_out = [], []
     for stack, mode in variants:
         if stack in broken_stacks:
@@ -139,19 +167,89 @@ def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
         for stack, mode in variants:
             if (stack, task) in NOT_ON_THIS_HOST and stack not in broken_stacks:
                 left_out.append(f"{stack} [{mode}] {task}: {NOT_ON_THIS_HOST[(stack, task)]}")
+
+    def runnable_here(stack: str, task: str) -> bool:
+        return (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks
+
+    cells = sorted(((task, stack, mode) for task in tasks for stack, mode in variants if runnable_here(stack, task)),
+                   key=lambda cell: priority(*cell))  # stable: task, then variant order within a priority
     for index, precision in enumerate(precisions):
         for repeat in range(repeats):
-            for task in tasks:
-                for stack, mode in variants:
-                    if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
-                        units.append(Unit(stack, mode, task, repeat, precision))
+            units += [Unit(stack, mode, task, repeat, precision, 1, steps.get(task)) for task, stack, mode in cells]
         if index == 0 and gpus > 1:
             for repeat in range(repeats):
                 for task in scaling_tasks(variants, tasks):
                     for stack, mode in scaling_variants(variants):
-                        if (stack, task) not in NOT_ON_THIS_HOST and stack not in broken_stacks:
-                            units.append(Unit(stack, mode, task, repeat, precision, gpus))
+                        if runnable_here(stack, task):
+                            units.append(Unit(stack, mode, task, repeat, precision, gpus, steps.get(task)))
     return units, left_out
+
+
+# -- timed steps and cost estimates ----------------------------------------------------------------------
+# Estimates for planning a window, not measurements: the published A100 step times scaled by H100_PER_A100 (an
+# H100 runs these cells about 1.5-3x faster than an A100; the smaller speed-up keeps the plan on the safe side),
+# plus what a cell process costs before its first timed step. The kit replaces them with a cell's measured wall
+# time once it has run (kit-state.json).
+H100_PER_A100 = 0.6
+# Interpreter, imports, CUDA initialisation and the data check, per stack (keras3-jax: XLA's compile as well).
+STARTUP_S = {"native-torch": 15.0, "keras3-jax": 40.0, "keras3-torch": 25.0}
+# torch.compile's first step beyond that, per native compile mode.
+COMPILE_S = {"none": 0.0, "reduce-overhead": 60.0, "default": 60.0, "max-autotune": 300.0}
+# Building the model with random weights, per model at `paper` (7B-parameter LLMs take the longest).
+BUILD_S = {"bert": 5.0, "sam": 15.0, "stable_diffusion": 25.0, "gemma": 60.0, "mistral": 90.0}
+# Off `paper` (the CPU test's `tiny`): no published times to scale; a step is taken as this long.
+OTHER_PRESET_STEP_S = 0.05
+MIN_TIMED_STEPS = 5
+DEFAULT_TIMED_WINDOW_S = 15.0
+
+
+@lru_cache(maxsize=None)
+def published_step_s(task: str) -> dict[str, float]:
+    """(stack/compile) -> the published A100 seconds per step of this task (fwbench's copy of the keras.io table)."""
+    from fwbench.core import registry
+
+    spec = registry.get_task(task)
+    path = Path(__file__).resolve().parents[2] / "aggregator" / "fwbench_aggregator" / "data" / \
+        "keras-io-benchmarks-a100.csv"
+    found = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["page_version"] != "v2-2024-04-03" or (row["model"], row["task"]) != (spec.model, spec.kind):
+                continue
+            if int(row["batch_size"]) == spec.batch["paper"]:
+                found[f"{row['stack']}/{row['compile']}"] = float(row["ms_per_step"]) / 1000
+    return found
+
+
+def window_steps(task: str, preset: str, timed_window_s: float) -> int | None:
+    """The timed steps a window gives this task: None (the preset's own) off `paper`, or where the preset's steps
+    fit `timed_window_s` at the slowest published stack's estimated step; else as many as fit, at least
+    MIN_TIMED_STEPS. One number per task, whichever stacks run, so that the stacks of a task stay comparable."""
+    from fwbench.core import registry
+
+    default = registry.default_steps(task, preset)
+    published = published_step_s(task)
+    if preset != "paper" or timed_window_s <= 0 or not published:
+        return None
+    steps = max(MIN_TIMED_STEPS, math.floor(timed_window_s / (max(published.values()) * H100_PER_A100)))
+    return None if steps >= default else steps
+
+
+def estimate_s(unit: Unit, preset: str) -> float:
+    """Seconds one unit is expected to take, from its process start to its row (an estimate: see above)."""
+    from fwbench.core import registry
+
+    steps = unit.steps or registry.default_steps(unit.task, preset)
+    warmup = registry.get_preset(preset).warmup
+    if preset == "paper":
+        published = published_step_s(unit.task)
+        step_s = published.get(f"{unit.stack}/{unit.compile_mode}", max(published.values(), default=1.0))
+        step_s *= H100_PER_A100
+        build_s = BUILD_S.get(registry.get_task(unit.task).model, 30.0)
+    else:
+        step_s, build_s = OTHER_PRESET_STEP_S, 0.0
+    return (STARTUP_S.get(unit.stack, 30.0) + COMPILE_S.get(unit.compile_mode, 0.0) + build_s
+            + (warmup + 1 + steps) * step_s)
 
 
 class KitState:
@@ -162,7 +260,10 @@ class KitState:
 
     def __init__(self, path: Path):
         self.path = path
-        self.units: dict[str, dict] = json.loads(path.read_text()).get("units", {}) if path.is_file() else {}
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        self.units: dict[str, dict] = saved.get("units", {})
+        # GPU check -> its last verdict, detail and when (a later window re-runs only what has not passed).
+        self.checks: dict[str, dict] = saved.get("checks", {})
 
     def status(self, unit: Unit) -> str | None:
         return (self.units.get(unit.key) or {}).get("status")
@@ -184,8 +285,19 @@ class KitState:
             return False
         if unit.repeat == 0:
             return True
-        previous = Unit(unit.stack, unit.compile_mode, unit.task, unit.repeat - 1, unit.precision)
-        return self.status(previous) == "ok"
+        # The same cell's previous repeat: every field but the repeat (its devices and steps included).
+        return self.status(replace(unit, repeat=unit.repeat - 1)) == "ok"
+
+    def pending(self, units: list[Unit], retry_failed: bool) -> list[Unit]:
+        """The units still to run, those a window's budget cut first (they were next when the last one ended)."""
+        runnable = [unit for unit in units if self.runnable(unit, retry_failed)]
+        return sorted(runnable, key=lambda unit: self.status(unit) != "budget-cut")
+
+    def record_check(self, name: str, verdict: str, detail: str, when: str) -> None:
+        self.checks[name] = {"verdict": verdict, "detail": detail, "at": when}
+
+    def passed(self, name: str) -> bool:
+        return (self.checks.get(name) or {}).get("verdict") == "PASS"
 
     def to_json(self) -> str:
-        return json.dumps({"units": self.units}, indent=2, sort_keys=True) + "\n"
+        return json.dumps({"units": self.units, "checks": self.checks}, indent=2, sort_keys=True) + "\n"

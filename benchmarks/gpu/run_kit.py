@@ -1,30 +1,36 @@
-"""The GPU kit, on the offline host: install the wheelhouse, record the host, run cells in chunks that fit a
-time budget (resuming where the last chunk stopped), aggregate a report, and run the GPU checks.
+"""The GPU kit: one command per GPU window on an offline host. It installs the wheelhouse, records the host, runs the
+GPU checks at `tiny` sizes, then the `paper` cells in priority order while they fit the window's budget, checks the
+rows, aggregates a report, and always leaves the few files worth bringing back, whatever failed. The next window
+restores them and goes on.
 
-Runs with the host's own Python (no fwbench install: this checkout's runner/ and aggregator/ go on
-PYTHONPATH; the wheels are installed with --no-index --no-deps into .gpu-kit/site, also on PYTHONPATH):
+Runs with the host's own Python (no fwbench install: this checkout's runner/ and aggregator/ go on PYTHONPATH; the
+wheels are installed with --no-index --no-deps into .gpu-kit/site, also on PYTHONPATH):
 
-    python3 benchmarks/gpu/run_kit.py run --budget-s 540 --export "$OUT"    # one chunk; call again to continue
-    python3 benchmarks/gpu/run_kit.py checks --export "$OUT"                # the GPU checks, a line each
-    python3 benchmarks/gpu/run_kit.py status                                # units done / left
-    python3 benchmarks/gpu/run_kit.py restore rows.tar.gz                   # continue on a fresh machine
-    python3 benchmarks/gpu/run_kit.py publish                               # -> benchmarks/results/<date>-<gpu>/
+    python benchmarks/gpu/run_kit.py prepare                                # here: wheelhouse check, source.json
+    python3 benchmarks/gpu/run_kit.py window --budget-s 540 --export "$OUT"  # there: one window
+    python3 benchmarks/gpu/run_kit.py status                                 # units done and left, device minutes
+    python3 benchmarks/gpu/run_kit.py restore EXPORT_DIR_OR_RESULTS_DIR      # continue where a window stopped
+    python3 benchmarks/gpu/run_kit.py publish                                # -> benchmarks/results/<date>-<gpu>/
 
-Everything goes under one folder (--out, default .gpu-kit/out): rows/ (one Parquet row per cell-repeat),
-report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt, doctor.txt (`fwbench doctor`, run first by `run`
-and `checks`). --export DIR copies the few files worth
-bringing back (rows packed into rows.tar.gz) into DIR.
+Everything goes under one folder (--out, default .gpu-kit/out): rows/ (one Parquet row per cell-repeat), checks/
+(the check cells' rows), report/, host.json, nvidia-smi.txt, kit-state.json, checks.txt, doctor.txt, kit.log.
+--export DIR receives the 8 files worth bringing back (rows and check rows packed into rows.tar.gz), after every
+step of the window, so a window killed at its time limit still brings back what it did.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,18 +39,33 @@ sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(HERE)]
 
 from fwbench.core.atomic import write_atomically  # noqa: E402
 
+import kit_install  # noqa: E402
 import kit_plan  # noqa: E402
 from kit_install import (FWBENCH_MODULES, broken_stacks, check_imports, install, kit_environment,  # noqa: E402
                          log, record_host, usable_gpu_count)
 from kit_plan import KitError, KitState, Unit  # noqa: E402
 
 KIT = REPO / ".gpu-kit"
+RESULTS = REPO / "benchmarks" / "results"
 # Seconds a unit needs beyond its cell's timeout: the CLI's start, the data check, writing the row.
 UNIT_OVERHEAD_S = 20.0
 # A repeat of a cell that already ran ok is expected to take about as long again: it starts only if this many
 # times its wall time (at least MIN_REPEAT_S) is left.
 REPEAT_FACTOR, MIN_REPEAT_S = 1.5, 30.0
-DOCTOR_TIMEOUT_S = 600
+# The files a window brings back (the host returns at most 8).
+EXPORTED = ("rows.tar.gz", "report.md", "host.json", "nvidia-smi.txt", "kit-state.json", "checks.txt", "doctor.txt",
+            "kit.log")
+ROW_FOLDERS = ("rows", "checks")  # packed into rows.tar.gz: the cells' rows and the check cells' rows
+
+
+class Deadline:
+    """Seconds left of a window's budget, on the monotonic clock."""
+
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
 
 
 # -- running units -----------------------------------------------------------------------------------
@@ -58,18 +79,21 @@ def unit_row(rows: Path, preset: str, unit: Unit) -> dict | None:
 
 
 def unit_row_paths(rows: Path, preset: str, unit: Unit) -> list[Path]:
-    """The unit's row files, oldest first: those of its cell and repeat at its precision and devices (read from
-    each row: a bf16 or --devices N row's file name differs from the one-device published one's only by a token)."""
-    from fwbench.core import precision
+    """The unit's row files, oldest first: those of its cell and repeat at its precision, devices and timed steps
+    (read from each row: such a row's file name differs from the default one's only by a token)."""
+    from fwbench.core import precision, registry
     from fwbench.core.identity import CellIdentity
     from fwbench.core.results import read_row
 
     folder = rows / preset / unit.stack
     paths = sorted(folder.glob(f"{unit.task}.compile-{unit.compile_mode}*.r{unit.repeat}.parquet"),
                    key=lambda path: path.stat().st_mtime)
+    steps = unit.steps or registry.default_steps(unit.task, preset)
+
     rows_read = [(path, read_row(path)) for path in paths]
     return [path for path, row in rows_read if row is not None and precision.of_row(row) == unit.precision
-            and CellIdentity.of_row(row).setting("devices") == unit.devices]
+            and CellIdentity.of_row(row).setting("devices") == unit.devices
+            and CellIdentity.of_row(row).setting("steps") in (steps, None)]
 
 
 def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None, *, rows: Path | None = None,
@@ -77,10 +101,11 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
     """One repeat of one cell through the repository's CLI (--engine current: this interpreter and its
     libraries); --repeats r+1 with --resume runs just repeat r when the earlier ones have ok rows."""
     rows, preset = rows or args.out / "rows", preset or args.preset
+    steps = unit.steps
     argv = [sys.executable, "-m", "fwbench.cli", "run", "--engine", "current", "--pin-set", "current",
             "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", preset,
             "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
-            "--out", str(rows), "--data", str(args.data), *(["--steps", str(args.steps)] if args.steps else []),
+            "--out", str(rows), "--data", str(args.data), *(["--steps", str(steps)] if steps else []),
             *([] if unit.precision == "published" else ["--precision", unit.precision]),
             *([] if unit.devices == 1 else ["--devices", str(unit.devices)]), *(extra or [])]
     env = kit_environment(args.site)
@@ -92,80 +117,101 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
     return unit_row(rows, preset, unit)
 
 
-def needed_s(state: KitState, unit: Unit, first_run_s: float) -> float:
-    """How much of the budget a unit should have before it starts: a cell run before, about its wall time;
-    a first run, --min-first-s (on a GPU most cells take well under that)."""
+def needed_s(state: KitState, unit: Unit, preset: str) -> float:
+    """How much of the budget a unit should have before it starts: a cell run before, about its wall time; a
+    first run, the plan's estimate (kit_plan.estimate_s)."""
     known = state.known_wall_s(unit)
-    return first_run_s if known is None else max(MIN_REPEAT_S, REPEAT_FACTOR * known)
+    return kit_plan.estimate_s(unit, preset) if known is None else max(MIN_REPEAT_S, REPEAT_FACTOR * known)
 
 
-def run_doctor(args) -> int:
-    """`fwbench doctor --engine current` on the kit's stacks, preset and tasks, first thing in `run` and `checks`:
-    its lines go to doctor.txt, its verdict to the log. A FAIL is logged and the kit goes on (its own test runs on
-    a CPU)."""
+def run_doctor(args) -> subprocess.Popen:
+    """`fwbench doctor --engine current` on the kit's stacks, preset and tasks, started in the background (it
+    reads the host and probes each framework on the GPU while the kit checks imports); finish_doctor waits."""
     command = [sys.executable, "-m", "fwbench.cli", "doctor", "--engine", "current", "--preset", args.preset]
     for stack in dict.fromkeys(stack for stack, _mode in args.variants):
         command += ["--stack", stack]
     for task in args.tasks:
         command += ["--task", task]
+    output = open(args.out / "doctor.txt", "w")
     try:
-        done = subprocess.run(command, env=kit_environment(args.site), capture_output=True, text=True, cwd=REPO,
-                              timeout=DOCTOR_TIMEOUT_S)
-        text, code = done.stdout + done.stderr, done.returncode
+        return subprocess.Popen(command, env=kit_environment(args.site), stdout=output, stderr=subprocess.STDOUT,
+                                cwd=REPO)
+    finally:
+        output.close()
+
+
+def finish_doctor(args, doctor: subprocess.Popen, timeout_s: float) -> int:
+    """Wait for doctor (at most timeout_s more), then log its verdict; a FAIL is logged and the kit goes on."""
+    try:
+        code = doctor.wait(timeout=max(timeout_s, 1))
     except subprocess.TimeoutExpired:
-        text, code = f"fwbench doctor did not finish in {DOCTOR_TIMEOUT_S} s\n", 1
-    write_atomically(args.out / "doctor.txt", text)
-    failed = [line for line in text.splitlines() if line.startswith("FAIL")]
+        doctor.kill()
+        doctor.wait()
+        with open(args.out / "doctor.txt", "a") as output:
+            output.write(f"fwbench doctor did not finish in its {timeout_s:.0f} s: stopped\n")
+        code = 1
+    failed = [line for line in (args.out / "doctor.txt").read_text(errors="replace").splitlines()
+              if line.startswith("FAIL")]
     log(f"doctor: exit {code}" + (": " + "; ".join(failed) + " (going on; see doctor.txt)" if code else ""))
     return code
 
 
-def run_chunk(args) -> int:
-    """Run units in order while they fit the budget. Each cell's --timeout is what is left of the budget (at
-    most --cell-timeout), so no cell outlives the chunk; a cell cut short that way (its timeout below the
-    longest a chunk can give) has its row removed and runs again first in the next chunk, with the full
-    timeout: only a cell that timed out with all of it is recorded as a timeout."""
-    started = time.monotonic()
-    args.out.mkdir(parents=True, exist_ok=True)
-    run_doctor(args)
+def preflight(args) -> tuple[dict[str, str], int]:
+    """Once per window: install the wheelhouse (hashes checked), then side by side doctor, fwbench's and each
+    stack's imports and the host's facts. Returns (stack -> why it cannot run here, usable GPUs)."""
+    begun = time.monotonic()
     install(args.wheels, args.site)
-    broken = check_imports(args.site, FWBENCH_MODULES)
+    doctor = run_doctor(args)
+    stacks = [stack for stack, _mode in args.variants]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        own = pool.submit(check_imports, args.site, FWBENCH_MODULES)
+        unrunnable = pool.submit(broken_stacks, args.site, stacks)
+        host = pool.submit(record_window_host, args)
+        gpus = pool.submit(usable_gpu_count)
+        broken, unrunnable, gpus = own.result(), unrunnable.result(), gpus.result()
+        host.result()
+    finish_doctor(args, doctor, args.doctor_timeout - (time.monotonic() - begun))
     if broken:
         raise KitError("fwbench itself does not import with the kit installed: " + "; ".join(broken))
-    if not (args.out / "host.json").is_file():
-        record_host(args.out, args.site)
-        log(f"host recorded in {args.out / 'host.json'}")
-    # A stack whose imports fail is left out with its reason; the others run.
-    unrunnable = broken_stacks(args.site, [stack for stack, _mode in args.variants])
-    gpus = usable_gpu_count()
-    units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable, args.precisions,
-                                          gpus=gpus)
-    for line in left_out:
-        log(f"left out: {line}")
-    log(kit_plan.scaling_note(gpus, args.variants, args.tasks))
-    state = KitState(args.out / "kit-state.json")
-    full_timeout = min(args.cell_timeout, args.budget_s - UNIT_OVERHEAD_S - args.reserve_s)
-    pending = [unit for unit in units if state.runnable(unit, args.retry_failed)]
-    log(f"{len(units) - len(pending)} of {len(units)} units settled; budget {args.budget_s:.0f} s, "
-        f"a cell may take up to {full_timeout:.0f} s")
-    ran = 0
-    for unit in pending:
-        if not state.runnable(unit, args.retry_failed):  # its previous repeat failed in this chunk
-            continue
-        left = args.budget_s - (time.monotonic() - started) - UNIT_OVERHEAD_S - args.reserve_s
-        need = min(needed_s(state, unit, args.min_first_s), full_timeout)
-        if left < need:
-            log(f"stopping: {unit.key} should have {need:.0f} s, {max(left, 0):.0f} s left of the budget "
-                f"(less {UNIT_OVERHEAD_S:.0f} s overhead and {args.reserve_s:.0f} s for the report); run again "
-                "to continue")
+    log(f"preflight done in {time.monotonic() - begun:.0f} s")
+    return unrunnable, gpus
+
+
+def record_window_host(args) -> None:
+    """This window's host.json (an earlier window's, restored, is kept as host-<its time>.json beside it)."""
+    current = args.out / "host.json"
+    if current.is_file():
+        earlier = json.loads(current.read_text()).get("recorded_at", "earlier")
+        current.replace(args.out / f"host-{earlier[:19].replace(':', '')}.json")
+    facts = record_host(args.out, args.site)
+    log(f"host recorded: {', '.join((facts.get('nvml') or {}).get('gpu_names') or ['no GPU'])}, commit "
+        f"{(facts.get('git_revision') or 'unknown')[:12]} ({facts.get('git_revision_from')})")
+
+
+def run_units(args, state: KitState, units: list[Unit], deadline: Deadline, exported) -> int:
+    """Run pending units in order while they fit: a unit starts only if its estimate (or 1.5x its earlier wall
+    time) fits what is left; one that does not is passed over for a later one that does. Each cell's --timeout
+    is what is left (at most --cell-timeout), so no cell outlives the window; a cell cut short that way has its
+    row removed and runs first in the next window (only a cell that timed out with all of --cell-timeout is
+    recorded as a timeout)."""
+    ran, passed_over = 0, []
+    for unit in state.pending(units, args.retry_failed):
+        if args.max_units is not None and ran >= args.max_units:
             break
-        timeout_s = min(full_timeout, left)
-        log(f"{unit.key}: running (timeout {timeout_s:.0f} s)")
+        if not state.runnable(unit, args.retry_failed):  # its previous repeat failed in this window
+            continue
+        left = deadline.left() - UNIT_OVERHEAD_S
+        need = min(needed_s(state, unit, args.preset), args.cell_timeout)
+        if left < need:
+            passed_over.append(f"{unit.key} ({need:.0f} s)")
+            continue
+        timeout_s = min(args.cell_timeout, left)
+        log(f"{unit.key}: running (estimated {need:.0f} s, timeout {timeout_s:.0f} s)")
         begun = time.monotonic()
         row = run_unit(unit, args, timeout_s)
         wall_s = time.monotonic() - begun
         status = row["status"] if row else "no-row"
-        if status == "timeout" and timeout_s < full_timeout:
+        if status == "timeout" and timeout_s < args.cell_timeout:
             remove_unit_row(args.out / "rows", args.preset, unit)
             status = "budget-cut"
         ms = row.get("ms_per_step") if row and status == "ok" else None
@@ -173,17 +219,15 @@ def run_chunk(args) -> int:
         write_atomically(state.path, state.to_json())
         reason = "" if status == "ok" else f": {((row or {}).get('error_message') or 'see kit.log').splitlines()[0][:160]}"
         log(f"{unit.key}: {status} in {wall_s:.0f} s" + (f", {ms:.2f} ms/step" if ms else "") + reason)
-        ran += 1
         if status == "budget-cut":
-            log(f"{unit.key}: cut by this chunk's budget, not by its own timeout: its row is removed and it runs "
-                "first in the next chunk")
-            break
-    aggregate(args)
-    left_units = [unit for unit in units if state.runnable(unit, args.retry_failed)]
-    log(f"ran {ran} units this chunk; {len(left_units)} left" + (" (run again to continue)" if left_units else ""))
-    if args.export:
-        export(args)
-    return 0
+            log(f"{unit.key}: cut by this window's budget, not by its own timeout: its row is removed and it runs "
+                "first in the next window")
+        ran += 1
+        exported()
+    if passed_over:
+        log(f"not started, too little of the window left: {len(passed_over)} units, the first "
+            + ", ".join(passed_over[:3]))
+    return ran
 
 
 def remove_unit_row(rows: Path, preset: str, unit: Unit) -> None:
@@ -192,91 +236,265 @@ def remove_unit_row(rows: Path, preset: str, unit: Unit) -> None:
         paths[-1].unlink()
 
 
-def aggregate(args) -> None:
+def aggregate(args, timeout_s: float = 300.0) -> None:
     rows = args.out / "rows"
     if not any(rows.rglob("*.parquet")):
         log("no rows yet: no report")
         return
-    done = subprocess.run([sys.executable, "-m", "fwbench.cli", "aggregate", str(rows), "-o", str(args.out / "report")],
-                          env=kit_environment(args.site), capture_output=True, text=True, cwd=REPO)
+    try:
+        done = subprocess.run([sys.executable, "-m", "fwbench.cli", "aggregate", str(rows), "-o",
+                               str(args.out / "report")], env=kit_environment(args.site), capture_output=True,
+                              text=True, cwd=REPO, timeout=max(timeout_s, 10))
+    except subprocess.TimeoutExpired:
+        raise KitError(f"fwbench aggregate did not finish in {timeout_s:.0f} s") from None
     if done.returncode != 0:
         raise KitError(f"fwbench aggregate failed: {(done.stderr or done.stdout).strip()[-400:]}")
     log(f"report: {args.out / 'report' / 'report.md'}")
 
 
 def export(args) -> None:
-    """The files worth bringing back, at most 8: the rows packed into one archive, the report (markdown), the
-    host, the kit's state and log, the checks and the doctor's lines."""
+    """The files worth bringing back, at most 8: the rows and check rows packed into one archive, the report
+    (markdown), the host, the kit's state and log, the checks and the doctor's lines. Each written atomically."""
+    if not args.export:
+        return
     args.export.mkdir(parents=True, exist_ok=True)
-    rows = args.out / "rows"
-    if rows.is_dir():
-        archive = args.export / ".rows.tar.gz.tmp"
-        with tarfile.open(archive, "w:gz") as tar:
-            tar.add(rows, arcname="rows")
-        archive.replace(args.export / "rows.tar.gz")
-    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "kit-state.json", "checks.txt", "doctor.txt",
-                 "kit.log"):
-        source = args.out / name
+    archive = args.export / ".rows.tar.gz.tmp"
+    with tarfile.open(archive, "w:gz") as tar:
+        for folder in ROW_FOLDERS:
+            if (args.out / folder).is_dir():
+                tar.add(args.out / folder, arcname=folder, filter=lambda info: None if "/.work" in info.name else info)
+    archive.replace(args.export / "rows.tar.gz")
+    for name in EXPORTED[1:]:
+        source = args.out / ("report/report.md" if name == "report.md" else name)
         if source.is_file():
-            write_atomically(args.export / source.name, source.read_bytes())
-    log(f"exported to {args.export}")
+            write_atomically(args.export / name, source.read_bytes())
 
 
-def restore(args) -> int:
-    """Unpack an exported rows.tar.gz into the out folder, so that `run` continues where it left off on a
-    fresh machine, and `publish` works where the rows came back to (the exported kit-state.json, host.json,
-    nvidia-smi.txt and checks.txt beside it are restored too)."""
-    with tarfile.open(args.archive) as tar:
-        members = [m for m in tar.getmembers() if m.name == "rows" or m.name.startswith("rows/")]
+def window(args) -> int:
+    """One GPU window: restore, preflight, cell checks, units, row checks, report, export. Whatever fails, the
+    report is tried and the files are exported; exit 0 when the window ran to its end (cells may have failed:
+    their rows say so), 1 when a step of the kit itself failed."""
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    kit_install.LOG_PATH = args.out / "kit.log"
+    # Units and checks stop starting at this point; the reserve is for the report and the export.
+    deadline = Deadline(args.budget_s - args.reserve_s)
+    state_path = args.out / "kit-state.json"
+    code, checks = 0, None
+
+    def exported() -> None:
+        write_atomically(state_path, state.to_json())
+        export(args)
+
+    def stop(signum, _frame):
+        raise KitError(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    state = KitState(state_path)
+    try:
+        if args.restore != "none" and not (args.restore == "auto" and state_path.is_file()):
+            restore_into(args, args.restore)
+        state = KitState(state_path)
+        log(f"window: budget {args.budget_s:.0f} s ({args.reserve_s:.0f} s of it kept for the report and export); "
+            f"{sum(1 for e in state.units.values() if e.get('status') == 'ok')} units done before")
+        unrunnable, gpus = preflight(args)
+        exported()
+        if not args.skip_checks:
+            import kit_checks
+
+            share = Deadline(min(args.checks_s, deadline.left()))
+            checks = kit_checks.Checks(args, state=state, time_left=share.left, on_line=exported)
+            log(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}, at most "
+                f"{min(args.checks_s, deadline.left()):.0f} s")
+            checks.run_cell_checks(set(args.recheck) if args.recheck else None)
+        if not args.skip_units:
+            steps = {task: kit_plan.window_steps(task, args.preset, args.timed_window_s) for task in args.tasks}
+            if args.steps:
+                steps = {task: args.steps for task in args.tasks}
+            units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable,
+                                                  args.precisions, gpus=gpus, steps=steps)
+            for line in left_out:
+                log(f"left out: {line}")
+            log(kit_plan.scaling_note(gpus, args.variants, args.tasks))
+            shortened = {task: n for task, n in steps.items() if n is not None}
+            if shortened:
+                log("shortened timed windows (a cell identity of their own): "
+                    + ", ".join(f"{task} {n} steps" for task, n in shortened.items()))
+            pending = state.pending(units, args.retry_failed)
+            log(f"{len(units) - len(pending)} of {len(units)} units settled; {deadline.left():.0f} s left for units")
+            ran = run_units(args, state, units, deadline, exported)
+            left_units = state.pending(units, args.retry_failed)
+            log(f"ran {ran} units this window; {len(left_units)} left, about "
+                f"{sum(needed_s(state, unit, args.preset) for unit in left_units) / 60:.0f} device minutes"
+                + (" (run another window to continue)" if left_units else ""))
+    except BaseException as exc:  # noqa: BLE001 - whatever failed, the report is tried and the files come back
+        code = 1
+        log(f"window stopped early: {type(exc).__name__}: {str(exc)[:400]}")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if checks is not None:
+            try:
+                import kit_checks
+
+                checks.run_row_checks(kit_checks.kit_rows(args.out))
+            except Exception as exc:  # noqa: BLE001
+                code = 1
+                log(f"row checks failed: {type(exc).__name__}: {exc}")
+        try:
+            aggregate(args, timeout_s=args.reserve_s + deadline.left() - 5)
+        except Exception as exc:  # noqa: BLE001
+            code = 1
+            log(f"no report: {exc}")
+        log(f"window done in {time.monotonic() - started:.0f} s" + ("" if code == 0 else " (with errors above)"))
+        try:
+            write_atomically(state_path, state.to_json())
+            export(args)
+            if args.export:
+                log(f"exported to {args.export}")
+                export(args)  # once more, so that kit.log holds the line above
+        except Exception as exc:  # noqa: BLE001
+            code = 1
+            print(f"error: export failed: {exc}", file=sys.stderr)
+        kit_install.LOG_PATH = None
+    return code
+
+
+# -- restoring and publishing ----------------------------------------------------------------------------
+
+def find_results(gpu_slug: str | None) -> Path | None:
+    """The newest published results folder (benchmarks/results/<date>-<gpu>/) of this GPU, if any."""
+    if not RESULTS.is_dir() or not gpu_slug:
+        return None
+    found = sorted(path for path in RESULTS.glob(f"*-{gpu_slug}") if (path / "kit-state.json").is_file())
+    return found[-1] if found else None
+
+
+def gpu_slug(names: list[str]) -> str | None:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", names[0].lower()).strip("-") if names else None
+
+
+def restore_into(args, source: str | Path) -> None:
+    """Bring an earlier window's files into the out folder: `auto` (the newest benchmarks/results/ folder of this
+    GPU, if any), an exported folder or its rows.tar.gz, or a published results folder."""
+    if str(source) == "auto":
+        from fwbench.harness.envinfo import nvml_info
+
+        found = find_results(gpu_slug(nvml_info().get("gpu_names") or []))
+        if found is None:
+            log("restore auto: no published results of this GPU under benchmarks/results/: starting afresh")
+            return
+        source = found
+    source = Path(source)
+    if (args.out / "kit-state.json").is_file():
+        raise KitError(f"{args.out} already holds a kit state: restore into an empty --out")
+    if source.is_file():
+        restore_archive(source, args.out)
+        folder = source.parent
+    elif (source / "rows.tar.gz").is_file():
+        restore_archive(source / "rows.tar.gz", args.out)
+        folder = source
+    elif (source / "rows").is_dir():  # a published folder: rows/ and checks/ as folders
+        for name in ROW_FOLDERS:
+            if (source / name).is_dir():
+                shutil.copytree(source / name, args.out / name, dirs_exist_ok=True)
+        folder = source
+    else:
+        raise KitError(f"{source}: neither a rows.tar.gz, an exported folder nor a published results folder")
+    for name in EXPORTED[2:]:
+        if (folder / name).is_file():
+            write_atomically(args.out / name, (folder / name).read_bytes())
+    for earlier in folder.glob("host-*.json"):
+        write_atomically(args.out / earlier.name, earlier.read_bytes())
+    log(f"restored {source} into {args.out}")
+
+
+def restore_archive(archive: Path, out: Path) -> None:
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if m.name.split("/")[0] in ROW_FOLDERS]
         if any(m.issym() or m.islnk() or ".." in Path(m.name).parts for m in members):
-            raise KitError(f"{args.archive}: unexpected links or paths in the archive")
+            raise KitError(f"{archive}: unexpected links or paths in the archive")
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.12 (and backports)
-        tar.extractall(args.out, members=members, **safe)
-    for name in ("kit-state.json", "host.json", "nvidia-smi.txt", "checks.txt"):
-        beside = args.archive.with_name(name)
-        if beside.is_file():
-            write_atomically(args.out / name, beside.read_bytes())
-    log(f"restored {len(members)} entries into {args.out}")
-    return 0
+        tar.extractall(out, members=members, **safe)
 
 
 def publish(args) -> int:
-    """Copy the kit's results into benchmarks/results/<date>-<gpu>/ (rows, report, host facts, checks) for
-    committing: the date the host was recorded, the GPU NVML named."""
-    import re
-
+    """Copy the kit's results into benchmarks/results/<date>-<gpu>/ for committing: rows, check rows, report,
+    host facts, checks, doctor, state and log. The folder is named after the first window's date; a later window's
+    files replace those of the same name there (earlier host facts stay as host-<time>.json)."""
     host_path = args.out / "host.json"
     if not host_path.is_file():
         raise KitError(f"{host_path} is missing: nothing was run into {args.out} (or restore it first)")
     host = json.loads(host_path.read_text())
-    gpus = (host.get("nvml") or {}).get("gpu_names") or []
-    if not gpus:
+    slug = gpu_slug((host.get("nvml") or {}).get("gpu_names") or [])
+    if not slug:
         raise KitError("host.json names no GPU: these rows are not GPU results")
-    slug = re.sub(r"[^a-z0-9]+", "-", gpus[0].lower()).strip("-")
-    dest = args.dest / f"{host['recorded_at'][:10]}-{slug}"
-    aggregate(args)  # the report from every row there is (a restored folder has none yet)
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(args.out / "rows", dest / "rows")
-    for name in ("report/report.md", "host.json", "nvidia-smi.txt", "checks.txt", "doctor.txt", "kit-state.json"):
-        if (args.out / name).is_file():
-            shutil.copy2(args.out / name, dest / Path(name).name)
+    earlier = sorted(args.out.glob("host-*.json"))
+    first = json.loads(earlier[0].read_text()).get("recorded_at", host["recorded_at"]) if earlier else host["recorded_at"]
+    dest = args.dest / f"{first[:10]}-{slug}"
+    try:
+        aggregate(args)  # the report from every row there is (a restored folder has none yet)
+    except KitError as exc:
+        log(f"publishing without a fresh report: {exc}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ROW_FOLDERS:
+        if (args.out / name).is_dir():
+            if (dest / name).exists():
+                shutil.rmtree(dest / name)
+            shutil.copytree(args.out / name, dest / name, ignore=shutil.ignore_patterns(".work", "logs"))
+    for name in [*EXPORTED[1:], *(path.name for path in earlier)]:
+        source = args.out / ("report/report.md" if name == "report.md" else name)
+        if source.is_file():
+            shutil.copy2(source, dest / name)
     log(f"published {sum(1 for _ in (dest / 'rows').rglob('*.parquet'))} rows and the report to {dest}")
     return 0
 
 
 def status(args) -> int:
     gpus = usable_gpu_count()
+    steps = {task: kit_plan.window_steps(task, args.preset, args.timed_window_s) for task in args.tasks}
     units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions,
-                                          gpus=gpus)
+                                          gpus=gpus, steps=steps)
     state = KitState(args.out / "kit-state.json")
     counts: dict[str, int] = {}
     for unit in units:
         key = state.status(unit) or ("pending" if state.runnable(unit, False) else "waiting")
         counts[key] = counts.get(key, 0) + 1
+    left = [unit for unit in units if state.status(unit) in (None, "budget-cut")]
+    minutes = sum(needed_s(state, unit, args.preset) for unit in left) / 60
     print(", ".join(f"{count} {name}" for name, count in sorted(counts.items())) + f" (of {len(units)} units; "
           f"{len(left_out)} cells left out as this host cannot run them)")
+    print(f"left: {len(left)} units, about {minutes:.0f} device minutes (estimated; about "
+          f"{math.ceil(minutes * 60 / WINDOW_UNITS_S)} windows of {WINDOW_UNITS_S:.0f} s of cells)")
+    for name, entry in sorted(state.checks.items()):
+        print(f"{entry.get('verdict', '?'):<4} {name} ({entry.get('at')})")
     print(kit_plan.scaling_note(gpus, args.variants, args.tasks))
+    return 0
+
+
+# What a 15-minute window leaves for cells: a 540-s budget less preflight, the checks' share and the reserve.
+WINDOW_UNITS_S = 300.0
+
+
+def prepare(args) -> int:
+    """Here, before a window: check the wheelhouse against the lock, record the commit for the host (which gets no
+    .git), and print the device call."""
+    entries = kit_install.locked_wheels_for("cp312")
+    missing = [entry["filename"] for entry in entries if not (args.wheels / entry["filename"]).is_file()
+               or kit_install.sha256(args.wheels / entry["filename"]) != entry["sha256"]]
+    if missing:
+        raise KitError(f"the wheelhouse lacks or differs in {', '.join(missing)}: python "
+                       "benchmarks/gpu/make_wheelhouse.py")
+    source = {**kit_install.git_source(), "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if not source["git_revision"]:
+        raise KitError("no git commit here: prepare from a git checkout")
+    write_atomically(kit_install.SOURCE, json.dumps(source, indent=2) + "\n")
+    size = sum(entry["bytes"] for entry in entries)
+    print(f"wheelhouse ok ({len(entries)} wheels, {size / 2**20:.1f} MiB); commit {source['git_revision'][:12]}"
+          + (" with uncommitted changes (commit first: the results name this commit)" if source["git_dirty"] else ""))
+    print("device call: carry [\".gpu-kit/wheels\", \".gpu-kit/source.json\"], timeout_s 600, command:\n"
+          "  PYTHONUNBUFFERED=1 python3 benchmarks/gpu/run_kit.py window --budget-s 540 --export \"$OUT\"")
     return 0
 
 
@@ -315,9 +533,13 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--site", type=Path, default=KIT / "site", help="where the wheels are installed")
         sub.add_argument("--data", type=Path, default=KIT / "data", help="fwbench's shared input data")
         sub.add_argument("--preset", default="paper")
-        sub.add_argument("--steps", type=int, help="timed steps (default: the preset's)")
+        sub.add_argument("--steps", type=int, help="timed steps of every cell (default: the window's, see "
+                                                   "--timed-window-s)")
+        sub.add_argument("--timed-window-s", type=float, default=kit_plan.DEFAULT_TIMED_WINDOW_S,
+                         help="at paper, give a task fewer timed steps where its slowest published stack would "
+                              "time longer than this (estimated; default 15; 0: the preset's steps)")
         sub.add_argument("--tasks", type=_argument(kit_plan.parse_tasks), default=kit_plan.parse_tasks(None),
-                         help="comma-separated task ids (default: all 12, BERT, SAM, SD, Gemma, Mistral)")
+                         help="comma-separated task ids (default: all 12)")
         sub.add_argument("--variants", type=_argument(kit_plan.parse_variants), default=kit_plan.parse_variants(None),
                          help="comma-separated STACK:COMPILE_MODE (default: native-torch:none, "
                               "native-torch:reduce-overhead, keras3-jax:xla, keras3-torch:none)")
@@ -326,31 +548,40 @@ def parser() -> argparse.ArgumentParser:
                          default=kit_plan.parse_precisions(None),
                          help="comma-separated fwbench --precision values, each after the one before, all "
                               "repeats included (default: published,bf16: bf16 when the time allows)")
-        sub.add_argument("--export", type=Path, help="copy rows.tar.gz, the report, host facts and state here")
+        sub.add_argument("--export", type=Path, help="copy the 8 files worth bringing back here")
 
-    run = commands.add_parser("run", help="one chunk of cells within --budget-s; resumes")
+    run = commands.add_parser("window", help="one GPU window: checks, then cells within --budget-s; resumes")
     common(run)
-    run.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after this (default 540)")
-    run.add_argument("--cell-timeout", type=float, default=480.0,
-                     help="the longest a cell may take (default 480; within a chunk, at most what is left of it)")
-    run.add_argument("--min-first-s", type=float, default=150.0,
-                     help="start a cell's first run only with this much of the budget left (default 150)")
+    run.add_argument("--budget-s", type=float, default=540.0,
+                     help="the window's whole time, report and export included (default 540)")
     run.add_argument("--reserve-s", type=float, default=30.0, help="seconds kept for the report and export")
+    run.add_argument("--checks-s", type=float, default=180.0,
+                     help="the most the GPU checks' cells may take of the window (default 180)")
+    run.add_argument("--cell-timeout", type=float, default=480.0,
+                     help="the longest a cell may take (default 480; within a window, at most what is left)")
+    run.add_argument("--doctor-timeout", type=float, default=120.0, help="seconds for fwbench doctor (default 120)")
+    run.add_argument("--restore", default="auto",
+                     help="first restore an earlier window: auto (the default: the newest benchmarks/results/ folder "
+                          "of this GPU, unless --out already holds a kit state), an exported folder or its "
+                          "rows.tar.gz, a results folder, or none")
+    run.add_argument("--recheck", action="append", help="run this cell check again although it passed earlier")
+    run.add_argument("--skip-checks", action="store_true", help="no GPU checks")
+    run.add_argument("--skip-units", action="store_true", help="no cells beyond the checks")
+    run.add_argument("--max-units", type=int, help="start at most this many units")
+    run.add_argument("--task", default="bert-predict", help="the cell the sync, TF32 and busy checks time")
     run.add_argument("--retry-failed", action="store_true", help="run units whose row was not ok again")
-    checks = commands.add_parser("checks", help="the GPU checks, a pass/fail/skip line each")
-    common(checks)
-    checks.add_argument("--task", default="bert-predict", help="the cell the checks time (default bert-predict)")
-    checks.add_argument("--cell-timeout", type=float, default=300.0)
-    sub = commands.add_parser("status", help="units done and left")
+    sub = commands.add_parser("status", help="units done and left, in estimated device minutes")
     common(sub)
     sub = commands.add_parser("install", help="only install the wheelhouse and check the imports")
     common(sub)
+    sub = commands.add_parser("prepare", help="here: check the wheelhouse, record the commit, print the device call")
+    common(sub)
     sub = commands.add_parser("publish", help="copy rows, report and host facts to benchmarks/results/<date>-<gpu>")
     common(sub)
-    sub.add_argument("--dest", type=Path, default=REPO / "benchmarks" / "results")
-    sub = commands.add_parser("restore", help="unpack an exported rows.tar.gz to continue on a fresh machine")
+    sub.add_argument("--dest", type=Path, default=RESULTS)
+    sub = commands.add_parser("restore", help="bring back an earlier window's files to continue or publish")
     common(sub)
-    sub.add_argument("archive", type=Path)
+    sub.add_argument("source", help="an exported folder, its rows.tar.gz, or a benchmarks/results/ folder")
     return top
 
 
@@ -364,25 +595,26 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "budget_s", 1) <= 0 or getattr(args, "cell_timeout", 1) <= 0 or args.repeats < 1:
             raise KitError("--budget-s, --cell-timeout and --repeats must be positive")
         args.out, args.site, args.wheels, args.data = (p.resolve() for p in (args.out, args.site, args.wheels, args.data))
+        if args.export:
+            args.export = args.export.resolve()
         check_names(args.variants, args.tasks)
-        if args.command == "run":
-            return run_chunk(args)
-        if args.command == "checks":
-            import kit_checks
-
-            return kit_checks.run_checks(args)
+        if args.command == "window":
+            return window(args)
         if args.command == "install":
             install(args.wheels, args.site)
             broken = check_imports(args.site, ["keras", "keras_hub", "grain", "diffusers", "segment_anything"])
             print("\n".join(broken) or "the kit's packages import")
             return 1 if broken else 0
+        if args.command == "prepare":
+            return prepare(args)
         if args.command == "publish":
             return publish(args)
         if args.command == "restore":
             args.out.mkdir(parents=True, exist_ok=True)
-            return restore(args)
+            restore_into(args, args.source)
+            return 0
         return status(args)
-    except (KitError, OSError, tarfile.TarError) as exc:
+    except (KitError, OSError, tarfile.TarError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
