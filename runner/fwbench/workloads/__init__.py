@@ -88,7 +88,11 @@ class CellContext:
 
     def record_loss(self, loss: Any) -> None:
         """Keep a fit step's loss (a framework scalar, a Python float or a numpy value) to count non-finite losses
-        after the run: never read here, so recording adds no device sync inside the timed window."""
+        after the run: never read here, so recording adds no device sync inside the timed window. A torch tensor is
+        kept as a copy (one tiny device kernel, no sync): under CUDA graphs (reduce-overhead) the step's loss lives
+        in memory the next replay overwrites, and reading it after the run raised there."""
+        if hasattr(loss, "detach") and hasattr(loss, "clone"):
+            loss = loss.detach().clone()
         self.losses.append(loss)
 
     def after_run(self, callback: Callable[[], None]) -> None:

@@ -44,7 +44,8 @@ class SegmentCell(StepCell):
 
     kinds = ("predict",)
     timed = ("sam.image_encoder(images), then sam.prompt_encoder + sam.mask_decoder per image "
-             "(segment_anything's own batching)")
+             "(segment_anything's own batching); the embeddings and each image's masks are copied out of the "
+             "compiled modules' outputs")
 
     def __init__(self, sam: Sam, images: torch.Tensor, points: torch.Tensor, labels: torch.Tensor, amp=None):
         self.sam, self.images, self.points, self.labels = sam, images, points, labels
@@ -57,7 +58,10 @@ class SegmentCell(StepCell):
 
     def _step(self):
         sam, points, labels = self.sam, self.points, self.labels
-        embeddings = sam.image_encoder(self.images)
+        # Copies (one small device copy each, in every compile mode alike): under reduce-overhead each compiled
+        # module's outputs live in CUDA-graph memory that its next replay reuses, and the mask decoder runs once per
+        # image, so the embeddings and the earlier masks would be overwritten before they are read.
+        embeddings = sam.image_encoder(self.images).clone()
         dense_pe = sam.prompt_encoder.get_dense_pe()
         masks = []
         for index in range(embeddings.shape[0]):
@@ -66,7 +70,7 @@ class SegmentCell(StepCell):
             low_res_masks, _iou = sam.mask_decoder(
                 image_embeddings=embeddings[index:index + 1], image_pe=dense_pe,
                 sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense, multimask_output=True)
-            masks.append(low_res_masks)
+            masks.append(low_res_masks.clone())
         return torch.cat(masks)
 
 
