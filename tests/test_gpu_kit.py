@@ -48,28 +48,54 @@ def image_python() -> tuple[str, str]:
 
 # -- the plan and its state ------------------------------------------------------------------------
 
-def test_plan_runs_every_cell_once_in_the_issues_order_before_any_repeat():
+def test_plan_gives_the_most_published_ratios_first_and_every_cell_once_before_any_repeat():
     units, left_out = kit_plan.plan_units(kit_plan.parse_variants(None), kit_plan.parse_tasks(None), 3)
     first_pass = [unit for unit in units if unit.repeat == 0]
     assert units[:len(first_pass)] == first_pass  # every cell once before any repeat
-    assert [unit.task for unit in first_pass[:4]] == ["bert-fit"] * 4
-    assert first_pass[:4] == [Unit("native-torch", "none", "bert-fit", 0),
-                              Unit("native-torch", "reduce-overhead", "bert-fit", 0),
-                              Unit("keras3-jax", "xla", "bert-fit", 0), Unit("keras3-torch", "none", "bert-fit", 0)]
-    families = [unit.task.split("-")[0] for unit in first_pass]
+    # The short predict cells of BERT and SAM on the uncompiled variants, then native-torch's compiled ones.
+    assert [(u.task, u.stack, u.compile_mode) for u in first_pass[:8]] == [
+        ("bert-predict", "native-torch", "none"), ("bert-predict", "keras3-jax", "xla"),
+        ("bert-predict", "keras3-torch", "none"), ("sam-predict", "native-torch", "none"),
+        ("sam-predict", "keras3-jax", "xla"), ("sam-predict", "keras3-torch", "none"),
+        ("bert-predict", "native-torch", "reduce-overhead"), ("sam-predict", "native-torch", "reduce-overhead")]
+    families = [unit.task.split("-")[0] for unit in first_pass[8:]]
     assert list(dict.fromkeys(families)) == ["bert", "sam", "stable_diffusion", "gemma", "mistral"]
+    assert all("fit" in unit.task for unit in first_pass[8:16])  # the fits of BERT and SAM
     # Keras 3 Stable Diffusion needs KerasCV, which needs TensorFlow: left out, with the reason.
     assert not any(u.stack.startswith("keras3") and u.task.startswith("stable_diffusion") for u in units)
     assert len(left_out) == 4 and all("TensorFlow" in line for line in left_out)
     assert len(units) == 3 * (12 * 4 - 4)
 
 
+def test_a_window_shortens_the_timed_steps_of_a_task_alike_for_every_stack():
+    from fwbench.core import registry
+
+    # bert-predict's slowest published stack took 1.87 s a step on the A100: 100 steps would not fit 15 s.
+    assert kit_plan.window_steps("bert-predict", "paper", 15.0) == 13
+    assert kit_plan.window_steps("bert-fit", "paper", 15.0) == 30
+    assert kit_plan.window_steps("gemma-generate-bs32", "paper", 15.0) == kit_plan.MIN_TIMED_STEPS
+    # Off paper (no published times) and with the window off, the preset's own steps.
+    assert kit_plan.window_steps("bert-predict", "tiny", 15.0) is None
+    assert kit_plan.window_steps("bert-predict", "paper", 0) is None
+    assert kit_plan.window_steps("bert-predict", "paper", 1000.0) is None  # the full 100 fit
+    steps = {"bert-predict": 13}
+    units, _ = kit_plan.plan_units(kit_plan.parse_variants(None), ["bert-predict", "bert-fit"], 1, steps=steps)
+    assert {unit.steps for unit in units if unit.task == "bert-predict"} == {13}
+    assert {unit.steps for unit in units if unit.task == "bert-fit"} == {None}
+    assert units[0].key == "native-torch/none/bert-predict@steps-13/r0"  # its own identity, its own key
+    assert Unit("native-torch", "none", "bert-fit", 0).key == "native-torch/none/bert-fit/r0"  # old states resume
+    # An estimate: the stack's start, the build, warm-up and timed steps at 0.6x the published A100 step.
+    unit = units[0]
+    expected = 15.0 + 5.0 + (registry.get_preset("paper").warmup + 1 + 13) * 1.8498 * 0.6
+    assert kit_plan.estimate_s(unit, "paper") == pytest.approx(expected, rel=1e-3)
+
+
 def test_bf16_units_follow_every_published_unit_and_find_their_own_rows(tmp_path):
     units, _ = kit_plan.plan_units([("native-torch", "none")], ["bert-fit", "bert-predict"], 2,
                                    precisions=kit_plan.parse_precisions(None))
     assert [unit.precision for unit in units] == ["published"] * 4 + ["bf16"] * 4
-    assert units[0].key == "native-torch/none/bert-fit/r0"  # as before precisions: old kit states resume
-    assert units[4].key == "native-torch/none/bert-fit@bf16/r0"
+    assert units[0].key == "native-torch/none/bert-predict/r0"
+    assert units[5].key == "native-torch/none/bert-fit@bf16/r0"
     assert kit_plan.parse_precisions("bf16,published,bf16") == ["published", "bf16"]
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
         kit_plan.parse_precisions("fp8")
@@ -81,8 +107,8 @@ def test_bf16_units_follow_every_published_unit_and_find_their_own_rows(tmp_path
                             ("bert-fit.compile-none.prec-bf16.r0.parquet", "bf16")):
         write_row({"schema_version": 8, "stack": "native-torch", "task": "bert-fit", "status": "ok",
                    "precision": precision, "repeat": 0}, folder / name)
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[0])["precision"] == "published"
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[4])["precision"] == "bf16"
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[1])["precision"] == "published"
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[5])["precision"] == "bf16"
 
 
 def test_a_host_with_several_gpus_adds_the_data_parallel_fits_on_all_of_them_and_one_gpu_adds_nothing():
@@ -99,21 +125,35 @@ def test_a_host_with_several_gpus_adds_the_data_parallel_fits_on_all_of_them_and
                            Unit("keras3-jax", "xla", "bert-fit", 0, "published", 4),
                            Unit("keras3-torch", "none", "bert-fit", 0, "published", 4)]
     assert len(scaling) == 3 * 3 and [unit.repeat for unit in scaling] == [0] * 3 + [1] * 3 + [2] * 3
-    # After every published one-device unit, before the bf16 ones; those, and every key, are as on one GPU (an
-    # older kit-state.json resumes; the new units have keys of their own).
+    # After every published one-device unit, before the bf16 ones.
     published = sum(unit.precision == "published" for unit in one)
     assert four[published:published + len(scaling)] == scaling
     assert [unit for unit in four if unit.devices == 1] == one
     assert scaling[0].key == "native-torch/none/bert-fit@devices-4/r0"
     assert len({unit.key for unit in four}) == len(four) and len(left_out) == 4
-    # No planned task with a data-parallel variant: nothing added.
     assert kit_plan.plan_units(variants, ["bert-predict"], 1, gpus=4)[0] == kit_plan.plan_units(
         variants, ["bert-predict"], 1)[0]
-    # The kit says why a host adds nothing, or what it adds.
     assert kit_plan.scaling_note(1, variants, tasks) == ("data-parallel scaling: not planned, this host has 1 usable "
                                                          "GPU (a host with N > 1 GPUs also runs bert-fit at --devices N)")
     assert "bert-fit also at --devices 4" in kit_plan.scaling_note(4, variants, tasks)
     assert "no planned task" in kit_plan.scaling_note(4, variants, ["bert-predict"])
+
+
+def test_a_repeat_waits_for_the_previous_repeat_of_the_same_devices_and_steps(tmp_path):
+    """The look-up of a unit's previous repeat kept only stack, mode, task and precision: an N-device repeat
+    waited on (and was timed from) the one-device cell."""
+    state = KitState(tmp_path / "kit-state.json")
+    one = Unit("native-torch", "none", "bert-fit", 0)
+    pair, pair_next = (Unit("native-torch", "none", "bert-fit", repeat, "published", 2) for repeat in (0, 1))
+    state.record(one, "ok", 40.0, 3.0)
+    assert not state.runnable(pair_next, False)  # its own r0 has not run, whatever the one-device r0 did
+    state.record(pair, "ok", 90.0, 2.0)
+    assert state.runnable(pair_next, False)
+    assert run_kit.needed_s(state, pair_next, "tiny") == 135.0  # from the 2-device r0's 90 s, not the 40 s
+    short, short_next = (Unit("native-torch", "none", "bert-fit", repeat, steps=13) for repeat in (0, 1))
+    assert not state.runnable(short_next, False)
+    state.record(short, "ok", 20.0, 3.0)
+    assert state.runnable(short_next, False)
 
 
 def test_a_data_parallel_unit_asks_for_its_devices_and_finds_its_own_row(tmp_path, monkeypatch):
@@ -131,44 +171,14 @@ def test_a_data_parallel_unit_asks_for_its_devices_and_finds_its_own_row(tmp_pat
     assert run_kit.unit_row(tmp_path / "rows", "tiny", one)["devices"] == 1
     commands = []
     monkeypatch.setattr(run_kit.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
-    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", steps=None, site=tmp_path / "site")
+    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", site=tmp_path / "site")
     run_kit.run_unit(unit, args, 100)
-    run_kit.run_unit(one, args, 100)
-    assert commands[0][commands[0].index("--devices") + 1] == "2" and "--devices" not in commands[1]
+    run_kit.run_unit(Unit("native-torch", "none", "bert-fit", 0, steps=13), args, 100)
+    assert commands[0][commands[0].index("--devices") + 1] == "2" and "--steps" not in commands[0]
+    assert "--devices" not in commands[1] and commands[1][commands[1].index("--steps") + 1] == "13"
 
 
-def test_a_chunk_on_a_host_with_two_gpus_runs_bert_fit_on_both_after_the_one_device_cells(tmp_path, monkeypatch):
-    """The host's GPU count is the boundary (mocked); the cell processes are replaced by rows."""
-    for name in ("install", "aggregate", "run_doctor"):
-        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
-    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
-    monkeypatch.setattr(run_kit, "broken_stacks", lambda *a, **k: {})
-    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
-    logged, ran = [], []
-    monkeypatch.setattr(run_kit, "log", logged.append)
-    monkeypatch.setattr(run_kit, "run_unit", lambda unit, args, timeout_s, extra=None, rows=None: ran.append(
-        unit) or {"status": "ok", "ms_per_step": 1.0})
-    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit", "--repeats", "1", "--precisions",
-            "published", "--variants", "native-torch:none,native-torch:reduce-overhead,keras3-jax"]
-    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)
-    assert run_kit.main(argv) == 0
-    assert [unit.devices for unit in ran] == [1, 1, 1]
-    assert any("not planned, this host has 1 usable GPU" in line for line in logged), logged
-    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 2)  # the same state, resumed on a 2-GPU host
-    assert run_kit.main(argv) == 0
-    assert [unit.key for unit in ran[3:]] == ["native-torch/none/bert-fit@devices-2/r0",
-                                             "keras3-jax/xla/bert-fit@devices-2/r0"]
-    assert any("bert-fit also at --devices 2" in line for line in logged), logged
-
-
-def test_variants_parse_and_bad_ones_are_refused():
-    assert kit_plan.parse_variants("native-torch:reduce-overhead,keras3-jax") == [
-        ("native-torch", "reduce-overhead"), ("keras3-jax", "xla")]
-    with pytest.raises(ValueError, match="STACK:COMPILE_MODE"):
-        kit_plan.parse_variants("nosuchstack")
-
-
-def test_state_resumes_skips_failures_and_waits_for_an_ok_previous_repeat(tmp_path):
+def test_state_resumes_skips_failures_and_runs_a_budget_cut_unit_first(tmp_path):
     state = KitState(tmp_path / "kit-state.json")
     first, second = Unit("native-torch", "none", "bert-fit", 0), Unit("native-torch", "none", "bert-fit", 1)
     assert state.runnable(first, False) and not state.runnable(second, False)
@@ -176,81 +186,156 @@ def test_state_resumes_skips_failures_and_waits_for_an_ok_previous_repeat(tmp_pa
     assert not state.runnable(first, False) and state.runnable(first, True)
     assert not state.runnable(second, False)  # repeating a failing cell would only repeat the failure
     state.record(first, "ok", 40.0, 3.2)
+    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T00:00:00+00:00")
     (tmp_path / "kit-state.json").write_text(state.to_json())
     again = KitState(tmp_path / "kit-state.json")
     assert not again.runnable(first, False) and again.runnable(second, False)
+    assert again.passed("per-step sync") and not again.passed("busy")
     # A repeat of a cell that ran ok should have about its wall time left before it starts.
-    assert run_kit.needed_s(again, second, 150.0) == 60.0
+    assert run_kit.needed_s(again, second, "tiny") == 60.0
     again.record(first, "ok", 10.0, 3.2)
-    assert run_kit.needed_s(again, second, 150.0) == run_kit.MIN_REPEAT_S
-    assert run_kit.needed_s(again, Unit("keras3-jax", "xla", "bert-fit", 0), 150.0) == 150.0
-    again.record(first, "budget-cut", 80.0, None)
-    assert again.runnable(first, False)  # cut by the chunk, not by its own timeout: runs again
+    assert run_kit.needed_s(again, second, "tiny") == run_kit.MIN_REPEAT_S
+    other = Unit("keras3-jax", "xla", "bert-fit", 0)
+    assert run_kit.needed_s(again, other, "paper") == kit_plan.estimate_s(other, "paper")
+    cut = Unit("keras3-torch", "none", "bert-fit", 0)
+    again.record(cut, "budget-cut", 80.0, None)
+    assert again.runnable(cut, False)  # cut by the window, not by its own timeout: runs again, first
+    assert again.pending([second, other, cut], False) == [cut, second, other]
 
 
-def test_a_chunk_gives_each_cell_what_is_left_and_reruns_a_cell_the_budget_cut(tmp_path, monkeypatch):
-    """The scheduling alone: the cell processes are replaced by rows (the CLI boundary is mocked)."""
+# -- a window, its scheduling and its files (the cell processes and the host are mocked) -------------------
+
+def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None):
+    """A window without a host: preflight and the report are stubs, time is the fake `clock`."""
+    monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
+
+    def preflight(args):
+        clock["now"] += preflight_s
+        return dict(broken or {}), gpus
+
+    monkeypatch.setattr(run_kit, "preflight", preflight)
+    monkeypatch.setattr(run_kit, "aggregate", lambda args, timeout_s=0: None)
+
+
+def fake_cells(clock, durations, calls):
+    """A unit's cell: takes its duration (or its plan estimate) of the fake clock, writes its row."""
     from fwbench.core.results import write_row
 
-    clock = {"now": 1000.0}
-    monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
-    for name in ("install", "aggregate"):
-        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
-    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
-    monkeypatch.setattr(run_kit, "broken_stacks", lambda *a, **k: {})
-    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
-    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)  # no data-parallel units: the host's count
-    calls = []
-    durations = iter([100.0, 300.0, 90.0])
-
-    def fake_unit(unit, args, timeout_s, extra=None, rows=None):
-        took = next(durations)
+    def run(unit, args, timeout_s, extra=None, *, rows=None, preset=None):
+        took = durations(unit)
         calls.append((unit.key, round(timeout_s)))
-        clock["now"] += min(took, timeout_s)
+        clock["now"] += min(took, timeout_s) + 5  # the CLI around the cell
         status = "ok" if took <= timeout_s else "timeout"
-        path = args.out / "rows" / args.preset / unit.stack / f"{unit.task}.compile-{unit.compile_mode}.r{unit.repeat}.parquet"
+        tokens = f".steps-{unit.steps}" if unit.steps else ""
+        path = args.out / "rows" / args.preset / unit.stack / \
+            f"{unit.task}.compile-{unit.compile_mode}{tokens}.r{unit.repeat}.parquet"
         row = {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
-        write_row({"schema_version": 8, "stack": unit.stack, "task": unit.task, "repeat": unit.repeat, **row}, path)
+        write_row({"schema_version": 10, "stack": unit.stack, "task": unit.task, "repeat": unit.repeat,
+                   "compile_mode": unit.compile_mode, "preset": args.preset, "timed_steps": unit.steps, **row}, path)
         return row
+    return run
 
-    monkeypatch.setattr(run_kit, "run_unit", fake_unit)
-    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
-            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--cell-timeout", "480", "--precisions",
-            "published"]
+
+def test_a_540_s_window_fits_its_budget_by_the_plans_estimates_and_exports_as_it_goes(tmp_path, monkeypatch):
+    clock, calls, exports = {"now": 1000.0}, [], []
+    mock_window(monkeypatch, clock, preflight_s=170.0)  # preflight and checks, as the first H100 window took
+    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: kit_plan.estimate_s(unit, "paper"), calls))
+    real_export = run_kit.export
+    monkeypatch.setattr(run_kit, "export", lambda args: exports.append(clock["now"]) or real_export(args))
+    out, export = tmp_path / "out", tmp_path / "export"
+    assert run_kit.main(["window", "--out", str(out), "--export", str(export), "--skip-checks", "--restore", "none",
+                         "--budget-s", "540"]) == 0
+    ran = [key for key, _timeout in calls]
+    assert ran[:6] == [f"{stack}/{mode}/{task}@steps-13/r0" for task in ("bert-predict", "sam-predict")
+                       for stack, mode in (("native-torch", "none"), ("keras3-jax", "xla"), ("keras3-torch", "none"))]
+    # Nothing runs past the budget less the reserve: each cell's timeout was what was left, less its overhead.
+    assert clock["now"] - 1000.0 <= 540 - 30
+    assert all(timeout <= 540 - 30 - 170 for _key, timeout in calls)
+    assert len(exports) >= len(calls) + 1  # after preflight and after every unit, then at the end
+    assert {path.name for path in export.iterdir()} >= {"rows.tar.gz", "kit-state.json", "kit.log"}
+    log = (out / "kit.log").read_text()
+    assert "shortened timed windows" in log and "not started, too little of the window left" in log
+    state = json.loads((export / "kit-state.json").read_text())["units"]
+    assert sorted(key for key, entry in state.items() if entry["status"] == "ok") == sorted(ran)
+
+
+def test_a_cell_cut_by_the_window_leaves_no_row_and_runs_first_in_the_next_window(tmp_path, monkeypatch):
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, preflight_s=0.0)
+    durations = iter([100.0, 300.0, 90.0])
+    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: next(durations), calls))
+    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
+            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--precisions", "published", "--skip-checks",
+            "--preset", "tiny", "--restore", "none"]
     assert run_kit.main(argv) == 0
-    # Budget 400 less 20 s overhead and 30 s reserve: the first cell may take 350 s; the second gets the 250 s
-    # left, needs 300 and is cut: its row is removed, and the next chunk runs it first with the full 350 s.
-    assert calls == [("native-torch/none/bert-fit/r0", 350), ("native-torch/none/bert-predict/r0", 250)]
+    # Budget 400 less the 30 s reserve and a cell's 20 s overhead: bert-predict (first by priority) may take 350 s;
+    # bert-fit gets the 245 s left, needs 300 and is cut: its row is removed, and the next window runs it first.
+    assert calls == [("native-torch/none/bert-predict/r0", 350), ("native-torch/none/bert-fit/r0", 245)]
     state = KitState(tmp_path / "out" / "kit-state.json")
-    assert state.status(Unit("native-torch", "none", "bert-predict", 0)) == "budget-cut"
-    assert not (tmp_path / "out" / "rows" / "paper" / "native-torch" / "bert-predict.compile-none.r0.parquet").exists()
+    assert state.status(Unit("native-torch", "none", "bert-fit", 0)) == "budget-cut"
+    assert not list((tmp_path / "out" / "rows" / "tiny" / "native-torch").glob("bert-fit*"))
     assert run_kit.main(argv) == 0
-    assert calls[2] == ("native-torch/none/bert-predict/r0", 350)
-    assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-predict", 0)) == "ok"
+    assert calls[2] == ("native-torch/none/bert-fit/r0", 350)
+    assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-fit", 0)) == "ok"
+
+
+def test_the_files_come_back_when_the_report_fails_and_when_the_kit_itself_fails(tmp_path, monkeypatch):
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock)
+    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 10.0, calls))
+
+    def failing_report(args, timeout_s=0):
+        raise kit_plan.KitError("fwbench aggregate failed: boom")
+
+    monkeypatch.setattr(run_kit, "aggregate", failing_report)
+    out, export = tmp_path / "out", tmp_path / "export"
+    argv = ["window", "--out", str(out), "--export", str(export), "--tasks", "bert-predict", "--variants",
+            "native-torch:none", "--repeats", "1", "--precisions", "published", "--skip-checks", "--preset", "tiny",
+            "--restore", "none"]
+    assert run_kit.main(argv) == 1
+    assert {"rows.tar.gz", "kit-state.json", "kit.log"} <= {path.name for path in export.iterdir()}
+    assert "no report: fwbench aggregate failed: boom" in (export / "kit.log").read_text()
+
+    def broken_preflight(args):
+        raise kit_plan.KitError("fwbench itself does not import with the kit installed: x")
+
+    monkeypatch.setattr(run_kit, "preflight", broken_preflight)
+    export2 = tmp_path / "export2"
+    assert run_kit.main([*argv[:4], str(export2), *argv[5:]]) == 1
+    assert "window stopped early: KitError: fwbench itself does not import" in (export2 / "kit.log").read_text()
+    assert (export2 / "rows.tar.gz").is_file()  # the earlier window's rows, still
+
+
+def test_a_window_on_a_host_with_two_gpus_runs_bert_fit_on_both_after_the_one_device_cells(tmp_path, monkeypatch):
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, gpus=1)
+    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 1.0, calls))
+    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-fit", "--repeats", "1", "--precisions",
+            "published", "--variants", "native-torch:none,native-torch:reduce-overhead,keras3-jax", "--skip-checks",
+            "--preset", "tiny", "--restore", "none"]
+    assert run_kit.main(argv) == 0
+    assert len(calls) == 3
+    assert "not planned, this host has 1 usable GPU" in (tmp_path / "out" / "kit.log").read_text()
+    mock_window(monkeypatch, clock, gpus=2)  # the same state, resumed on a 2-GPU host
+    assert run_kit.main(argv) == 0
+    assert [key for key, _ in calls[3:]] == ["native-torch/none/bert-fit@devices-2/r0",
+                                             "keras3-jax/xla/bert-fit@devices-2/r0"]
 
 
 def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_run(tmp_path, monkeypatch):
-    """The imports (a subprocess in the host image) are the boundary: keras3-jax's are said to fail."""
-    for name in ("install", "aggregate", "run_doctor"):
-        monkeypatch.setattr(run_kit, name, lambda *a, **k: None)
-    monkeypatch.setattr(run_kit, "check_imports", lambda *a, **k: [])
-    monkeypatch.setattr(run_kit, "record_host", lambda *a, **k: {})
-    monkeypatch.setattr(run_kit, "usable_gpu_count", lambda: 1)
-    monkeypatch.setattr(run_kit, "broken_stacks", lambda site, stacks: {
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, broken={
         "keras3-jax": "does not import here: jax: ImportError: libcudart.so.13: cannot open shared object file"})
-    ran = []
-    monkeypatch.setattr(run_kit, "run_unit", lambda unit, args, timeout_s, extra=None, rows=None: ran.append(
-        unit.key) or {"status": "ok", "ms_per_step": 1.0})
-    logged = []
-    monkeypatch.setattr(run_kit, "log", logged.append)
-    argv = ["run", "--out", str(tmp_path / "out"), "--tasks", "bert-predict", "--repeats", "1",
-            "--variants", "native-torch:none,keras3-jax,keras3-torch"]
+    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 1.0, calls))
+    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-predict", "--repeats", "1", "--variants",
+            "native-torch:none,keras3-jax,keras3-torch", "--skip-checks", "--preset", "tiny", "--restore", "none"]
     assert run_kit.main(argv) == 0
     # Every published unit first, then bf16 (the default --precisions), when time allows.
-    assert ran == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0",
-                   "native-torch/none/bert-predict@bf16/r0", "keras3-torch/none/bert-predict@bf16/r0"]
-    assert any(line.startswith("left out: keras3-jax [xla], every task: does not import here: jax: ImportError")
-               for line in logged), logged
+    assert [key for key, _ in calls] == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0",
+                                         "native-torch/none/bert-predict@bf16/r0",
+                                         "keras3-torch/none/bert-predict@bf16/r0"]
+    assert "left out: keras3-jax [xla], every task: does not import here: jax: ImportError" in (
+        tmp_path / "out" / "kit.log").read_text()
 
 
 def test_generate_cells_get_a_step_count_that_fits_the_kits_cell_timeout():
@@ -387,8 +472,10 @@ def simulated_image() -> tuple[Path, str]:
         uv_env = {**os.environ, **uv_environment(home)}
         uv = str(uv_binary())
         subprocess.run([uv, "venv", "-q", "--seed", "--python", python, str(venv)], check=True, env=uv_env)
-        subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-r",
-                        str(requirements)], check=True, timeout=3600, env=uv_env)
+        # --compile-bytecode: an installed image has its .pyc; without them every cell process compiles its
+        # imports again (twice the time of a tiny cell here).
+        subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "--python", str(venv / "bin" / "python"),
+                        "-r", str(requirements)], check=True, timeout=3600, env=uv_env)
         (venv / ".fwbench-ready").touch()
     return venv / "bin" / "python", version
 
@@ -403,7 +490,7 @@ def kit(python: Path, *args: str, timeout: float = 1200) -> subprocess.Completed
 
 
 @pytest.mark.integration
-def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp_path):
+def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_and_add_up(tmp_path):
     started = time.monotonic()
     python, image_version = simulated_image()
     lacking = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('tensorflow', "
@@ -417,32 +504,47 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
     assert made.returncode == 0, made.stderr
     assert "wheelhouse: 11 wheels" in made.stdout
 
-    out, export = tmp_path / "out", tmp_path / "export"
-    common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--out", str(out),
-              "--data", str(tmp_path / "data"), "--preset", "tiny", "--repeats", "1",
-              "--tasks", "bert-predict", "--variants", "native-torch:none,keras3-jax,keras3-torch",
-              "--precisions", "published"]  # bf16 units: a unit test (the plan), not more cells here
-    # A budget too small for any cell: installs, records the host, starts nothing, says why.
-    first = kit(python, "run", *common, "--budget-s", "60", "--cell-timeout", "120")
-    assert first.returncode == 0, first.stderr + first.stdout
-    assert "installed 11 wheels" in first.stdout and "stopping:" in first.stdout
-    assert json.loads((out / "host.json").read_text())["versions"]["keras"] == "3.15.1"
-    chunk = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150", "--export", str(export))
-    assert chunk.returncode == 0, chunk.stderr + chunk.stdout
-    for _ in range(2):  # on a loaded machine one chunk may not fit the three cells: the next goes on from there
-        if "; 0 left" in chunk.stdout:
-            break
-        chunk = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150", "--export", str(export))
-    again = kit(python, "run", *common, "--budget-s", "500", "--cell-timeout", "150")
-    assert "ran 0 units this chunk; 0 left" in again.stdout, again.stdout  # resumed: nothing left to run
+    first_out, first_export = tmp_path / "first", tmp_path / "first-export"
+    common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--data", str(tmp_path / "data"),
+              "--preset", "tiny", "--repeats", "1", "--tasks", "bert-predict",
+              "--variants", "native-torch:none,keras3-jax,keras3-torch", "--precisions", "published",
+              "--budget-s", "500", "--cell-timeout", "150"]
+    # The first window is made to fail its report (a file stands where the report folder goes) and stops after two
+    # cells: its files come back all the same.
+    first_out.mkdir()
+    (first_out / "report").write_text("not a folder")
+    first = kit(python, "window", *common, "--out", str(first_out), "--export", str(first_export),
+                "--max-units", "2")
+    assert first.returncode == 1, first.stderr + first.stdout
+    assert "installed 11 wheels" in first.stdout and "no report: fwbench aggregate failed" in first.stdout
+    exported = {path.name for path in first_export.iterdir()}
+    assert exported == {"rows.tar.gz", "host.json", "nvidia-smi.txt", "kit-state.json", "checks.txt", "doctor.txt",
+                        "kit.log"}, exported
+    host = json.loads((first_export / "host.json").read_text())
+    assert host["versions"]["keras"] == "3.15.1" and host["git_revision"]
+    verdicts = {line.split(":")[0][5:]: line[:4].strip()
+                for line in (first_export / "checks.txt").read_text().splitlines()}
+    # On this CPU the GPU-only checks say SKIP without running a cell; TF32's state is checked and must pass.
+    assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS",
+                        "competing GPU process marks rows busy": "SKIP", "reduce-overhead replays CUDA graphs": "SKIP",
+                        "compiled Trainer fit runs": "SKIP", "compiled kit rows replay CUDA graphs": "SKIP",
+                        "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP",
+                        "peak memory filled": "PASS", "energy columns": "SKIP"}, verdicts
+
+    # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on: one cell left.
+    second_out, second_export = tmp_path / "second", tmp_path / "second-export"
+    second = kit(python, "window", *common, "--out", str(second_out), "--export", str(second_export),
+                 "--restore", str(first_export))
+    assert second.returncode == 0, second.stderr + second.stdout
+    assert second.stdout.count(": running (") == 1 and "keras3-torch/none/bert-predict/r0: running" in second.stdout
+    assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
+    assert len(list(second_export.iterdir())) == 8 and (second_export / "report.md").is_file()
 
     sys.path.insert(0, str(REPO / "runner"))
     from fwbench.core.results import read_row
 
-    rows = [read_row(path) for path in sorted((out / "rows").rglob("*.parquet"))]
-    assert sorted((row["stack"], row["task"]) for row in rows) == sorted(
-        (stack, task) for stack in ("native-torch", "keras3-jax", "keras3-torch")
-        for task in ("bert-predict",))
+    rows = [read_row(path) for path in sorted((second_out / "rows").rglob("*.parquet"))]
+    assert sorted(row["stack"] for row in rows) == ["keras3-jax", "keras3-torch", "native-torch"]
     for row in rows:
         assert row["status"] == "ok", (row["stack"], row["task"], row["error_message"])
         assert row["engine"] == "current" and row["pin_set"] == "current"
@@ -450,35 +552,36 @@ def test_kit_installs_offline_and_runs_every_stack_in_a_simulated_host_image(tmp
         if row["stack"] != "native-torch":
             assert versions["keras"] == "3.15.1" and "tensorflow" not in versions
             assert json.loads(row["extra"])["input_pipeline"] == "grain" and "grain" in versions
-    assert (out / "report" / "report.md").is_file()
-    exported = sorted(path.name for path in export.iterdir())
-    assert {"rows.tar.gz", "report.md", "host.json", "kit-state.json"} <= set(exported) and len(exported) <= 8
-
-    # The GPU checks run offline too; on this CPU the GPU-only ones say SKIP, the others must pass.
-    checks = kit(python, "checks", *common, "--cell-timeout", "150")
-    assert checks.returncode == 0, checks.stderr + checks.stdout
-    verdicts = {line.split(":")[0][5:]: line[:4].strip() for line in (out / "checks.txt").read_text().splitlines()}
-    assert verdicts == {"per-step sync": "SKIP", "TF32 recorded as set": "PASS", "compiled Trainer fit runs": "SKIP",
-                        "reduce-overhead replays CUDA graphs": "SKIP", "competing GPU process marks rows busy": "SKIP",
-                        "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP", "peak memory filled": "PASS",
-                        "energy columns": "SKIP"}, (out / "checks.txt").read_text()
+    status = kit(python, "status", *common[:-4], "--out", str(second_out))
+    assert "3 ok (of 3 units" in status.stdout, status.stdout
     print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
 
 
-def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_take_effect(capsys):
-    """The check on a GPU (mocked: the kit's own cell is a stand-in row), over its own cell and the kit's rows."""
+def bare_checks(tmp_path, gpu=True, state=None, time_left=None):
+    """Checks on a GPU (mocked: no cell runs unless a test stands one in for `cell`)."""
+    import argparse
+
     import kit_checks
 
+    checks = object.__new__(kit_checks.Checks)
+    checks.args = argparse.Namespace(out=tmp_path, cell_timeout=300.0)
+    checks.lines, checks.failed, checks.gpu, checks.rows = [], False, gpu, []
+    checks.state, checks.time_left, checks.on_line = state, time_left, None
+    checks.sync_row = checks.cuda_graph_row = None
+    return checks
+
+
+def test_cuda_graph_checks_name_every_compiled_row_whose_compile_did_not_take_effect(tmp_path):
     def row(cell_id, mode, took, status="ok"):
         return {"cell_id": cell_id, "status": status, "compile_mode": mode, "compile_took_effect": took,
                 "compiled_graphs": 4, "cudagraph_skips": 0, "cudagraph_replays": 0 if not took else 100,
                 "timed_steps": 100}
 
-    checks = object.__new__(kit_checks.Checks)
-    checks.lines, checks.failed, checks.gpu = [], False, True
-    checks.cell = (lambda name, mode="none", extra=None, preset=None, task=None, precision="published":
-                   row("own.bert-predict", mode, True))
+    checks = bare_checks(tmp_path)
+    checks.cell = lambda name, mode="none", extra=None, **kwargs: row("own.bert-predict", mode, True)
+    checks.cuda_graph_cell()
+    assert checks.lines[-1].startswith("PASS reduce-overhead replays CUDA graphs")
     kit = [row("native-torch.sd-predict", "reduce-overhead", False),
            row("native-torch.bert-fit", "reduce-overhead", True),
            row("native-torch.sam-fit", "none", None), row("native-torch.gemma-fit", "reduce-overhead", None, "error")]
@@ -489,21 +592,56 @@ def test_cuda_graph_check_fails_naming_every_compiled_row_whose_compile_did_not_
     checks.lines, checks.failed = [], False
     checks.cuda_graphs([kit[1], kit[2]])
     assert not checks.failed and checks.lines[-1].startswith("PASS") and "1 compiled kit rows" in checks.lines[-1]
+    checks.cuda_graphs([kit[2]])
+    assert checks.lines[-1].startswith("SKIP") and "no ok reduce-overhead kit row" in checks.lines[-1]
     checks.gpu = False
     checks.cuda_graphs(kit)
     assert checks.lines[-1].startswith("SKIP")
 
 
-def test_the_gpu_only_checks_judge_what_the_rows_say(monkeypatch):
-    """TF32 per setting, one GPU by UUID (NVML mocked) and energy, on a GPU (mocked) over stand-in rows."""
+def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_broken_check(tmp_path):
     import kit_checks
+
+    state = KitState(tmp_path / "kit-state.json")
+    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T14:54:36+00:00")
+    left = {"s": 100.0}
+    checks = bare_checks(tmp_path, state=state, time_left=lambda: left["s"])
+    ran = []
+
+    def tf32():
+        ran.append("tf32")
+        left["s"] -= 60.0
+        raise RuntimeError("a bug in the check")
+
+    def busy():
+        ran.append("busy")
+        raise kit_checks.OutOfTime("busy: cut at 40 s by the window's time")
+
+    checks.tf32, checks.busy = tf32, busy
+    checks.cuda_graph_cell = checks.compiled_trainer = lambda: ran.append("compiled")
+    checks.run_cell_checks()
+    assert ran == ["tf32", "busy"]  # 40 s left: neither 75-s compiled check starts
+    verdicts = {line[5:].split(":")[0]: line[:4] for line in checks.lines}
+    assert verdicts == {"per-step sync": "PASS", "TF32 recorded as set": "FAIL",
+                        "competing GPU process marks rows busy": "SKIP",
+                        "reduce-overhead replays CUDA graphs": "SKIP", "compiled Trainer fit runs": "SKIP"}
+    assert "in an earlier window" in checks.lines[0] and "raised RuntimeError" in checks.lines[1]
+    assert (tmp_path / "checks.txt").read_text().count("\n") == 5  # written as each check ends
+    assert state.checks["TF32 recorded as set"]["verdict"] == "FAIL" and state.passed("per-step sync")
+    ran.clear()
+    left["s"] = 500.0
+    checks.run_cell_checks({"compiled Trainer fit runs"})  # --recheck: only what is named
+    assert ran == ["compiled"]
+
+
+def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
+    """TF32 per setting, one GPU by UUID (NVML mocked) and energy, on a GPU (mocked) over stand-in rows."""
     from fwbench.harness import nvml
 
-    checks = object.__new__(kit_checks.Checks)
-    checks.lines, checks.failed, checks.gpu = [], False, True
+    checks = bare_checks(tmp_path)
     state = {"default": (False, True), "on": (True, True), "off": (False, True)}  # off did not reach convolutions
 
-    def cell(name, mode="none", extra=None, preset=None, task=None, precision="published"):
+    def cell(name, mode="none", extra=None, preset=None, task=None, precision="published", steps=None):
         setting = extra[-1]
         matmul, conv = state[setting]
         return {"status": "ok", "cell_id": name, "tf32_setting": setting, "tf32_matmul": matmul, "tf32_conv": conv,

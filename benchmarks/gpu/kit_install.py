@@ -208,15 +208,17 @@ def git_source() -> dict:
 
 
 def source_revision() -> dict:
-    """The commit the kit runs: git's where the repository has its .git, else what `prepare` wrote beside the
-    wheelhouse (the host's copy has none), else FWBENCH_GIT_REVISION; with where it was read."""
+    """The commit the kit runs: what `prepare` wrote beside the wheelhouse where it did (on the GPU host the copy of
+    the repository may carry a stale .git: seen there, its HEAD was the session's first commit, not the one that
+    ran), else git's, else FWBENCH_GIT_REVISION; with where it was read and what git says beside it."""
     found = git_source()
-    if found["git_revision"]:
-        return {**found, "git_revision_from": "git"}
     if SOURCE.is_file():
         saved = json.loads(SOURCE.read_text())
         return {"git_revision": saved.get("git_revision"), "git_dirty": saved.get("git_dirty"),
-                "git_revision_from": f"{SOURCE.name} (prepared {saved.get('prepared_at')})"}
+                "git_revision_from": f"{SOURCE.name} (prepared {saved.get('prepared_at')})",
+                "git_revision_seen_by_git": found["git_revision"]}
+    if found["git_revision"]:
+        return {**found, "git_revision_from": "git"}
     revision = os.environ.get("FWBENCH_GIT_REVISION")
     return {"git_revision": revision, "git_dirty": None,
             "git_revision_from": "FWBENCH_GIT_REVISION" if revision else "nowhere (no .git, no source.json)"}

@@ -230,6 +230,15 @@ def run_units(args, state: KitState, units: list[Unit], deadline: Deadline, expo
     return ran
 
 
+def plan_counts(state: KitState, units: list[Unit], retry_failed: bool) -> str:
+    """'N units: a done, b failed, c runnable now, d waiting for an earlier repeat'."""
+    done = sum(state.status(unit) == "ok" for unit in units)
+    runnable = sum(state.runnable(unit, retry_failed) for unit in units)
+    failed = sum(state.status(unit) not in (None, "ok", "budget-cut") for unit in units)
+    return (f"{len(units)} units: {done} done, {failed} failed, {runnable} runnable now, "
+            f"{len(units) - done - failed - runnable} waiting for an earlier repeat")
+
+
 def remove_unit_row(rows: Path, preset: str, unit: Unit) -> None:
     paths = unit_row_paths(rows, preset, unit)
     if paths:
@@ -320,12 +329,11 @@ def window(args) -> int:
             if shortened:
                 log("shortened timed windows (a cell identity of their own): "
                     + ", ".join(f"{task} {n} steps" for task, n in shortened.items()))
-            pending = state.pending(units, args.retry_failed)
-            log(f"{len(units) - len(pending)} of {len(units)} units settled; {deadline.left():.0f} s left for units")
+            log(f"{plan_counts(state, units, args.retry_failed)}; {deadline.left():.0f} s left for units")
             ran = run_units(args, state, units, deadline, exported)
-            left_units = state.pending(units, args.retry_failed)
-            log(f"ran {ran} units this window; {len(left_units)} left, about "
-                f"{sum(needed_s(state, unit, args.preset) for unit in left_units) / 60:.0f} device minutes"
+            left_units = [unit for unit in units if state.status(unit) in (None, "budget-cut")]
+            log(f"ran {ran} units this window; {plan_counts(state, units, args.retry_failed)}; about "
+                f"{sum(needed_s(state, unit, args.preset) for unit in left_units) / 60:.0f} device minutes left"
                 + (" (run another window to continue)" if left_units else ""))
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the report is tried and the files come back
         code = 1
