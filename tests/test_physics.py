@@ -260,7 +260,7 @@ def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path
     markdown, html = d.to_markdown(doc, tmp_path), d.to_html(doc)
     for text in (markdown, html):
         assert "Physics" in text and "Published A100 table" in text and "Precision-suspect rows" in text
-        assert "205.1% of the fp32 peak" in text and "published bert-fit keras3-jax (xla)" in text
+        assert "205.1% of the fp32 datasheet peak" in text and "published bert-fit keras3-jax (xla)" in text
         assert "native-torch.bert-fit.paper.compile-none repeat 0:" not in text  # not suspect: not listed
     assert "<b>" not in html and "&lt;b&gt;" in html  # row strings are escaped
 
@@ -361,3 +361,23 @@ def test_gpu_row_with_tf32_convolutions_only_is_mixed():
     bert = ceiling.physics_row({**row, "model": "bert", "batch_size": 256}, on_gpu=True)
     assert bert["compute_precision"] == "fp32" and bert["conv_compute_precision"] is None
     assert bert["conv_flops_per_step"] == 0 and bert["peak_tflops"] == 19.5
+
+
+def test_a_cpu_row_above_its_measured_ceiling_is_not_accused_of_another_precision(tmp_path):
+    """A CPU's ceiling is a GEMM probe, which the model's own kernels can outrun: the warning says so instead of
+    suggesting the row ran another precision (the demo report flagged native-torch mistral-fit at 221%)."""
+    import pandas as pd
+
+    from fwbench_aggregator import document as d
+    from fwbench_aggregator.physics_section import blocks
+
+    frame = pd.DataFrame([
+        {"cell_id": "native-torch.mistral-fit.tiny.compile-none", "repeat": 0, "status": "ok", "device_model": "cpu",
+         "compute_precision": "bf16", "achieved_tflops": 0.0015, "peak_tflops": 0.0007, "pct_of_peak": 221.0,
+         "pct_of_bandwidth": None, "precision_suspect": True, "peak_source": "measured bf16 GEMM 1024x1024 (torch)"}])
+    doc = d.Document("t")
+    doc.add(*blocks(frame))
+    markdown = d.to_markdown(doc, tmp_path)
+    line = next(text for text in markdown.splitlines() if "mistral-fit.tiny.compile-none repeat 0:" in text)
+    assert "ceiling measured on this CPU" in line and "no evidence of another precision" in line
+    assert "datasheet" not in line

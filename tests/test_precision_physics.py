@@ -109,26 +109,41 @@ def test_a_bf16_cpu_row_is_measured_against_the_bf16_gemm(tmp_path):
     assert asked == ["bfloat16"] and fp32["peak_source"].startswith("measured fp32 GEMM")  # NumPy, no hook
 
 
-def test_an_fp16_cpu_row_without_an_fp16_gemm_has_no_peak_and_says_why(tmp_path):
+def test_an_fp16_cpu_row_without_an_fp16_gemm_is_held_to_the_fp32_gemm_and_says_why(tmp_path):
     cols = ceiling.physics_row(_cpu_row(compute_dtype="float16"), on_gpu=False, cache_dir=tmp_path,
                                gemm=lambda dtype: None)
-    assert cols["compute_precision"] == "fp16" and cols["peak_tflops"] is None and cols["pct_of_peak"] is None
-    assert cols["precision_suspect"] is None and cols["achieved_tflops"] > 0
-    assert cols["peak_source"].startswith("none:") and "float16" in cols["peak_source"]
+    assert cols["compute_precision"] == "fp16" and cols["achieved_tflops"] > 0
+    assert cols["peak_source"].startswith("measured fp32 GEMM") and "standing in for fp16" in cols["peak_source"]
+    assert "none:" in cols["peak_source"] and "float16" in cols["peak_source"]
 
     def raises(dtype):
         raise RuntimeError("addmm_impl_cpu_ not implemented for 'Half'")
 
     cols = ceiling.physics_row(_cpu_row(compute_dtype="float16", run_id="run-b"), on_gpu=False, gemm=raises)
-    assert cols["peak_tflops"] is None and "not implemented for 'Half'" in cols["peak_source"]
+    assert cols["peak_tflops"] > 0 and "not implemented for 'Half'" in cols["peak_source"]
     ok = ceiling.physics_row(_cpu_row(compute_dtype="float16", run_id="run-c"), on_gpu=False, gemm=lambda d: 2.0)
     assert ok["peak_tflops"] == 2.0 and ok["peak_source"].startswith("measured fp16 GEMM")
 
 
-def test_a_cpu_row_without_its_frameworks_gemm_gets_no_half_peak():
-    """The cell passes its backend's GEMM hook; without one a bf16 row on a CPU has no peak, and says why."""
+def test_a_half_gemm_probe_slower_than_fp32_never_makes_a_cpu_row_suspect(tmp_path):
+    """Seen: torch's bf16 matmul probe at 0.0007 TFLOP/s on a CPU without AVX-512 BF16 while the model's linear
+    layers ran faster: native-torch mistral-fit was SUSPECT at 221% of that 'peak'. Such a CPU widens bf16 to fp32
+    in its fast kernels, so the fp32 GEMM bounds it."""
+    row = _cpu_row(dtype="bfloat16", compute_dtype="bfloat16", run_id="run-slow")
+    fp32 = ceiling.cpu_ceiling("run-slow", tmp_path)[0]
+    probe = ceiling.physics_row(row, on_gpu=False, cache_dir=tmp_path, gemm=lambda dtype: fp32 / 100)
+    # The row at a tenth of the fp32 GEMM: ten times what the slow bf16 probe reached.
+    row["ms_per_step"] *= probe["achieved_tflops"] / (fp32 / 10)
+    cols = ceiling.physics_row(row, on_gpu=False, cache_dir=tmp_path, gemm=lambda dtype: fp32 / 100)
+    assert cols["peak_tflops"] == pytest.approx(fp32) and "standing in for bf16" in cols["peak_source"]
+    assert cols["precision_suspect"] is not True
+
+
+def test_a_cpu_row_without_its_frameworks_gemm_is_held_to_the_fp32_gemm():
+    """The cell passes its backend's GEMM hook; without one a bf16 row on a CPU is held to the fp32 GEMM, and
+    says why."""
     cols = ceiling.physics_row(_cpu_row(dtype="bfloat16", stack="keras3-jax", run_id=None), on_gpu=False)
-    assert cols["peak_tflops"] is None and cols["peak_source"].startswith("none:") and "jax" in cols["peak_source"]
+    assert cols["peak_tflops"] > 0 and "none:" in cols["peak_source"] and "jax" in cols["peak_source"]
 
 
 def test_every_backend_offers_the_gemm_hook():

@@ -112,8 +112,10 @@ def blocks(frame) -> list:
                              "against the dense ceiling of the precision the row ran (its compute dtype, else its "
                              "dtype and TF32 state: GPU datasheet fp32/tf32/bf16/fp16, or on a CPU a measured GEMM, "
                              "fp32 with NumPy, bf16/fp16 with the cell's framework); MBU = bytes a generate step must read / time / memory bandwidth. "
-                             "A row above 100% of its precision's peak cannot have run at that precision: "
-                             "it is marked SUSPECT.", "note")]
+                             "On a GPU a row above 100% of its precision's datasheet peak cannot have run at "
+                             "that precision: it is marked SUSPECT. On a CPU the ceiling is a measured GEMM, which "
+                             "the model's own kernels can outrun: a CPU row above it is marked too, but that says "
+                             "the probe was slow, not that the row ran another precision.", "note")]
     if rows:
         out += [d.Heading("fwbench rows", 3), d.Table(MEASURED_HEADERS, rows, css_class="text")]
     else:
@@ -129,14 +131,17 @@ def blocks(frame) -> list:
                       p.columns["compute_precision"], _num(p.columns["achieved_tflops"], ".4g"),
                       _num(p.columns["pct_of_peak"], ".1f"), _num(p.columns["pct_of_bandwidth"], ".1f"),
                       _suspect_word(p.columns["precision_suspect"])] for p in published], css_class="text")]
-    flagged = [f"fwbench {r[0]} repeat {r[1]}: {r[4]} TFLOP/s = {r[6]}% of the {r[3]} peak" for r in rows
-               if r[8] == "SUSPECT"]
+    flagged = [f"fwbench {r[0]} repeat {r[1]}: {r[4]} TFLOP/s = {r[6]}% of the {r[3]} "
+               + ("ceiling measured on this CPU (a GEMM probe the model's kernels outran; no evidence of another "
+                  "precision)" if str(r[9]).startswith("measured") else "datasheet peak")
+               for r in rows if r[8] == "SUSPECT"]
     flagged += [f"published {p.task} {p.stack} ({p.compile}): {p.columns['achieved_tflops']:.1f} TFLOP/s = "
                 f"{p.columns['pct_of_peak']:.0f}% of the A100's {p.columns['compute_precision']} peak"
                 for p in published if p.suspect]
     if flagged:
         out += [d.Heading("Precision-suspect rows", 3),
-                d.Paragraph("Faster than the declared precision allows (e.g. 'fp32' rows that ran TF32):",
+                d.Paragraph("Faster than the ceiling of the precision each row declares; against a datasheet "
+                            "peak that means it ran another precision (an 'fp32' row that ran TF32, say):",
                             "warning"),
                 d.BulletList(flagged, "warning")]
     return out

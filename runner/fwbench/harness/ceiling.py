@@ -123,12 +123,19 @@ def cpu_half_ceiling(precision: str, run_id: str | None, cache_dir: Path | None,
 def cpu_peaks(precisions: physics.Precisions, row: dict[str, Any], cache_dir: Path | None,
               gemm: GemmHook | None = None, framework: str | None = None) -> tuple[dict[str, float], list[str]]:
     """The measured ceiling of each precision the row ran at, and their sources (a precision without one is
-    left out, and its source says why)."""
+    left out, and its source says why). A bf16/fp16 ceiling is at least the fp32 GEMM's: a CPU without native
+    half-precision instructions widens to fp32 inside its fastest kernels, so a half-precision probe slower than
+    fp32 measured a slow path of the framework, not the CPU (seen: torch's bf16 matmul at 1% of the fp32 GEMM
+    on a CPU without AVX-512 BF16, where the model's linear layers ran 8x faster than that probe)."""
     wanted = [p for p in dict.fromkeys((precisions.matmul, precisions.conv)) if p]
     peaks, sources = {}, []
     for precision in wanted:
         if precision in HALF_DTYPES:
             tflops, source = cpu_half_ceiling(precision, row.get("run_id"), cache_dir, gemm, framework)
+            fp32_tflops, fp32_source = cpu_ceiling(row.get("run_id"), cache_dir)
+            if not tflops or fp32_tflops > tflops:
+                tflops, source = fp32_tflops, (f"{fp32_source}, standing in for {precision}: the "
+                                               f"{precision} probe was slower or absent ({source})")
         else:  # a CPU has no TF32: fp32 (and a "tf32" that cannot have run) against the fp32 GEMM
             tflops, source = cpu_ceiling(row.get("run_id"), cache_dir)
         if tflops:
