@@ -197,6 +197,12 @@ def test_state_resumes_skips_failures_and_runs_a_budget_cut_unit_first(tmp_path)
     assert run_kit.needed_s(again, second, "tiny") == run_kit.MIN_REPEAT_S
     other = Unit("keras3-jax", "xla", "bert-fit", 0)
     assert run_kit.needed_s(again, other, "paper") == kit_plan.estimate_s(other, "paper")
+    # A failure seen at another commit runs again (its fix is to be checked); at the same commit it does not.
+    failed = Unit("native-torch", "reduce-overhead", "sam-predict", 0)
+    again.record(failed, "error", 98.0, None)
+    assert not again.runnable(failed, False)
+    (tmp_path / "kit-state.json").write_text(again.to_json())
+    assert KitState(tmp_path / "kit-state.json", "a-later-commit").runnable(failed, False)
     cut = Unit("keras3-torch", "none", "bert-fit", 0)
     again.record(cut, "budget-cut", 80.0, None)
     assert again.runnable(cut, False)  # cut by the window, not by its own timeout: runs again, first

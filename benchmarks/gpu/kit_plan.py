@@ -253,13 +253,14 @@ def estimate_s(unit: Unit, preset: str) -> float:
 
 
 class KitState:
-    """What each unit came to (status, wall seconds of its run): resuming starts where the last chunk stopped.
-    A unit that ran and failed is not tried again (its row says why) unless asked (--retry-failed), except
-    one cut short by the chunk's budget (status budget-cut, no row kept); a
-    cell's repeat r waits for an ok repeat r-1 (repeating a failing cell would only repeat the failure)."""
+    """What each unit came to (status, wall seconds of its run, the commit it ran): resuming starts where the last
+    window stopped. A unit that ran and failed is not tried again at the same commit (its row says why) unless asked
+    (--retry-failed); it is at another commit (a failure seen on a GPU is a bug to fix, and the next window re-checks
+    the fix); one cut short by a window's budget (status budget-cut, no row kept) always runs again. A cell's repeat
+    r waits for an ok repeat r-1 (repeating a failing cell would only repeat the failure)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, commit: str | None = None):
+        self.path, self.commit = path, commit
         saved = json.loads(path.read_text()) if path.is_file() else {}
         self.units: dict[str, dict] = saved.get("units", {})
         # GPU check -> its last verdict, detail and when (a later window re-runs only what has not passed).
@@ -269,7 +270,8 @@ class KitState:
         return (self.units.get(unit.key) or {}).get("status")
 
     def record(self, unit: Unit, status: str, wall_s: float, ms_per_step: float | None) -> None:
-        self.units[unit.key] = {"status": status, "wall_s": round(wall_s, 1), "ms_per_step": ms_per_step}
+        self.units[unit.key] = {"status": status, "wall_s": round(wall_s, 1), "ms_per_step": ms_per_step,
+                                "commit": self.commit}
 
     def known_wall_s(self, unit: Unit) -> float | None:
         """The longest wall time an ok repeat of this cell took (a later repeat should take about as long)."""
@@ -281,7 +283,8 @@ class KitState:
         status = self.status(unit)
         if status == "budget-cut":  # the chunk ran out, not the cell: it runs again with its full timeout
             return True
-        if status == "ok" or (status is not None and not retry_failed):
+        failed_at = (self.units.get(unit.key) or {}).get("commit")
+        if status == "ok" or (status is not None and not retry_failed and failed_at == self.commit):
             return False
         if unit.repeat == 0:
             return True

@@ -299,11 +299,12 @@ def window(args) -> int:
         raise KitError(f"stopped by signal {signum}")
 
     signal.signal(signal.SIGTERM, stop)
-    state = KitState(state_path)
+    commit = kit_install.source_revision().get("git_revision")
+    state = KitState(state_path, commit)
     try:
         if args.restore != "none" and not (args.restore == "auto" and state_path.is_file()):
             restore_into(args, args.restore)
-        state = KitState(state_path)
+        state = KitState(state_path, commit)
         log(f"window: budget {args.budget_s:.0f} s ({args.reserve_s:.0f} s of it kept for the report and export); "
             f"{sum(1 for e in state.units.values() if e.get('status') == 'ok')} units done before")
         unrunnable, gpus = preflight(args)
@@ -464,7 +465,7 @@ def status(args) -> int:
     steps = {task: kit_plan.window_steps(task, args.preset, args.timed_window_s) for task in args.tasks}
     units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions,
                                           gpus=gpus, steps=steps)
-    state = KitState(args.out / "kit-state.json")
+    state = KitState(args.out / "kit-state.json", kit_install.source_revision().get("git_revision"))
     counts: dict[str, int] = {}
     for unit in units:
         key = state.status(unit) or ("pending" if state.runnable(unit, False) else "waiting")
