@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from fwbench.core import sweep as sweeps_core
@@ -71,6 +72,17 @@ def rows_at(loaded: LoadedResults, label: str | None) -> LoadedResults:
     column = table.column("sweep_point")
     mask = pc.is_null(column) if label is None else pc.fill_null(pc.equal(column, label), False)
     return LoadedResults(table.filter(mask), loaded.files_read)
+
+
+def rows_of_cell(loaded: LoadedResults, cell: CellIdentity) -> LoadedResults:
+    """Only the rows of one cell at any sweep point (`cell`: an identity with the sweep point blanked, cell_of's)."""
+    mask = pa.array([cell_of(CellIdentity.of_row(row)) == cell for row in loaded.table.to_pylist()], pa.bool_())
+    return LoadedResults(loaded.table.filter(mask), loaded.files_read)
+
+
+def cells_in(loaded: LoadedResults) -> set[CellIdentity]:
+    """The cells (sweep point blanked) that rows of `loaded` belong to."""
+    return {cell_of(CellIdentity.of_row(row)) for row in loaded.table.to_pylist()}
 
 
 def judge(a: LoadedResults, b: LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,

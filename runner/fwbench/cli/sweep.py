@@ -14,6 +14,7 @@ from rich.markup import escape
 from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, result_line, warn_if_busy
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
+from fwbench.core.identity import CellIdentity
 from fwbench.core.usage import UsageError
 
 TOLERANCE_HELP = ("A change smaller than this, in percent, is no change: steps within it can be 'equivalent', beyond "
@@ -133,28 +134,38 @@ def register(app: typer.Typer) -> None:
                                  threads=options.threads or os.cpu_count() or 1)
         check_out_dir(out)
 
+        # The one cell this bisect is about, from the rows its first point gave: --out may also hold other cells'
+        # rows (an earlier sweep's), and a verdict or a median of theirs must never stand in for this cell's.
+        asked: dict[str, CellIdentity] = {}
+
         def measure(label: str, n: int) -> None:
             specs = replace(options, repeats=n).plan(base)
-            run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(), resume=True,
-                      on_done=lambda result: console.print(result_line(result)))
+            rows = run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(),
+                             resume=True, on_done=lambda result: console.print(result_line(result)))
+            for row in sorted((r for r in rows if r), key=lambda r: r["status"] != "ok"):
+                asked.setdefault("cell", report_sweep.cell_of(CellIdentity.of_row(row)))
+
+        def this_cell():
+            loaded = loading.load_results([out])
+            return report_sweep.rows_of_cell(loaded, asked["cell"]) if "cell" in asked else None
 
         def judge(a: str, b: str):
-            loaded = loading.load_results([out])
-            verdicts = report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance)
+            loaded = this_cell()
+            verdicts = [] if loaded is None else report_sweep.judge(
+                report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance)
             return verdicts[0] if verdicts else report_sweep.StepVerdict(
                 None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no ok rows on one side", "", tolerance)
 
         def median_of(label: str):
-            loaded = loading.load_results([out])
-            cells = [c for c in report_sweep.cell_sweeps(loaded, tolerance)]
-            for cell in cells:
+            loaded = this_cell()
+            for cell in ([] if loaded is None else report_sweep.cell_sweeps(loaded, tolerance)):
                 for point in cell.points:
                     if point.label == label and point.estimate is not None:
                         return point.estimate.median
             return None
 
         result = bisect(labels, measure, judge, median_of, repeats, max_repeats=max_repeats)
-        print_bisect(result, out, tolerance)
+        print_bisect(result, out, tolerance, asked.get("cell"))
         if result.outcome in ("failed",):
             raise typer.Exit(1)
 
@@ -186,7 +197,9 @@ def print_sweep_report(out: Path, tolerance: float) -> Path:
     return report_sweep.write_report(loaded, out / "sweep-report", tolerance)
 
 
-def print_bisect(result, out: Path, tolerance: float) -> None:
+def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
+    """The evidence, ms/step at each tested point and the outcome; `cell` (the bisect's, sweep point blanked) keeps
+    other cells' rows in `out` out of it."""
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
 
@@ -194,7 +207,12 @@ def print_bisect(result, out: Path, tolerance: float) -> None:
     for line in result.decisions:
         console.print("  " + escape(line), highlight=False)
     loaded = loading.load_results([out])
-    estimates = {p.label: p for cell in report_sweep.cell_sweeps(loaded, tolerance) for p in cell.points}
+    others = report_sweep.cells_in(loaded) - {cell}
+    if cell is not None and others:
+        console.print(f"note: {escape(str(out))} also holds rows of {len(others)} other cell(s); they are not part of this bisect",
+                      highlight=False)
+    mine = report_sweep.rows_of_cell(loaded, cell) if cell is not None else None
+    estimates = {} if mine is None else {p.label: p for c in report_sweep.cell_sweeps(mine, tolerance) for p in c.points}
     for label, tested in result.tested.items():
         point = estimates.get(label)
         console.print(f"  {escape(label):<28} {report_sweep.fmt_estimate(point.estimate if point else None)}"
