@@ -149,10 +149,10 @@ def register(app: typer.Typer) -> None:
             loaded = loading.load_results([out])
             return report_sweep.rows_of_cell(loaded, asked["cell"]) if "cell" in asked else None
 
-        def judge(a: str, b: str):
+        def judge(a: str, b: str, level: float):
             loaded = this_cell()
             verdicts = [] if loaded is None else report_sweep.judge(
-                report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance)
+                report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance, level)
             return verdicts[0] if verdicts else report_sweep.StepVerdict(
                 None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no ok rows on one side", "", tolerance)
 
@@ -202,6 +202,7 @@ def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
     other cells' rows in `out` out of it."""
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
+    from fwbench.engines.sweep import summary
 
     console.print("[bold]evidence[/]")
     for line in result.decisions:
@@ -209,22 +210,43 @@ def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
     loaded = loading.load_results([out])
     others = report_sweep.cells_in(loaded) - {cell}
     if cell is not None and others:
-        console.print(f"note: {escape(str(out))} also holds rows of {len(others)} other cell(s); they are not part of this bisect",
-                      highlight=False)
-    mine = report_sweep.rows_of_cell(loaded, cell) if cell is not None else None
-    estimates = {} if mine is None else {p.label: p for c in report_sweep.cell_sweeps(mine, tolerance) for p in c.points}
+        console.print(f"note: {escape(str(out))} also holds rows of {len(others)} other cell(s); they are not part of "
+                      "this bisect", highlight=False)
+    found = [] if cell is None else report_sweep.cell_sweeps(report_sweep.rows_of_cell(loaded, cell), tolerance)
+    estimates = {p.label: p for c in found for p in c.points}
+    points = []
     for label, tested in result.tested.items():
         point = estimates.get(label)
-        console.print(f"  {escape(label):<28} {report_sweep.fmt_estimate(point.estimate if point else None)}"
-                      + (f"  ({escape(tested.note)})" if tested.note else ""), highlight=False)
+        points.append((label, report_sweep.fmt_estimate(point.estimate if point else None), tested.note))
+        console.print(f"  {escape(label):<28} {points[-1][1]}" + (f"  ({escape(tested.note)})" if tested.note else ""),
+                      highlight=False)
     console.print(f"{result.environments} points measured")
-    if result.outcome == "found":
-        console.print(f"[bold]changed ({result.direction}) between {escape(result.good)} and {escape(result.bad)}[/]: "
-                      f"{escape(result.bad)} is the first point {result.direction} than the good end by more than "
-                      f"{tolerance:g}%", highlight=False)
-    elif result.outcome == "no-change":
-        console.print(f"no change beyond {tolerance:g}% between the ends: nothing to bisect")
-    elif result.outcome == "failed":
-        console.print("[red]bisect failed[/]: an end could not be measured")
-    else:
-        console.print("[yellow]inconclusive[/]: the ends could not be told apart at the repeat cap")
+    outcome = summary(result, tolerance)
+    first = {"found": "bold", "failed": "red", "inconclusive": "yellow", "no-change": "default"}[result.outcome]
+    for i, line in enumerate(outcome):
+        style = "bold red" if line.startswith("NOT BY A TEST") else first if i == 0 else "default"
+        console.print(f"[{style}]{escape(line)}[/]", highlight=False)
+    report = write_bisect_report(out / "bisect-report", result, outcome, points)
+    console.print(f"bisect report: {escape(str(report))}", highlight=False)
+
+
+def write_bisect_report(report_dir: Path, result, outcome: list[str], points: list[tuple[str, str, str]]) -> Path:
+    """REPORT_DIR/bisect.md: the outcome, every judgement, and ms/step at each tested point (a point placed without a
+    test says so)."""
+    from fwbench.core.atomic import write_atomically
+
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["# fwbench bisect", ""]
+    for i, line in enumerate(outcome):
+        lines += [f"**{cell(line)}**" if i == 0 or line.startswith("NOT BY A TEST") else cell(line), ""]
+    lines += ["## Judgements", "", *[f"- {cell(line)}" for line in result.decisions], "", "## Tested points", "",
+              "| point | ms/step | repeats | placed |", "|---|---|---|---|"]
+    ends = list(result.tested)[:2]  # measured first: the good end, then the bad one
+    for label, estimate, note in points:
+        placed = note or ("end" if label in ends else "by a test")
+        lines.append(f"| {cell(label)} | {cell(estimate)} | {result.tested[label].repeats} | {cell(placed)} |")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(report_dir / "bisect.md", "\n".join(lines) + "\n")
+    return report_dir / "bisect.md"
