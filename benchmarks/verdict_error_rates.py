@@ -1,7 +1,19 @@
 """Error rates of `fwbench compare` and `fwbench verify` verdicts, by simulation with known truth.
 
-    python benchmarks/verdict_error_rates.py [--part all|rows|bundle|example] [--trials 100] [--planted-trials 30]
-                                             [--bundle-trials 1000] [--seed 16] [--jobs 2]
+    python benchmarks/verdict_error_rates.py [--part all|rows|bundle|example|bisect] [--trials 100]
+                                             [--planted-trials 30] [--bundle-trials 1000] [--bisect-trials 1000]
+                                             [--seed 16] [--jobs 2]
+
+Part "bisect" (whole `fwbench bisect` runs through its pure core: fwbench.engines.sweep.bisect, with compare's
+capped Welch test and the sweep report's verdict rule, fwbench_aggregator.sweep.step_verdict): 9 candidate
+points, repeat log medians normal with the sds of part "example" (0.03-0.06), tolerance ±5%. Per sd and rule,
+--bisect-trials bisects of an unchanged cell and as many with the cell 20% slower from a random candidate on.
+Printed: `false changed` the share of unchanged bisects that report a change (target <= 5%), `no change` the share
+that say equivalent, `found +20%` the share of planted bisects that report a change, `right pair` the share that
+bracket the planted release exactly, `by tests` the same for the pair that tests alone support, `untested` the share
+with a middle point placed without a test, `repeats` the mean repeats measured per planted bisect. Rules: "split"
+(bisect's: looks at 3, 6, 9 repeats, each test at 0.05 / 3), "unadjusted looks" (the same looks at 0.05 each:
+bisect before) and "one look at 9" (a fixed sample of 9 repeats a point).
 
 Part "bundle" (whole-bundle verify error rates, through verification's pure core: Rule, judge_arrays,
 look_schedule, with_added_repeats, with compare.log_ratio_test per cell): 40 honest cells per verification,
@@ -59,7 +71,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/aggregator_rows.py: the synthetic rows the aggregator tests use
 
 from fwbench.core.results import SCHEMA, normalise  # noqa: E402
+from fwbench.engines import sweep as sweep_engine  # noqa: E402
 from fwbench_aggregator import compare, loading, verification  # noqa: E402
+from fwbench_aggregator import sweep as report_sweep  # noqa: E402
 from tests.aggregator_rows import CENTRES, record  # noqa: E402
 
 THREADS = (1, 2, 3, 4, 5)  # 12 cells x 5 thread settings = 60 distinct identities
@@ -319,6 +333,87 @@ def run_example_part(trials: int, seed: int, jobs: int, max_repeats: int) -> Non
               f"{added['repeats']:>7.1f}", flush=True)
 
 
+BISECT_CANDIDATES = 9  # the ends and 7 releases between: 3 middle points tested, as in tests/test_sweep.py
+BISECT_TOLERANCE_PCT = 5.0  # bisect's default
+BISECT_EFFECT = 1.20
+BISECT_RULES = ("split", "unadjusted looks", "one look at 9")
+
+
+def bisect_trial(rng, sd: float, effect: float, changed_at: int, rule: str) -> sweep_engine.BisectResult:
+    """One whole `fwbench bisect` (fwbench.engines.sweep.bisect: the end check, then the middle points) over
+    BISECT_CANDIDATES points whose repeat log medians are normal with sd `sd`, `effect` times slower from
+    points[changed_at] on; each judgement by compare's capped Welch test and the sweep report's verdict rule
+    (fwbench_aggregator.sweep.step_verdict). Rules: "split" is bisect's (looks at 3, 6, 9 repeats, each test at
+    alpha / 3), "unadjusted looks" the same looks at alpha each (bisect before), "one look at 9" a fixed sample
+    of 9 repeats chosen up front (one look, alpha)."""
+    labels = [f"pkg==1.{i}" for i in range(BISECT_CANDIDATES)]
+    shift = {label: math.log(effect) if i >= changed_at else 0.0 for i, label in enumerate(labels)}
+    logs = {label: np.empty(0) for label in labels}
+
+    def measure(label: str, n: int) -> None:
+        logs[label] = np.concatenate([logs[label], rng.normal(shift[label], sd, n - logs[label].size)])
+
+    def judge(a: str, b: str, level: float) -> report_sweep.StepVerdict:
+        level = compare.DEFAULT_ALPHA if rule == "unadjusted looks" else level
+        test = compare.log_ratio_test(np.exp(logs[a]), np.exp(logs[b]))
+        if test is None:
+            return report_sweep.StepVerdict(None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no spread")
+        verdict = report_sweep.step_verdict(test.ratio, test.p_two_sided(),
+                                            report_sweep.equivalence_p(test, BISECT_TOLERANCE_PCT),
+                                            BISECT_TOLERANCE_PCT, level)
+        return report_sweep.StepVerdict(None, a, b, test.ratio, None, None, verdict, "simulated")
+
+    def median_of(label: str) -> float:
+        return float(np.exp(np.median(logs[label])))
+
+    repeats = 9 if rule == "one look at 9" else 3
+    return sweep_engine.bisect(labels, measure, judge, median_of, repeats, max_repeats=9)
+
+
+def _run_bisect_job(job) -> dict[str, float]:
+    sd, rule, trials, seed = job
+    rng = np.random.default_rng(seed)
+    counts = dict.fromkeys(("false", "no_change", "found", "right", "right_by_tests", "untested", "repeats"), 0)
+    for _ in range(trials):
+        null = bisect_trial(rng, sd, 1.0, BISECT_CANDIDATES, rule)
+        counts["false"] += null.outcome == "found"
+        counts["no_change"] += null.outcome == "no-change"
+        changed_at = int(rng.integers(1, BISECT_CANDIDATES))
+        planted = bisect_trial(rng, sd, BISECT_EFFECT, changed_at, rule)
+        right = (f"pkg==1.{changed_at - 1}", f"pkg==1.{changed_at}")
+        counts["found"] += planted.outcome == "found"
+        counts["right"] += (planted.outcome == "found" and planted.direction == "slower"
+                            and (planted.good, planted.bad) == right)
+        counts["right_by_tests"] += (planted.outcome == "found" and planted.direction == "slower"
+                                     and (planted.test_good, planted.test_bad) == right)
+        counts["untested"] += bool(planted.untested)
+        counts["repeats"] += sum(t.repeats for t in planted.tested.values())
+    return {name: count / trials for name, count in counts.items()}
+
+
+def run_bisect_part(trials: int, seed: int, jobs: int) -> bool:
+    """Whole bisects with and without a planted +20%: the false "changed" rate (target <= 5%) and the power."""
+    print(f"whole bisect: {BISECT_CANDIDATES} candidates, tolerance ±{BISECT_TOLERANCE_PCT:g}%, repeats 3 (+3 up to "
+          f"9), alpha {compare.DEFAULT_ALPHA:g}; repeat log-median sd as below; {trials} bisects with no change and "
+          f"{trials} with +{(BISECT_EFFECT - 1) * 100:.0f}% from a random candidate on, per row")
+    print(f"{'sd':>5} {'rule':<17} {'false changed':>13} {'no change':>9} {'found +20%':>10} {'right pair':>10} "
+          f"{'by tests':>8} {'untested':>8} {'repeats':>7}  target")
+    combos = [(sd, rule) for sd in EXAMPLE_SDS for rule in BISECT_RULES]
+    seeds = np.random.SeedSequence([seed, 36]).spawn(len(combos))
+    jobs_list = [(sd, rule, trials, s) for (sd, rule), s in zip(combos, seeds)]
+    met = True
+    with ProcessPoolExecutor(jobs) as pool:
+        for (sd, rule, *_), rates in zip(jobs_list, pool.map(_run_bisect_job, jobs_list)):
+            checked = rule != "unadjusted looks"
+            ok = rates["false"] <= TARGET_FWER
+            met &= ok or not checked
+            print(f"{sd:>5g} {rule:<17} {rates['false']:>13.3f} {rates['no_change']:>9.3f} {rates['found']:>10.3f} "
+                  f"{rates['right']:>10.3f} {rates['right_by_tests']:>8.3f} {rates['untested']:>8.3f} "
+                  f"{rates['repeats']:>7.1f}  {('met' if ok else 'MISSED') if checked else '(for comparison)'}",
+                  flush=True)
+    return met
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100, help="trials per A/A scenario")
@@ -327,16 +422,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-sigma", type=float, default=0.02)
     parser.add_argument("--step-sigma", type=float, default=0.03)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--part", choices=("all", "rows", "bundle", "example"), default="all")
+    parser.add_argument("--part", choices=("all", "rows", "bundle", "example", "bisect"), default="all")
+    parser.add_argument("--bisect-trials", type=int, default=1000, help="bisects per row of part bisect (each with "
+                                                                        "no change and with a planted change)")
     parser.add_argument("--bundle-trials", type=int, default=1000, help="verifications per bundle scenario and rule")
     parser.add_argument("--rerun-noise", type=float, default=3.0, help="re-run sd / published sd (noisy scenarios)")
     parser.add_argument("--max-repeats", type=int, default=verification.DEFAULT_MAX_REPEATS)
     args = parser.parse_args(argv)
-    if min(args.trials, args.planted_trials, args.jobs, args.bundle_trials) < 1:
-        parser.error("--trials, --planted-trials, --bundle-trials and --jobs must be at least 1")
+    if min(args.trials, args.planted_trials, args.jobs, args.bundle_trials, args.bisect_trials) < 1:
+        parser.error("--trials, --planted-trials, --bundle-trials, --bisect-trials and --jobs must be at least 1")
     print(f"{dt.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
           f"{platform.python_version()})")
     started, all_met = time.perf_counter(), True
+    if args.part in ("all", "bisect"):
+        all_met &= run_bisect_part(args.bisect_trials, args.seed, args.jobs)
+        if args.part == "bisect":
+            print(f"all targets met: {'yes' if all_met else 'NO'} ({time.perf_counter() - started:.0f} s)")
+            return 0 if all_met else 1
+        print()
     if args.part in ("all", "example"):
         run_example_part(args.bundle_trials, args.seed, args.jobs, args.max_repeats)
         if args.part == "example":

@@ -119,9 +119,9 @@ def test_bisect_finds_a_planted_version_in_log2_steps(tmp_path, planted):
             if repeat not in existing:
                 _write_point(tmp_path, label, centre, repeat + 1, rng, start=repeat)
 
-    def judge(a, b):
+    def judge(a, b, level):
         loaded = loading.load_results([tmp_path])
-        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0)[0]
+        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0, level)[0]
 
     def median_of(label):
         return float(np.median(np.concatenate([r["step_ms"] for r in _rows(tmp_path) if r["sweep_point"] == label])))
@@ -140,9 +140,9 @@ def test_bisect_no_change(tmp_path):
     def measure(label, n):
         _write_point(tmp_path, label, 10.0, n, rng)
 
-    def judge(a, b):
+    def judge(a, b, level):
         loaded = loading.load_results([tmp_path])
-        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0)[0]
+        return report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), 5.0, level)[0]
 
     result = bisect(labels, measure, judge, lambda label: 10.0)
     assert result.outcome == "no-change" and result.environments == 2

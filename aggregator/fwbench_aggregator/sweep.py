@@ -11,6 +11,9 @@ cells of that step), with an equivalence test beside it:
                              (LogRatioTest.p_below(1+T), p_above(1/(1+T))), the larger p Holm-adjusted < alpha.
   inconclusive               neither: too few repeats (3 a side are needed for any test), no spread, or an
                              interval that straddles the tolerance. The ratio and its interval are still shown.
+
+The rule is `step_verdict` (one place: the report, `fwbench bisect` and benchmarks/verdict_error_rates.py use it);
+bisect calls `judge` at alpha split over its repeated looks (fwbench.engines.sweep.look_level).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from fwbench.core import sweep as sweeps_core
@@ -73,32 +77,61 @@ def rows_at(loaded: LoadedResults, label: str | None) -> LoadedResults:
     return LoadedResults(table.filter(mask), loaded.files_read)
 
 
+def rows_of_cell(loaded: LoadedResults, cell: CellIdentity) -> LoadedResults:
+    """Only the rows of one cell at any sweep point (`cell`: an identity with the sweep point blanked, cell_of's)."""
+    mask = pa.array([cell_of(CellIdentity.of_row(row)) == cell for row in loaded.table.to_pylist()], pa.bool_())
+    return LoadedResults(loaded.table.filter(mask), loaded.files_read)
+
+
+def cells_in(loaded: LoadedResults) -> set[CellIdentity]:
+    """The cells (sweep point blanked) that rows of `loaded` belong to."""
+    return {cell_of(CellIdentity.of_row(row)) for row in loaded.table.to_pylist()}
+
+
 def judge(a: LoadedResults, b: LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
           alpha: float = cmp.DEFAULT_ALPHA) -> list[StepVerdict]:
     """Every cell with ok rows on both sides (sides differing only in the sweep point), B against A."""
     if a.table.num_rows == 0 or b.table.num_rows == 0:
         return []
     rows = [r for r in cmp.compare(a, b, alpha, tolerance_pct, across=("sweep_point",)) if r.paired]
-    upper, lower = 1 + tolerance_pct / 100, 1 / (1 + tolerance_pct / 100)
     tested = [r for r in rows if r.test is not None]
-    equivalence = cmp.holm([max(r.test.p_below(upper), r.test.p_above(lower)) for r in tested])
+    equivalence = cmp.holm([equivalence_p(r.test, tolerance_pct) for r in tested])
     p_equivalent = {id(r): p for r, p in zip(tested, equivalence)}
     verdicts = []
     for r in rows:
         before, after = r.identity.setting("sweep_point"), r.identity_b.setting("sweep_point")
-        if r.verdict in (SLOWER, FASTER):
-            verdict, detail = r.verdict, f"Holm p {r.p_adjusted:.3g}"
-        elif id(r) in p_equivalent and p_equivalent[id(r)] < alpha:
-            verdict, detail = EQUIVALENT, f"equivalence Holm p {p_equivalent[id(r)]:.3g}"
-        elif id(r) in p_equivalent:
-            verdict = INCONCLUSIVE
-            detail = (f"change Holm p {r.p_adjusted:.3g}, equivalence Holm p {p_equivalent[id(r)]:.3g}: the "
-                      f"interval reaches past ±{tolerance_pct:g}%")
+        if id(r) in p_equivalent:
+            verdict = step_verdict(r.ratio, r.p_adjusted, p_equivalent[id(r)], tolerance_pct, alpha)
+            if verdict in (SLOWER, FASTER):
+                detail = f"Holm p {r.p_adjusted:.3g}"
+            elif verdict == EQUIVALENT:
+                detail = f"equivalence Holm p {p_equivalent[id(r)]:.3g}"
+            else:
+                detail = (f"change Holm p {r.p_adjusted:.3g}, equivalence Holm p {p_equivalent[id(r)]:.3g}: the "
+                          f"interval reaches past ±{tolerance_pct:g}%")
         else:
             verdict, detail = INCONCLUSIVE, r.verdict
         verdicts.append(StepVerdict(cell_of(r.identity), before, after, r.ratio, r.ratio_low, r.ratio_high,
                                     verdict, detail, r.method, tolerance_pct))
     return verdicts
+
+
+def equivalence_p(test: cmp.LogRatioTest, tolerance_pct: float) -> float:
+    """p of "B/A is outside [1/(1+T), 1+T]": the larger of the two one-sided tests of the same Welch t (TOST)."""
+    upper, lower = 1 + tolerance_pct / 100, 1 / (1 + tolerance_pct / 100)
+    return max(test.p_below(upper), test.p_above(lower))
+
+
+def step_verdict(ratio: float, p_change: float | None, p_equivalent: float | None, tolerance_pct: float,
+                 alpha: float) -> str:
+    """A step's verdict from its p-values (Holm-adjusted over the cells of the step; for one cell, as they are):
+    compare's slower/faster (p_change < alpha and the change at least the tolerance), else equivalent within it
+    (p_equivalent < alpha), else inconclusive. One rule for the sweep report, bisect and the benchmark."""
+    if p_change is not None and p_change < alpha and abs(ratio - 1) * 100 >= tolerance_pct:
+        return SLOWER if ratio > 1 else FASTER
+    if p_equivalent is not None and p_equivalent < alpha:
+        return EQUIVALENT
+    return INCONCLUSIVE
 
 
 @dataclass

@@ -14,6 +14,7 @@ from rich.markup import escape
 from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, result_line, warn_if_busy
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
+from fwbench.core.identity import CellIdentity
 from fwbench.core.usage import UsageError
 
 TOLERANCE_HELP = ("A change smaller than this, in percent, is no change: steps within it can be 'equivalent', beyond "
@@ -133,28 +134,38 @@ def register(app: typer.Typer) -> None:
                                  threads=options.threads or os.cpu_count() or 1)
         check_out_dir(out)
 
+        # The one cell this bisect is about, from the rows its first point gave: --out may also hold other cells'
+        # rows (an earlier sweep's), and a verdict or a median of theirs must never stand in for this cell's.
+        asked: dict[str, CellIdentity] = {}
+
         def measure(label: str, n: int) -> None:
             specs = replace(options, repeats=n).plan(base)
-            run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(), resume=True,
-                      on_done=lambda result: console.print(result_line(result)))
+            rows = run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(),
+                             resume=True, on_done=lambda result: console.print(result_line(result)))
+            for row in sorted((r for r in rows if r), key=lambda r: r["status"] != "ok"):
+                asked.setdefault("cell", report_sweep.cell_of(CellIdentity.of_row(row)))
 
-        def judge(a: str, b: str):
+        def this_cell():
             loaded = loading.load_results([out])
-            verdicts = report_sweep.judge(report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance)
+            return report_sweep.rows_of_cell(loaded, asked["cell"]) if "cell" in asked else None
+
+        def judge(a: str, b: str, level: float):
+            loaded = this_cell()
+            verdicts = [] if loaded is None else report_sweep.judge(
+                report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance, level)
             return verdicts[0] if verdicts else report_sweep.StepVerdict(
                 None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no ok rows on one side", "", tolerance)
 
         def median_of(label: str):
-            loaded = loading.load_results([out])
-            cells = [c for c in report_sweep.cell_sweeps(loaded, tolerance)]
-            for cell in cells:
+            loaded = this_cell()
+            for cell in ([] if loaded is None else report_sweep.cell_sweeps(loaded, tolerance)):
                 for point in cell.points:
                     if point.label == label and point.estimate is not None:
                         return point.estimate.median
             return None
 
         result = bisect(labels, measure, judge, median_of, repeats, max_repeats=max_repeats)
-        print_bisect(result, out, tolerance)
+        print_bisect(result, out, tolerance, asked.get("cell"))
         if result.outcome in ("failed",):
             raise typer.Exit(1)
 
@@ -186,27 +197,56 @@ def print_sweep_report(out: Path, tolerance: float) -> Path:
     return report_sweep.write_report(loaded, out / "sweep-report", tolerance)
 
 
-def print_bisect(result, out: Path, tolerance: float) -> None:
+def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
+    """The evidence, ms/step at each tested point and the outcome; `cell` (the bisect's, sweep point blanked) keeps
+    other cells' rows in `out` out of it."""
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
+    from fwbench.engines.sweep import summary
 
     console.print("[bold]evidence[/]")
     for line in result.decisions:
         console.print("  " + escape(line), highlight=False)
     loaded = loading.load_results([out])
-    estimates = {p.label: p for cell in report_sweep.cell_sweeps(loaded, tolerance) for p in cell.points}
+    others = report_sweep.cells_in(loaded) - {cell}
+    if cell is not None and others:
+        console.print(f"note: {escape(str(out))} also holds rows of {len(others)} other cell(s); they are not part of "
+                      "this bisect", highlight=False)
+    found = [] if cell is None else report_sweep.cell_sweeps(report_sweep.rows_of_cell(loaded, cell), tolerance)
+    estimates = {p.label: p for c in found for p in c.points}
+    points = []
     for label, tested in result.tested.items():
         point = estimates.get(label)
-        console.print(f"  {escape(label):<28} {report_sweep.fmt_estimate(point.estimate if point else None)}"
-                      + (f"  ({escape(tested.note)})" if tested.note else ""), highlight=False)
+        points.append((label, report_sweep.fmt_estimate(point.estimate if point else None), tested.note))
+        console.print(f"  {escape(label):<28} {points[-1][1]}" + (f"  ({escape(tested.note)})" if tested.note else ""),
+                      highlight=False)
     console.print(f"{result.environments} points measured")
-    if result.outcome == "found":
-        console.print(f"[bold]changed ({result.direction}) between {escape(result.good)} and {escape(result.bad)}[/]: "
-                      f"{escape(result.bad)} is the first point {result.direction} than the good end by more than "
-                      f"{tolerance:g}%", highlight=False)
-    elif result.outcome == "no-change":
-        console.print(f"no change beyond {tolerance:g}% between the ends: nothing to bisect")
-    elif result.outcome == "failed":
-        console.print("[red]bisect failed[/]: an end could not be measured")
-    else:
-        console.print("[yellow]inconclusive[/]: the ends could not be told apart at the repeat cap")
+    outcome = summary(result, tolerance)
+    first = {"found": "bold", "failed": "red", "inconclusive": "yellow", "no-change": "default"}[result.outcome]
+    for i, line in enumerate(outcome):
+        style = "bold red" if line.startswith("NOT BY A TEST") else first if i == 0 else "default"
+        console.print(f"[{style}]{escape(line)}[/]", highlight=False)
+    report = write_bisect_report(out / "bisect-report", result, outcome, points)
+    console.print(f"bisect report: {escape(str(report))}", highlight=False)
+
+
+def write_bisect_report(report_dir: Path, result, outcome: list[str], points: list[tuple[str, str, str]]) -> Path:
+    """REPORT_DIR/bisect.md: the outcome, every judgement, and ms/step at each tested point (a point placed without a
+    test says so)."""
+    from fwbench.core.atomic import write_atomically
+
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["# fwbench bisect", ""]
+    for i, line in enumerate(outcome):
+        lines += [f"**{cell(line)}**" if i == 0 or line.startswith("NOT BY A TEST") else cell(line), ""]
+    lines += ["## Judgements", "", *[f"- {cell(line)}" for line in result.decisions], "", "## Tested points", "",
+              "| point | ms/step | repeats | placed |", "|---|---|---|---|"]
+    ends = list(result.tested)[:2]  # measured first: the good end, then the bad one
+    for label, estimate, note in points:
+        placed = note or ("end" if label in ends else "by a test")
+        lines.append(f"| {cell(label)} | {cell(estimate)} | {result.tested[label].repeats} | {cell(placed)} |")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(report_dir / "bisect.md", "\n".join(lines) + "\n")
+    return report_dir / "bisect.md"

@@ -9,9 +9,12 @@ SweepPointUnavailable or SweepVersionMismatch, the resolver's one line as error_
 Bisect is a binary search over the points between a good and a bad one (a package's releases as the index lists
 them, or days): the ends first, then the middle point, judged against the good end and the bad end with the
 sweep report's verdicts (fwbench_aggregator.sweep.judge). A judgement that is inconclusive adds repeats (to the
-middle point and both ends) until it decides, or the cap is reached; at the cap the point goes to the end whose
-median it is nearer (in log ms/step) and the evidence says so. A middle point that cannot be measured is
-dropped from the list and the search goes on.
+middle point and both ends) until it decides, or the cap is reached: it looks at most L times (3, 6 and 9
+repeats by default), and every test at every look is made at alpha / L (Bonferroni over the planned looks, as
+verify does), so an unchanged cell is said to have changed at most alpha of the time however many looks it
+took. A middle point still inconclusive at the cap goes to the end whose median it is nearer (in log ms/step),
+marked as placed without a test; the outcome then names the pair that tests alone support beside the one that
+placement gives. A middle point that cannot be measured is dropped from the list and the search goes on.
 """
 
 from __future__ import annotations
@@ -88,12 +91,31 @@ def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str,
 
 # --- bisect -----------------------------------------------------------------------------------------------------
 
+DEFAULT_ALPHA = 0.05  # the chance, over all its looks, that a bisect of an unchanged cell says "changed"
+ADD_REPEATS = 3
+
+
+def bisect_looks(repeats: int, max_repeats: int, add_repeats: int = ADD_REPEATS) -> list[int]:
+    """The repeat counts at which a judgement may look: `repeats`, then `add_repeats` more each time, up to
+    `max_repeats` (3, 6, 9 by default). Its length is L, the looks a judgement may take."""
+    if max_repeats <= repeats:
+        return [repeats]
+    return list(range(repeats, max_repeats, add_repeats)) + [max_repeats]
+
+
+def look_level(alpha: float, looks: list[int]) -> float:
+    """The level of each test at each look: alpha split evenly over the L planned looks (Bonferroni), so a
+    judgement that looks up to L times errs at most alpha in all, however many looks it took."""
+    return alpha / len(looks)
+
+
 @dataclass
 class Tested:
     label: str
     repeats: int = 0
     usable: bool = True
     note: str = ""
+    untested: bool = False  # a middle point placed by its nearer median, without a test
 
 
 @dataclass
@@ -104,21 +126,41 @@ class BisectResult:
     direction: str | None = None  # slower | faster (bad against good)
     decisions: list[str] = field(default_factory=list)  # one line per judgement, in order
     tested: dict[str, Tested] = field(default_factory=dict)  # label -> what was measured, in order
+    looks: list[int] = field(default_factory=list)  # the repeat counts a judgement may look at
+    alpha: float = DEFAULT_ALPHA
+    # The pair that tests alone support: as good/bad, except where a middle point was placed without a test (the
+    # change may then lie on the far side of that point).
+    test_good: str | None = None
+    test_bad: str | None = None
 
     @property
     def environments(self) -> int:
         return len(self.tested)
 
+    @property
+    def level(self) -> float:
+        return look_level(self.alpha, self.looks) if self.looks else self.alpha
 
-def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callable[[str, str], object],
+    @property
+    def untested(self) -> list[str]:
+        """Middle points placed without a test (inconclusive at the cap: put with the end whose median is nearer)."""
+        return [label for label, tested in self.tested.items() if tested.untested]
+
+
+def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callable[[str, str, float], object],
            median_of: Callable[[str], float | None], repeats: int = 3, *, max_repeats: int = 9,
-           add_repeats: int = 3) -> BisectResult:
+           add_repeats: int = ADD_REPEATS, alpha: float = DEFAULT_ALPHA) -> BisectResult:
     """Binary search over `points` (labels; points[0] the good end, points[-1] the bad one).
 
     measure(label, n): make sure `n` repeats of the point are on disk (ok or not).
-    judge(a, b): the sweep verdict of b against a (fwbench_aggregator.sweep.StepVerdict), or None when a side has
-    no ok rows. median_of(label): the point's median ms/step (None: no ok rows)."""
-    result = BisectResult("inconclusive")
+    judge(a, b, level): the sweep verdict of b against a at that level (fwbench_aggregator.sweep.StepVerdict; every
+    test in it at `level`). median_of(label): the point's median ms/step (None: no ok rows).
+
+    Every judgement (the ends', and each middle point's) looks at most L = len(bisect_looks(...)) times, each at
+    alpha / L: so an unchanged cell is said to have changed at most alpha of the time, over all the looks."""
+    looks = bisect_looks(repeats, max_repeats, add_repeats)
+    level = look_level(alpha, looks)
+    result = BisectResult("inconclusive", looks=looks, alpha=alpha)
     points = list(points)
 
     def ensure(label: str, n: int) -> bool:
@@ -135,9 +177,10 @@ def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callab
             result.outcome = "failed"
             result.decisions.append(f"{end}: no ok rows (see its rows' error): cannot bisect from it")
             return result
-    n = repeats
-    while True:
-        verdict = judge(good, bad)
+    for n in looks:
+        ensure(good, n)
+        ensure(bad, n)
+        verdict = judge(good, bad, level)
         result.decisions.append(f"{good} → {bad} at {n} repeats: {verdict.text()}")
         if verdict.changed:
             result.direction = verdict.verdict
@@ -145,50 +188,78 @@ def bisect(points: list[str], measure: Callable[[str, int], None], judge: Callab
         if verdict.verdict == "equivalent":
             result.outcome = "no-change"
             return result
-        if n >= max_repeats:
-            result.decisions.append(f"still inconclusive at the cap of {max_repeats} repeats: no bisect")
-            return result
-        n = min(max_repeats, n + add_repeats)
-        ensure(good, n)
-        ensure(bad, n)
+    else:
+        result.decisions.append(f"still inconclusive at the cap of {max_repeats} repeats: no bisect")
+        return result
     lo, hi = 0, len(points) - 1
+    test_lo, test_hi = lo, hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
         label = points[mid]
-        n = repeats
-        if not ensure(label, n):
+        if not ensure(label, repeats):
             result.tested[label].note = "no ok rows: left out of the search"
             result.decisions.append(f"{label}: no ok rows (its rows say why); left out")
             points.pop(mid)
             hi -= 1
+            test_hi -= 1  # it is above mid, whose point is gone
             continue
-        while True:
-            from_good, to_bad = judge(good, label), judge(label, bad)
-            said = (f"{label} at {n} repeats: against {good} {from_good.text()}; "
-                    f"against {bad} {to_bad.text()}")
-            if from_good.verdict == result.direction:
-                side = "bad"
-            elif from_good.verdict == "equivalent" or to_bad.verdict == result.direction:
-                side = "good"
-            elif n >= max_repeats:
-                side = _nearer(median_of(label), median_of(good), median_of(bad))
-                said += f"; inconclusive at the cap of {max_repeats} repeats: put with the {side} end, whose median is nearer"
-                result.tested[label].note = f"decided by the nearer median ({side}), not by a test"
-            else:
-                n = min(max_repeats, n + add_repeats)
-                result.decisions.append(said + f"; inconclusive: {n} repeats")
-                for point in (label, good, bad):
-                    ensure(point, n)
-                continue
-            result.decisions.append(said + f" → like the {side} end")
-            break
+        side, by_test = _place(label, good, bad, result, looks, level, ensure, judge, median_of, max_repeats)
         if side == "bad":
             hi = mid
+            test_hi = mid if by_test else test_hi
         else:
             lo = mid
+            test_lo = mid if by_test else test_lo
     result.outcome, result.good, result.bad = "found", points[lo], points[hi]
+    result.test_good, result.test_bad = points[test_lo], points[test_hi]
     return result
+
+
+def _place(label, good, bad, result, looks, level, ensure, judge, median_of, max_repeats) -> tuple[str, bool]:
+    """Which end a middle point is like ("good" or "bad"), and whether a test said so."""
+    for n in looks:
+        for point in (label, good, bad):
+            ensure(point, n)
+        from_good, to_bad = judge(good, label, level), judge(label, bad, level)
+        said = f"{label} at {n} repeats: against {good} {from_good.text()}; against {bad} {to_bad.text()}"
+        if from_good.verdict == result.direction:
+            result.decisions.append(said + " → like the bad end")
+            return "bad", True
+        if from_good.verdict == "equivalent" or to_bad.verdict == result.direction:
+            result.decisions.append(said + " → like the good end")
+            return "good", True
+        result.decisions.append(said + ("; inconclusive" if n < looks[-1] else ""))
+    side = _nearer(median_of(label), median_of(good), median_of(bad))
+    result.decisions.append(f"{label}: still inconclusive at the cap of {max_repeats} repeats: placed with the {side} "
+                            f"end, whose median is nearer, WITHOUT A TEST")
+    tested = result.tested[label]
+    tested.untested = True
+    tested.note = f"placed with the {side} end without a test: inconclusive at {max_repeats} repeats, median nearer"
+    return side, False
 
 
 def _nearer(value: float, good: float, bad: float) -> str:
     return "good" if abs(math.log(value) - math.log(good)) <= abs(math.log(value) - math.log(bad)) else "bad"
+
+
+def summary(result: BisectResult, tolerance_pct: float) -> list[str]:
+    """The outcome in plain lines (the terminal and the bisect report): only what the tests support, and what
+    rests on a placement without a test said apart."""
+    levels = (f"each test at alpha {result.alpha:g} / {len(result.looks)} look(s) = {result.level:.3g} (looks at "
+              f"{', '.join(map(str, result.looks))} repeats; Bonferroni: a bisect of an unchanged cell says "
+              f"'changed' at most {result.alpha:g} of the time)")
+    if result.outcome == "found":
+        lines = [f"changed ({result.direction}) between {result.test_good} and {result.test_bad}: by tests, "
+                 f"{result.test_bad} is {result.direction} than the good end by more than {tolerance_pct:g}% and "
+                 f"{result.test_good} is like the good end"]
+        if result.untested:
+            lines.append(f"NOT BY A TEST: {', '.join(result.untested)} placed by the nearer median (inconclusive at "
+                         f"the repeat cap); with that placement the change is between {result.good} and "
+                         f"{result.bad}")
+        return lines + [levels]
+    if result.outcome == "no-change":
+        return [f"no change beyond {tolerance_pct:g}% between the ends (equivalent, by a test): nothing to bisect",
+                levels]
+    if result.outcome == "failed":
+        return ["bisect failed: an end could not be measured"]
+    return ["inconclusive: the ends could not be told apart at the repeat cap", levels]
