@@ -65,6 +65,13 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
     for note in outcome.loaded.notes:
         print(f"note: {note}", file=sys.stderr)
     _print_main_tables(outcome.summaries)
+    from fwbench_aggregator.summary import headline_rows
+
+    off = int((~headline_rows(outcome.loaded.frame())).sum())
+    if off:
+        print(f"note: {off} row(s) at other device counts, global batches or sweep points are left out of these "
+              "tables and compared in the report's own sections (Data-parallel scaling, Version sweeps)",
+              file=sys.stderr)
     return outcome.report_md
 
 
