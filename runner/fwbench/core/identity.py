@@ -121,11 +121,6 @@ def held_equal(identity: CellIdentity, along) -> CellIdentity:
     return CellIdentity(*keys, tuple((name, None if name in along else value) for name, value in identity.settings))
 
 
-def comparable(a: CellIdentity, b: CellIdentity, along) -> bool:
-    """May a comparison along `along` set a beside b? Only when they are equal in every other field (held_equal)."""
-    return held_equal(a, along) == held_equal(b, along)
-
-
 def off_headline(identity: CellIdentity, section: str | None = None) -> tuple[str, ...]:
     """The settings of a section axis (SECTION_AXES; default: every one) at which the cell is off the headline."""
     names = SECTION_AXES[section] if section else [name for axis in SECTION_AXES.values() for name in axis]
