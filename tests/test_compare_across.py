@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fwbench.cli.commands import app
+from fwbench.core import registry
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import loading
 from tests.aggregator_rows import CENTRES, record, samples, write
@@ -84,7 +85,7 @@ def test_across_device_models_gives_a_ratio_not_a_verdict_and_the_gate_refuses(t
     h100 = write_run(tmp_path / "h100", 2, slow=dict.fromkeys(CELLS, 0.5), device_model="NVIDIA H100",
                      device_name="NVIDIA H100")
     rows = cmp.compare(a100, h100, across=["device_model"])
-    assert len(rows) == len(CELLS) and all(r.paired and r.across_devices for r in rows)
+    assert len(rows) == len(CELLS) and all(r.paired and r.across_device_models for r in rows)
     for r in rows:
         assert r.verdict.startswith("ratio across devices 0.") and "(no verdict)" in r.verdict
         assert "faster" not in r.verdict and "slower" not in r.verdict and r.p_adjusted is None
@@ -114,3 +115,54 @@ def test_cli_across_pairs_and_an_unknown_name_is_one_line_exit_2(tmp_path):
     assert bad.exit_code == 2
     [line] = bad.output.strip().splitlines()
     assert line.startswith("error: unknown --across setting 'gpu' (choose from: pin_set, jit,") and "engine" in line
+
+
+def write_scaling_side(out, seed: int, devices: int, centres: dict, global_batch: int | None = None):
+    """bert-fit cells of `centres` (stack -> ms) at `devices` devices, 5 repeats each (weak scaling unless
+    global_batch: strong)."""
+    rng = np.random.default_rng(seed)
+    batch = registry.workload("bert-fit", "tiny").batch_size
+    total = global_batch or batch * devices
+    columns = dict(devices=devices, global_batch_setting=global_batch, per_device_batch=total // devices,
+                   global_batch=total, batch_size=total)
+    for stack, centre in centres.items():
+        for repeat in range(5):
+            write(out, record(stack, "bert-fit", repeat=repeat, step_ms=samples(rng, centre, 20, 0.03), **columns))
+    return loading.load_results([out])
+
+
+def test_across_device_counts_reads_speedup_and_efficiency_and_is_never_gated(tmp_path):
+    """Weak scaling: native-torch perfect (the same ms/step on 2 devices: 2x the samples), keras3-jax 20% more ms/step
+    on 2 devices (1.67x, 83%). ms/step alone would call keras3-jax slower and fail --fail-above 10."""
+    one = write_scaling_side(tmp_path / "one", 1, 1, {"native-torch": 10.0, "keras3-jax": 12.0})
+    two = write_scaling_side(tmp_path / "two", 2, 2, {"native-torch": 10.0, "keras3-jax": 14.4})
+    run = CliRunner().invoke(app, ["compare", str(tmp_path / "one"), str(tmp_path / "two"), "--across", "devices",
+                                   "--fail-above", "10"])
+    assert run.exit_code == 0, run.output
+    assert "speed-up" in run.output and "efficiency" in run.output and "slower" not in run.output
+    assert "not gated" in run.output
+    rows = cmp.compare(one, two, across=["devices"])
+    assert len(rows) == 2 and all(r.paired and r.scaling for r in rows)
+    by_stack = {r.variant.stack: r for r in rows}
+    for stack, expected in (("native-torch", 2.0), ("keras3-jax", 2 / 1.2)):
+        read = by_stack[stack].scaling
+        assert read.kind == "weak scaling" and read.devices == (1, 2) and read.without_interval is None
+        speedup, efficiency = read.speedup, read.efficiency
+        assert speedup.low < expected < speedup.high and speedup.value == pytest.approx(expected, rel=0.05)
+        assert (efficiency.value, efficiency.low, efficiency.high) == pytest.approx(
+            (speedup.value / 2, speedup.low / 2, speedup.high / 2))
+        verdict = by_stack[stack].verdict
+        assert verdict.startswith("weak scaling 1 -> 2 devices: speed-up ") and "efficiency" in verdict
+        assert "slower" not in verdict and "faster" not in verdict and by_stack[stack].p_adjusted is None
+    assert cmp.regressions_above(rows, 10.0) == [] and cmp.regressions_above(rows, 0.0) == []
+
+
+def test_across_device_counts_under_strong_scaling_compares_the_same_global_batch(tmp_path):
+    batch = 2 * registry.workload("bert-fit", "tiny").batch_size
+    one = write_scaling_side(tmp_path / "one", 1, 1, {"native-torch": 20.0}, global_batch=batch)
+    two = write_scaling_side(tmp_path / "two", 2, 2, {"native-torch": 11.0}, global_batch=batch)
+    (row,) = cmp.compare(one, two, across=["devices"])
+    assert row.verdict.startswith("strong scaling 1 -> 2 devices: speed-up 1.8") and "faster" not in row.verdict
+    assert row.scaling.kind == "strong scaling" and row.differs == "devices: 1 -> 2"
+    assert row.scaling.speedup.value == pytest.approx(20 / 11, rel=0.05)
+    assert row.scaling.efficiency.value == pytest.approx(10 / 11, rel=0.05)

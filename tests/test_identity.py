@@ -82,6 +82,30 @@ def test_identity_round_trips_through_a_parquet_row(tmp_path):
     assert row["settings_id"] == spec.identity.settings_id == CellIdentity.of_row(normalise(row)).settings_id
 
 
+
+def test_a_comparison_along_an_axis_holds_every_other_field_equal():
+    from fwbench.core.identity import held_equal, off_headline
+    from fwbench.core.spec import CellSpec
+
+    def cell(stack="keras3-jax", compile_mode="xla", **settings):
+        return CellSpec(stack=stack, task="bert-fit", preset="tiny", compile_mode=compile_mode, data_dir="/d", steps=5,
+                        **settings).identity
+
+    def comparable(a, b, along) -> bool:
+        return held_equal(a, along) == held_equal(b, along)
+
+    one, two = cell(), cell(devices=2)
+    assert comparable(one, two, ["devices"]) and not comparable(one, two, ["stack", "compile_mode"])
+    assert comparable(one, cell("native-torch", "none"), ["stack", "compile_mode"])
+    assert not comparable(two, cell("native-torch", "none"), ["stack", "compile_mode"])  # 2 devices against 1
+    assert not comparable(one, cell(devices=2, threads=9), ["devices"])  # another setting differs too
+    assert held_equal(two, ["devices"]).setting("devices") is None and held_equal(one, ["stack"]).stack is None
+    with pytest.raises(ValueError, match="not an identity field: gpu"):
+        held_equal(one, ["gpu"])
+    assert off_headline(one) == () and off_headline(two) == ("devices",)
+    assert off_headline(cell(devices=2, global_batch=8, sweep_point="x==1"), "scaling") == ("devices", "global_batch")
+    assert off_headline(cell(sweep_point="x==1")) == ("sweep_point",)
+
 # --- rows are untrusted input ---------------------------------------------------------------------------
 
 BAD_FIELDS = [

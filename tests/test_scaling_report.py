@@ -75,6 +75,23 @@ def test_report_has_the_scaling_table(results, tmp_path):
     assert "bert-predict" not in section.split("\n#", 1)[0]
 
 
+def test_scaling_cells_left_out_of_the_main_tables_have_their_place_here(tmp_path):
+    """A --devices 1 --global-batch G cell without its N > 1 cell and a failed --devices 2 cell are off the headline:
+    the main tables leave them out, so the scaling section shows them."""
+    out = tmp_path / "res"
+    write_named(out, record("native-torch", "bert-fit", step_ms=[10.0] * 5), "one.parquet")
+    write_named(out, scaling_row("native-torch", 1, 18.0, global_batch=2 * BATCH), "strong-1.parquet")
+    write_named(out, scaling_row("keras2-tensorflow", 2, 1.0, status="unsupported", step_ms=None,
+                                 error_message="--devices 2: no data-parallel variant"), "k2.parquet")
+    md = aggregate([out], tmp_path / "rep").report_md.read_text()
+    main = md.split("### ms per step (tiny)", 1)[1].split("\n\n###", 1)[0]
+    assert "global_batch" not in main and "keras2-tensorflow" not in main and "devices" not in main
+    section = md.split("## Data-parallel scaling", 1)[1].split("\n## ", 1)[0]
+    assert f"| bert-fit | native-torch | tiny | global_batch={2 * BATCH} | 1 |" in section
+    assert ("bert-fit keras2-tensorflow [xla] (tiny), devices=2: unsupported: --devices 2: no data-parallel variant"
+            in section)
+
+
 def test_no_scaling_rows_no_section(tmp_path):
     write_named(tmp_path / "res", record("native-torch", "bert-fit", step_ms=[10.0] * 5), "one.parquet")
     assert "Data-parallel scaling" not in aggregate([tmp_path / "res"], tmp_path / "rep").report_md.read_text()

@@ -65,6 +65,13 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
     for note in outcome.loaded.notes:
         print(f"note: {note}", file=sys.stderr)
     _print_main_tables(outcome.summaries)
+    from fwbench_aggregator.summary import headline_rows
+
+    off = int((~headline_rows(outcome.loaded.frame())).sum())
+    if off:
+        print(f"note: {off} row(s) at other device counts, global batches or sweep points are left out of these "
+              "tables and compared in the report's own sections (Data-parallel scaling, Version sweeps)",
+              file=sys.stderr)
     return outcome.report_md
 
 
@@ -100,7 +107,7 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
                       "—" if r.median_b is None else f"{r.median_b:.4g}",
                       "—" if r.ratio is None else f"{r.ratio:.3f}",
                       f"{r.ratio_low:.3f}–{r.ratio_high:.3f}" if r.has_interval else "—",
-                      "—" if r.change_pct is None else f"{r.change_pct:+.1f}%",
+                      "—" if r.change_pct is None or r.scaling else f"{r.change_pct:+.1f}%",
                       "—" if r.p_adjusted is None else f"{r.p_adjusted:.3g}",
                       {cmp.METHOD_REPEATS: "repeats", cmp.METHOD_STEPS: "steps"}.get(r.method, "—"),
                       r.busy or "",
@@ -121,6 +128,10 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
         print("warning: some rows were measured on a busy machine (column busy): their times are not comparable",
               file=sys.stderr)
     if fail_above is not None:
+        scaled = [r for r in rows if r.scaling]
+        if scaled:
+            print(f"note: {len(scaled)} cell(s) paired across device counts are not gated: their speed-up and "
+                  "efficiency are data-parallel scaling, not a regression", file=sys.stderr)
         try:
             failing = cmp.regressions_above(rows, fail_above, alpha)
         except cmp.GateRefused as exc:
@@ -136,6 +147,7 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
 
 def register(app: typer.Typer) -> None:
     """Add `aggregate` and `compare` to the fwbench app."""
+    from fwbench.core.identity import SETTINGS  # plain Python: --help stays fast
 
     @app.command("aggregate")
     def aggregate_cmd(
@@ -161,8 +173,8 @@ def register(app: typer.Typer) -> None:
         min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
         across: Optional[List[str]] = typer.Option(
             None, "--across", metavar="SETTING", help="Pair cells whose identity differs only in this setting "
-            "(repeatable): pin_set, jit, image_variant, tf32, threads, warmup, steps, per_step_sync, data_seed, "
-            "device_model, or engine (= image_variant). Across device_model: a ratio only, and --fail-above is refused."),
+            f"(repeatable): {', '.join(SETTINGS)}, or engine (= image_variant). Across device_model: a ratio only, "
+            "and --fail-above is refused; across devices: speed-up and efficiency, never gated."),
     ) -> None:
         """Per cell (paired by identity): B/A ratio with a 95% interval, a test over repeats when both sides have 3+."""
         for name, value in (("--alpha", alpha),):

@@ -25,13 +25,18 @@ line, exit 2) instead of gating on step noise.
 
 `--across SETTING` (repeatable: any name of fwbench.core.identity.SETTINGS, or `engine`, which is the
 image_variant setting: venv, cpu or gpu image, host) pairs cells whose identities differ only in the named
-settings (e.g. pin_set current in A, paper-2024 in B). Every other setting must still match; a cell that
-differs from its nearest partner in a setting not named stays unpaired and says which settings differ.
+settings (e.g. pin_set current in A, paper-2024 in B), by the one comparison rule (fwbench.core.identity.held_equal).
+Every other setting must still match; a cell that differs from its nearest partner in a setting not named stays
+unpaired and says which settings differ.
 Cells equal in every setting pair first; when several cells of a side differ only in named settings from
 the same cell, they are ambiguous and stay unpaired. A paired cell lists what differs ("pin_set: current ->
 paper-2024", and the engine column when it differs). Across device models the verdict is the ratio with
 its interval, never slower/faster: those cells are left out of Holm's family, and --fail-above refuses
-(GateRefused) rather than gate on a cross-device ratio, which is not a regression.
+(GateRefused) rather than gate on a cross-device ratio, which is not a regression. Across device counts
+(`--across devices`) more devices are meant to change ms/step: such a cell reads as data-parallel scaling, the
+throughput speed-up (G_B / G_A) x (ms_A / ms_B) and efficiency = speed-up / (N_B / N_A) with their intervals (weak or
+strong scaling as the global-batch settings say; fwbench_aggregator.scaling), never slower/faster, outside Holm's
+family and the gate.
 """
 
 from __future__ import annotations
@@ -44,8 +49,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fwbench.core.identity import KEY_FIELDS, SETTINGS, CellIdentity
-from fwbench_aggregator import loading, stats
+from fwbench.core.identity import KEY_FIELDS, SETTINGS, CellIdentity, held_equal
+from fwbench_aggregator import loading, scaling, stats
 from fwbench_aggregator.summary import is_busy
 from fwbench_aggregator.variants import Variant, assign_variants, task_order
 
@@ -79,6 +84,7 @@ class Side:
     repeats: list[np.ndarray]  # per-step samples of each repeat
     busy: int = 0  # busy ok rows among them
     engines: tuple[str, ...] = ()  # the engine column of its rows (not part of the identity)
+    global_batch: int | None = None  # samples a step processed over all devices (scaling's throughput)
 
     @property
     def steps(self) -> int:
@@ -109,10 +115,20 @@ class CellComparison:
     # Paired: (name, A value, B value) of every setting that differs, and of the engine column.
     differences: tuple[tuple[str, Any, Any], ...] = ()
     unpaired_note: str = ""  # unpaired: why (the settings that differ from the nearest cell of the other side)
+    scaling: ScalingRead | None = None  # paired across device counts: the speed-up and efficiency of B over A
 
     @property
-    def across_devices(self) -> bool:
+    def across_device_models(self) -> bool:
         return any(name == "device_model" for name, _, _ in self.differences)
+
+    @property
+    def across_device_counts(self) -> bool:
+        return any(name == "devices" for name, _, _ in self.differences)
+
+    @property
+    def judged(self) -> bool:
+        """Is B/A a change to call slower/faster and gate? Not across device models or device counts."""
+        return self.paired and not (self.across_device_models or self.across_device_counts)
 
     @property
     def differs(self) -> str:
@@ -152,7 +168,9 @@ def cell_sides(frame: pd.DataFrame) -> dict[CellIdentity, tuple[Variant, Side]]:
     for identity, rows in ok.groupby("_identity", sort=False):
         repeats = [stats.repeat_samples(s, m) for s, m in zip(rows["step_ms"], rows["ms_per_step"])]
         engines = tuple(sorted({str(e) for e in rows["engine"].dropna()})) if "engine" in rows else ()
-        cells[identity] = (rows["_variant"].iloc[0], Side(repeats, int(is_busy(rows).sum()), engines))
+        batches = [b for column in ("global_batch", "batch_size") if column in rows for b in rows[column].dropna()]
+        cells[identity] = (rows["_variant"].iloc[0], Side(repeats, int(is_busy(rows).sum()), engines,
+                                                          int(batches[0]) if batches else None))
     return cells
 
 
@@ -171,10 +189,6 @@ def setting_differences(a: CellIdentity, b: CellIdentity) -> tuple[tuple[str, An
                  if value != b_value)
 
 
-def _blank(identity: CellIdentity, across: frozenset[str]) -> CellIdentity:
-    return replace(identity, settings=tuple((n, None if n in across else v) for n, v in identity.settings))
-
-
 def pair_cells(ids_a, ids_b, across: frozenset[str] = frozenset()):
     """(pairs, notes): cells equal in every setting pair first; then, with `across`, a cell pairs with the one
     cell of the other side that differs from it only in `across` settings (several such cells: ambiguous,
@@ -189,7 +203,7 @@ def pair_cells(ids_a, ids_b, across: frozenset[str] = frozenset()):
         groups: dict[CellIdentity, tuple[list, list]] = {}
         for side, ids in ((0, rest_a), (1, rest_b)):
             for i in ids:
-                groups.setdefault(_blank(i, across), ([], []))[side].append(i)
+                groups.setdefault(held_equal(i, across), ([], []))[side].append(i)
         for group_a, group_b in groups.values():
             if len(group_a) == 1 and len(group_b) == 1:
                 pairs.append((group_a[0], group_b[0]))
@@ -378,7 +392,7 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
     for r in rows:
         if r.paired:
             _compare_cell(r, rng)
-    tested = [r for r in rows if r.p_value is not None and not r.across_devices]
+    tested = [r for r in rows if r.p_value is not None and r.judged]
     for r, p_adj in zip(tested, holm([r.p_value for r in tested])):
         r.p_adjusted = p_adj
         if p_adj >= alpha:
@@ -392,9 +406,50 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
             r.verdict = "only in B"
         elif r.b is None:
             r.verdict = "only in A"
-        elif r.across_devices:
+        elif r.across_device_counts:
+            r.scaling = scaling_read(r)
+            r.verdict = r.scaling.text()
+        elif r.across_device_models:
             r.verdict = across_devices_verdict(r)
     return rows
+
+
+@dataclass(frozen=True)
+class ScalingRead:
+    """B over A across device counts: throughput speed-up and efficiency, each with its interval (None: why not)."""
+
+    devices: tuple[int, int]  # N of A, N of B
+    kind: str  # "weak scaling", "strong scaling", or the two global batches asked for
+    speedup: scaling.Interval | None
+    efficiency: scaling.Interval | None
+    without_interval: str | None = None
+
+    def text(self) -> str:
+        if self.speedup is None:
+            return f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: no speed-up ({self.without_interval})"
+        speedup = scaling.fmt_interval(self.speedup, "{:.2f}x", "{:.2f}", self.without_interval)
+        efficiency = scaling.fmt_efficiency(self.efficiency, self.without_interval)
+        return (f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: speed-up {speedup}, "
+                f"efficiency {efficiency} (no verdict)")
+
+
+def scaling_read(row: CellComparison) -> ScalingRead:
+    """samples/s of B over A = (G_B / G_A) x (ms_A / ms_B), the interval of compare's B/A ratio carried over; the
+    efficiency divides by N_B / N_A (fwbench_aggregator.scaling defines both for the report)."""
+    n_a, n_b = int(row.identity.setting("devices")), int(row.identity_b.setting("devices"))
+    g_a, g_b = row.identity.setting("global_batch"), row.identity_b.setting("global_batch")
+    kind = ("weak scaling" if g_a is None and g_b is None else "strong scaling" if g_a == g_b else
+            f"global batch {g_a or 'per device'} -> {g_b or 'per device'}")
+    if not (row.a.global_batch and row.b.global_batch):
+        return ScalingRead((n_a, n_b), kind, None, None, "a side has no batch size")
+    batches = row.b.global_batch / row.a.global_batch
+    if row.has_interval:
+        speedup = scaling.Interval(1 / row.ratio, 1 / row.ratio_high, 1 / row.ratio_low).scaled(batches)
+        without = None
+    else:
+        speedup = scaling.Interval(1 / row.ratio, 1 / row.ratio, 1 / row.ratio).scaled(batches)
+        without = f"no interval: {row.verdict}"
+    return ScalingRead((n_a, n_b), kind, speedup, speedup.scaled(n_a / n_b), without)
 
 
 def across_devices_verdict(row: CellComparison) -> str:
@@ -412,11 +467,12 @@ def regressions_above(rows: list[CellComparison], fail_above_pct: float,
                       alpha: float = DEFAULT_ALPHA) -> list[CellComparison]:
     """Cells that fail the gate: B/A credibly above 1 + fail_above_pct/100 (one-sided Welch t, Holm-adjusted
     over the gated cells), and cells with ok rows in A but none in B."""
-    crossing = [r for r in rows if r.paired and r.across_devices]
+    crossing = [r for r in rows if r.paired and r.across_device_models]
     if crossing:
         raise GateRefused(f"cannot gate with --fail-above: {len(crossing)} cell(s) are paired across device models "
                           "(--across device_model); a cross-device ratio is not a regression")
-    unjudgeable = [r for r in rows if r.paired and r.test is None]
+    # Across device counts B/A is data-parallel scaling, not a change: never gated (nor a reason to refuse).
+    unjudgeable = [r for r in rows if r.judged and r.test is None]
     if unjudgeable:
         names = ", ".join(f"{r.task} {r.variant.label} (A {len(r.a.repeats)}, B {len(r.b.repeats)})"
                           for r in unjudgeable[:5])
@@ -424,7 +480,7 @@ def regressions_above(rows: list[CellComparison], fail_above_pct: float,
         raise GateRefused(f"cannot gate with --fail-above: {len(unjudgeable)} cell(s) lack {MIN_REPEATS} repeats a "
                           f"side with some spread ({names}{more}); run both sides with --repeats {MIN_REPEATS} or more")
     limit = 1 + fail_above_pct / 100
-    gated = [r for r in rows if r.test is not None]
+    gated = [r for r in rows if r.judged and r.test is not None]
     adjusted = holm([r.test.p_above(limit) for r in gated])
     return [r for r in rows if r.verdict == "only in A"] + [r for r, p in zip(gated, adjusted) if p < alpha]
 

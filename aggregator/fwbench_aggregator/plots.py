@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, speedup_percent
-from fwbench_aggregator.variants import NATIVE_EAGER
+from fwbench_aggregator.variants import NATIVE_EAGER, Variant
 
 LOG_SCALE_SPREAD = 20  # use a log axis when the slowest bar is this many times the fastest
 
@@ -54,22 +54,29 @@ def ms_per_step_chart(summary: PresetSummary, path: Path) -> Path | None:
 
 
 def speedup_series(summary: PresetSummary) -> tuple[str, dict[str, list[float | None]]]:
-    """Keras 3 best over each published baseline when Keras 3 ran; otherwise every variant over eager torch."""
+    """Keras 3 best over each published baseline when Keras 3 ran; otherwise every variant over eager torch (else the
+    first column). Each bar compares cells of one like-for-like group: a series per baseline and group."""
+    groups = list(dict.fromkeys(settings for task in summary.tasks for settings in summary.groups(task)))
+
+    def named(name: str, settings: tuple) -> str:
+        text = Variant("", "", settings).settings_text
+        return f"{name} [{text}]" if text else name
+
     if any(v.is_keras3 for v in summary.variants):
-        return ("Keras 3 best vs", {name: [summary.speedup(t, key) for t in summary.tasks]
-                                    for name, key in SPEEDUP_BASELINES})
-    eager = [v for v in summary.variants if v.key == NATIVE_EAGER]
-    baseline = eager[0] if eager else summary.variants[0]
-    series = {}
+        return ("Keras 3 best vs", {named(name, settings): [summary.speedup(t, key, settings) for t in summary.tasks]
+                                    for name, key in SPEEDUP_BASELINES for settings in groups})
+    base_key = NATIVE_EAGER if any(v.key == NATIVE_EAGER for v in summary.variants) else summary.variants[0].key
+    series: dict[str, list[float | None]] = {}
     for variant in summary.variants:
-        if variant == baseline:
+        if variant.key == base_key:
             continue
         values = []
         for task in summary.tasks:
-            base, est = summary.estimates.get((task, baseline)), summary.estimates.get((task, variant))
+            base = summary.baseline(task, base_key, variant.settings)
+            est = summary.estimates.get((task, variant))
             values.append(speedup_percent(base.median, est.median) if base and est else None)
         series[variant.label] = values
-    return (f"speed-up over {baseline.label}", series)
+    return (f"speed-up over {Variant(*base_key).label}", series)
 
 
 def speedup_chart(summary: PresetSummary, path: Path) -> Path | None:

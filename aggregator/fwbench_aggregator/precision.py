@@ -50,57 +50,60 @@ class MatchedRow:
     task: str
     keras: Variant
     keras_ms: float
-    native: Variant
-    native_ms: float
-    ratio: stats.RatioEstimate  # native ms / Keras 3 ms (> 1: Keras 3 faster)
+    native: Variant | None  # None: no like-for-like native PyTorch cell (`missing` says why)
+    native_ms: float | None
+    ratio: stats.RatioEstimate | None  # native ms / Keras 3 ms (> 1: Keras 3 faster)
     rows: str  # which rows: the bf16 setting's, or the published setting's that ran bf16
+    missing: str = ""
 
     @property
-    def speedup_pct(self) -> float:
-        return (self.ratio.ratio - 1) * 100
+    def speedup_pct(self) -> float | None:
+        return None if self.ratio is None else (self.ratio.ratio - 1) * 100
 
 
 def _native_best(summary, task: str, settings: tuple) -> tuple[Variant, stats.Estimate] | None:
-    """The fastest native-torch compile mode of a task, among the variants with the Keras side's settings (else,
-    when every native-torch variant shares one set of settings, among those)."""
-    native = [(v, e) for (t, v), e in summary.estimates.items() if t == task and v.stack == NATIVE_STACK]
-    same = [(v, e) for v, e in native if v.settings == settings]
-    if not same and len({v.settings for v, _ in native}) == 1:
-        same = native
-    return min(same, key=lambda item: item[1].median) if same else None
+    """The fastest native-torch compile mode of a task in the Keras side's like-for-like group."""
+    native = [(v, summary.estimates[(task, v)]) for v in summary.groups(task).get(settings, ())
+              if v.stack == NATIVE_STACK and (task, v) in summary.estimates]
+    return min(native, key=lambda item: item[1].median) if native else None
 
 
-def _matched(summary, task: str, rows: str, require_bf16: bool) -> MatchedRow | None:
-    best = summary.keras3_best(task)
-    if best is None:
+def _ran_bf16(summary, task: str, variant: Variant) -> bool:
+    return ran_in(summary.dtypes.get((task, variant), (None, None)), "bfloat16")
+
+
+def _matched(summary, task: str, settings: tuple, rows: str, require_bf16: bool) -> MatchedRow | None:
+    keras, keras_estimate = summary.keras3_best(task, settings)
+    if require_bf16 and not _ran_bf16(summary, task, keras):
         return None
-    native = _native_best(summary, task, best[0].settings)
+    native = _native_best(summary, task, settings)
     if native is None:
+        return MatchedRow(task, keras, keras_estimate.median, None, None, None, rows,
+                          summary.missing(task, settings, NATIVE_STACK))
+    if require_bf16 and not _ran_bf16(summary, task, native[0]):
         return None
-    if require_bf16 and not all(ran_in(summary.dtypes.get((task, v), (None, None)), "bfloat16")
-                                for v in (best[0], native[0])):
-        return None
-    ratio = stats.ratio_estimate(summary.samples[(task, native[0])], summary.samples[(task, best[0])])
-    return MatchedRow(task, best[0], best[1].median, native[0], native[1].median, ratio, rows)
+    ratio = stats.ratio_estimate(summary.samples[(task, native[0])], summary.samples[(task, keras)])
+    return MatchedRow(task, keras, keras_estimate.median, native[0], native[1].median, ratio, rows)
 
 
 def matched_rows(summaries: list) -> list[MatchedRow]:
-    """Per task of one preset: Keras 3 best vs native PyTorch's best compile mode, both at bf16. From the rows run
-    with the bf16 precision setting; for a task without both there, from the published setting's rows when both
-    cells ran in bfloat16 (the LLM tasks, which the published run ran in bf16). Busy rows are left out (they are
-    in no estimate)."""
+    """Per task of one preset and like-for-like group: Keras 3 best vs native PyTorch's best compile mode, both at
+    bf16. From the rows run with the bf16 precision setting; for a task without both there, from the published
+    setting's rows when both cells ran in bfloat16 (the LLM tasks, which the published run ran in bf16). A Keras 3
+    best without a native PyTorch cell of its group is a row that says why. Busy rows are left out (they are in no
+    estimate)."""
     by_precision = {s.precision: s for s in summaries}
-    out: dict[str, MatchedRow] = {}
-    if MATCHED in by_precision:
-        for task in by_precision[MATCHED].tasks:
-            row = _matched(by_precision[MATCHED], task, "bf16 setting", require_bf16=False)
-            if row is not None:
-                out[task] = row
-    if PUBLISHED in by_precision:
-        for task in by_precision[PUBLISHED].tasks:
-            if task not in out:
-                row = _matched(by_precision[PUBLISHED], task, "published setting (ran bf16)", require_bf16=True)
-                if row is not None:
-                    out[task] = row
-    tasks = [t for s in summaries for t in s.tasks]
-    return [out[t] for t in dict.fromkeys(tasks) if t in out]
+    out: dict[tuple[str, tuple], MatchedRow] = {}
+    for precision, rows, require_bf16 in ((MATCHED, "bf16 setting", False),
+                                          (PUBLISHED, "published setting (ran bf16)", True)):
+        summary = by_precision.get(precision)
+        for task in summary.tasks if summary else ():
+            for settings in summary.keras3_groups(task):
+                found = out.get((task, settings))
+                if found is not None and found.native is not None:
+                    continue  # the bf16 setting's pair stands
+                row = _matched(summary, task, settings, rows, require_bf16)
+                if row is not None and (found is None or row.native is not None):
+                    out[(task, settings)] = row
+    tasks = list(dict.fromkeys(t for s in summaries for t in s.tasks))
+    return sorted(out.values(), key=lambda r: tasks.index(r.task))

@@ -131,6 +131,7 @@ class RankRow:
     measured_order: list[Variant]
     published_order: list[Variant]
     kendall_tau: float | None
+    settings: tuple = ()  # the like-for-like group the variants share (summary.PresetSummary.groups)
 
     @property
     def same(self) -> bool:
@@ -138,14 +139,14 @@ class RankRow:
 
 
 def rankings(summary: PresetSummary, published: dict, pin_set: str | None = None) -> list[RankRow]:
-    """Rank order per task over the variants both sides have, of one pin set (default: compared_pin_set)
-    (the only fair comparison across sizes)."""
+    """Rank order per task and like-for-like group over the variants both sides have, of one pin set (default:
+    compared_pin_set) (the only fair comparison across sizes)."""
     from scipy.stats import kendalltau  # lazy: scipy is slow to import
 
     pin_set = pin_set or compared_pin_set(summary)
     out = []
-    for task in summary.tasks:
-        common = [v for v, _ in summary.ranked(task)
+    for task, settings in ((t, s) for t in summary.tasks for s in summary.groups(t)):
+        common = [v for v, _ in summary.ranked(task, settings)
                   if (task, v.published) in published and _compared(summary, task, v, pin_set)]
         if len(common) < 2:
             continue
@@ -153,5 +154,5 @@ def rankings(summary: PresetSummary, published: dict, pin_set: str | None = None
         measured_ranks = list(range(len(common)))
         published_ranks = [published_order.index(v) for v in common]
         tau = float(kendalltau(measured_ranks, published_ranks).statistic)
-        out.append(RankRow(task, common, published_order, tau))
+        out.append(RankRow(task, common, published_order, tau, settings))
     return out

@@ -14,7 +14,8 @@ from fwbench_aggregator import sweep
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms  # in stats: scaling shares them without importing report
-from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, noise_warnings, summarise
+from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, headline_rows, noise_warnings, summarise
+from fwbench_aggregator.variants import Variant
 
 
 # Marks an estimate that includes rows measured beside other cells of their run (fwbench run --parallel).
@@ -32,13 +33,27 @@ def fmt_speedup(value: float | None) -> str:
     return "—" if value is None else f"{value:+.0f}%"
 
 
-def _status_word(summary: PresetSummary, task: str, variant) -> str:
-    status = summary.statuses.get((task, variant))
-    if status is None:
-        return "—"  # not run
-    if status.busy and status.busy == status.counts.get("ok"):
-        return "busy"  # ran ok, but only on a busy machine: see "Busy rows"
-    return ", ".join(f"{s}" for s in STATUSES if status.counts.get(s)) or "?"
+def fmt_missing(reason: str) -> str:
+    """A comparison without its like-for-like side: '—' and why."""
+    return f"— ({reason})"
+
+
+def _group_name(task: str, settings: tuple) -> str:
+    """A task's like-for-like group as a row label: 'bert-fit', or 'bert-fit [pins=paper-2024]'."""
+    text = Variant("", "", settings).settings_text
+    return f"{task} [{text}]" if text else task
+
+
+def _keras3_best_cell(summary: PresetSummary, task: str) -> str:
+    """'21.0 (jax)': the Keras 3 best of each like-for-like group; the group's settings too when there are several."""
+    groups = summary.keras3_groups(task)
+    cells = []
+    for settings in groups:
+        variant, estimate = summary.keras3_best(task, settings)
+        backend = variant.stack.removeprefix("keras3-")
+        text = variant.settings_text if len(groups) > 1 else ""
+        cells.append(f"{fmt_ms(estimate.median)} ({', '.join(filter(None, [backend, text]))})")
+    return "; ".join(cells) or "—"
 
 
 def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
@@ -58,20 +73,28 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
             if est is None and busy_est is not None:
                 row.append(f"{fmt_estimate(busy_est)}{mark}\u00a0{BUSY_MARK}")  # the mark stays with its number
             elif est is None:
-                row.append(_status_word(summary, task, variant))
+                row.append(summary.status_word(task, variant))
             else:
                 row.append(fmt_estimate(est) + mark)
         if has_keras3:
-            best = summary.keras3_best(task)
-            row.append(f"{fmt_ms(best[1].median)} ({best[0].stack.removeprefix('keras3-')})" if best else "—")
+            row.append(_keras3_best_cell(summary, task))
         rows.append(row)
     return headers, rows
 
 
 def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
+    """Per task and like-for-like group with a Keras 3 best: its speed-up over each baseline of the same group, or
+    '—' and why that group has no such baseline."""
     headers = ["task"] + [f"Keras 3 best vs {name}" for name, _ in SPEEDUP_BASELINES]
-    rows = [[task] + [fmt_speedup(summary.speedup(task, key)) for _, key in SPEEDUP_BASELINES]
-            for task in summary.tasks]
+    rows = []
+    for task in summary.tasks:
+        groups = summary.keras3_groups(task)
+        if not groups:
+            rows.append([task] + ["—"] * len(SPEEDUP_BASELINES))  # no Keras 3 cell ran ok: nothing to compare
+        for settings in groups:
+            rows.append([_group_name(task, settings)] + [
+                fmt_speedup(value) if (value := summary.speedup(task, key, settings)) is not None
+                else fmt_missing(summary.missing(task, settings, *key)) for _, key in SPEEDUP_BASELINES])
     return headers, rows
 
 
@@ -94,9 +117,15 @@ MATCHED_HEADERS = ["task", "Keras 3 best (bf16)", "Keras 3 ms", "native PyTorch 
 
 
 def matched_table(summaries: list[PresetSummary]) -> list[list[str]]:
-    return [[r.task, r.keras.label, fmt_ms(r.keras_ms), r.native.label, fmt_ms(r.native_ms),
-             f"{r.ratio.ratio:.2f}x [{r.ratio.low:.2f}–{r.ratio.high:.2f}]", fmt_speedup(r.speedup_pct), r.rows]
-            for r in precision_axis.matched_rows(summaries)]
+    rows = []
+    for r in precision_axis.matched_rows(summaries):
+        if r.native is None:
+            native = [fmt_missing(r.missing), "—", "—", "—"]
+        else:
+            native = [r.native.label, fmt_ms(r.native_ms),
+                      f"{r.ratio.ratio:.2f}x [{r.ratio.low:.2f}–{r.ratio.high:.2f}]", fmt_speedup(r.speedup_pct)]
+        rows.append([r.task, r.keras.label, fmt_ms(r.keras_ms), *native, r.rows])
+    return rows
 
 
 def _matched_section(preset: str, summaries: list[PresetSummary]) -> list:
@@ -152,7 +181,8 @@ def _published_section(summary: PresetSummary, reference: dict) -> list:
                                      "no ranking to compare.")]
     blocks.append(d.Table(
         ["task", "measured order (fastest first)", "published order", "same order", "Kendall tau"],
-        [[r.task, " < ".join(v.label for v in r.measured_order), " < ".join(v.label for v in r.published_order),
+        [[_group_name(r.task, r.settings), " < ".join(v.label for v in r.measured_order),
+          " < ".join(v.label for v in r.published_order),
           "yes" if r.same else "no", "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
         css_class="text"))
     return blocks
@@ -197,7 +227,9 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
         headers, rows = speedup_table(summary)
         blocks += [d.Heading(f"Speed-up of Keras 3 best ({p})", 3),
                    d.Paragraph("As on keras.io: (baseline ms / Keras 3 best ms - 1) x 100%, from medians; "
-                               "positive = Keras 3 faster. — = a side is missing."),
+                               "positive = Keras 3 faster. Each against the baseline with the same settings (a row "
+                               "per group of settings when there are several); — (why) where that baseline is "
+                               "missing, — where no Keras 3 cell ran ok."),
                    d.Table(headers, rows)]
     else:
         blocks.append(d.Paragraph("No Keras 3 stack in these results: no 'Keras 3 best' column or Keras speed-ups."))
@@ -256,6 +288,19 @@ def _concurrent_summary(frame) -> list:
                         "provenance rows.", "note")]
 
 
+def _headline_note(frame, summaries: list[PresetSummary]) -> list:
+    """Which rows the main tables hold, when some are elsewhere (fwbench.core.identity.SECTION_AXES)."""
+    off = int((~headline_rows(frame)).sum())
+    if not off:
+        return []
+    where = ("The main tables, Keras 3 best, speed-ups, rankings, plots and the published comparison hold the "
+             "headline cells only (one device, the task's batch, no sweep point)" if summaries else
+             "No row is a headline cell (one device, the task's batch, no sweep point), so there are no main tables")
+    return [d.Paragraph(f"{where}. The {off} row(s) at other device counts, global batches or sweep points are "
+                        "compared in their own sections (Data-parallel scaling, Version sweeps), each cell only with "
+                        "cells equal in every other setting.", "note")]
+
+
 def build_document(loaded: LoadedResults, report_dir: Path,
                    include_busy: bool = False) -> tuple[d.Document, list[PresetSummary]]:
     frame = loaded.frame()
@@ -268,6 +313,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
                     "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
     doc.add(*_concurrent_summary(frame))
+    doc.add(*_headline_note(frame, summaries))
     if loaded.skipped:
         doc.add(d.Heading("Skipped files"), d.BulletList([s.line() for s in loaded.skipped], "warning"))
     if loaded.notes:

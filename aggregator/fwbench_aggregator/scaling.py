@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fwbench.core import registry
-from fwbench.core.identity import CellIdentity, describe, differing_settings
+from fwbench.core.identity import CellIdentity, describe, differing_settings, off_headline
 from fwbench_aggregator import document as d
 from fwbench_aggregator import plots, stats
 from fwbench_aggregator.variants import Variant
@@ -130,8 +130,9 @@ def _with_speedup(cell: ScalingCell, base: ScalingCell) -> ScalingCell:
 
 
 def cells(frame) -> list[ScalingCell]:
-    """Every cell of a scaling group (an identity run at N > 1, and its N=1 cell), with speed-up and efficiency
-    where the N=1 cell has ok rows; by task, preset, settings, then stack in report order (side by side), then N."""
+    """Every cell off the scaling headline (N > 1, or a --global-batch: the report's main tables leave them out), and
+    the N=1 cell each is set against, with speed-up and efficiency where the N=1 cell has ok rows; by task, preset,
+    settings, then stack in report order (side by side), then N."""
     if "status" not in frame or frame.empty:
         return []
     grouped: dict[CellIdentity, list[dict]] = {}
@@ -142,7 +143,7 @@ def cells(frame) -> list[ScalingCell]:
     scaled = {one_device(identity) for identity in grouped if identity.setting("devices") != 1}
     measured: dict[CellIdentity, ScalingCell] = {}
     for identity, rows in grouped.items():
-        if identity.setting("devices") == 1 and identity not in scaled:
+        if not off_headline(identity, "scaling") and identity not in scaled:
             continue
         samples = tuple(stats.repeat_samples(r.get("step_ms"), float(r["ms_per_step"])) for r in rows)
         first = rows[0]
@@ -172,7 +173,7 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "—" if value is None else pattern.format(value)
 
 
-def _fmt_interval(value: Interval | None, point: str, bounds: str, without: str | None) -> str:
+def fmt_interval(value: Interval | None, point: str, bounds: str, without: str | None) -> str:
     """'point [low–high]', or the point and why it has no interval."""
     if value is None:
         return "—"
@@ -181,7 +182,7 @@ def _fmt_interval(value: Interval | None, point: str, bounds: str, without: str 
     return f"{point.format(value.value)} [{bounds.format(value.low)}–{bounds.format(value.high)}]"
 
 
-def _fmt_efficiency(value: Interval | None, without: str | None) -> str:
+def fmt_efficiency(value: Interval | None, without: str | None) -> str:
     if value is None:
         return "—"
     if without:
@@ -201,9 +202,9 @@ def table_rows(scaling_cells: list[ScalingCell]) -> list[list[str]]:
         mark = f"\u00a0{BUSY_MARK}" if c.busy else ""
         rows.append([c.identity.task, c.identity.stack, c.identity.preset, settings(c.identity), str(c.devices),
                      _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), _fmt_ms(c) + mark,
-                     _fmt_interval(c.samples_per_s, "{:.1f}", "{:.1f}", c.ms_without_interval),
-                     _fmt_interval(c.speedup, "{:.2f}x", "{:.2f}", c.speedup_without_interval),
-                     _fmt_efficiency(c.efficiency, c.speedup_without_interval),
+                     fmt_interval(c.samples_per_s, "{:.1f}", "{:.1f}", c.ms_without_interval),
+                     fmt_interval(c.speedup, "{:.2f}x", "{:.2f}", c.speedup_without_interval),
+                     fmt_efficiency(c.efficiency, c.speedup_without_interval),
                      c.comm_backend or "—", c.device or "—"])
     return rows
 
@@ -226,9 +227,29 @@ def chart_panels(scaling_cells: list[ScalingCell]) -> list[plots.ScalingPanel]:
     return [p for p in panels.values() if any(n > 1 for points in p.series.values() for n, _, _ in points)]
 
 
+def failed(frame) -> list[str]:
+    """'task stack [mode] (preset), devices=2: unsupported: why' for every cell off the scaling headline without an ok
+    row (the main tables leave them out)."""
+    if "status" not in frame or frame.empty:
+        return []
+    rows = [(CellIdentity.of_row(row), row) for row in frame.to_dict("records")]
+    with_ok = {identity for identity, row in rows if row.get("status") == "ok"}
+    lines = []
+    for identity, row in rows:
+        if identity in with_ok or not off_headline(identity, "scaling"):
+            continue
+        message = str(row.get("error_message") or "").strip()
+        line = (f"{identity.task} {Variant(identity.stack, identity.compile_mode).label} ({identity.preset}), "
+                f"{describe(differing_settings(identity, set()))}: {row.get('status')}"
+                + (f": {message.splitlines()[0][:300]}" if message else ""))
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
 def blocks(frame, report_dir: Path | None = None) -> list:
-    found = cells(frame)
-    if not found:
+    found, without_ok = cells(frame), failed(frame)
+    if not found and not without_ok:
         return []
     out: list = [d.Heading("Data-parallel scaling"),
                  d.Paragraph("Fit cells run data-parallel on N devices (--devices): speed-up = samples/s at N over "
@@ -254,7 +275,10 @@ def blocks(frame, report_dir: Path | None = None) -> list:
         out.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their intervals (and the speed-ups "
                                "computed from them) only cover step-to-step noise, not process-to-process "
                                "variation. Use --repeats 3 or more.", "note"))
-    out.append(d.Table(HEADERS, table_rows(found), css_class="text"))
+    if found:
+        out.append(d.Table(HEADERS, table_rows(found), css_class="text"))
+    if without_ok:
+        out += [d.Paragraph("Cells without an ok row:"), d.BulletList(without_ok, "warning")]
     panels = chart_panels(found)
     chart = plots.scaling_chart(panels, report_dir / CHART) if report_dir is not None and panels else None
     if chart is not None:

@@ -1,4 +1,10 @@
-"""From merged rows to per-cell numbers: estimates, status counts, Keras 3 best and speed-ups."""
+"""From merged rows to per-cell numbers: estimates, status counts, Keras 3 best and speed-ups.
+
+Only headline cells (fwbench.core.identity.off_headline: one device, the task's batch, no sweep point) are summarised:
+the other values of those axes have sections of their own (scaling, sweep). Within a summary, Keras 3 best, speed-ups
+and rankings compare variants only within a like-for-like group (equal in every setting but stack and compile mode);
+a baseline missing from the group is missing, never taken from another group.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from fwbench.core.identity import CellIdentity, differing_settings, held_equal, off_headline
+from fwbench.core.schema import STATUSES
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator import stats
-from fwbench_aggregator.variants import (KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, assign_variants, ordered,
-                                        task_order)
+from fwbench_aggregator.variants import (KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, assign_variants, identities,
+                                        ordered, task_order)
 
 # The published speed-up baselines: (column label, variant key).
 SPEEDUP_BASELINES = (("PyTorch eager", NATIVE_EAGER), ("PyTorch compiled", NATIVE_COMPILED),
                      ("Keras 2", KERAS2))
+# The axis the main tables compare along; every other identity field is held equal (held_equal).
+VARIANT_AXIS = ("stack", "compile_mode")
 
 
 @dataclass
@@ -66,39 +76,86 @@ class PresetSummary:
     # dtype) its ok rows recorded.
     samples: dict[tuple[str, Variant], list] = field(default_factory=dict)
     dtypes: dict[tuple[str, Variant], tuple] = field(default_factory=dict)
+    identities: dict[tuple[str, Variant], CellIdentity] = field(default_factory=dict)
+    # (task, (stack, compile mode)) -> labels of its cells off the headline (devices=2, a sweep point...): named
+    # where a like-for-like cell is missing, so the reader knows where the number went.
+    elsewhere: dict[tuple[str, tuple[str, str]], list[str]] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
         """'tiny', or 'tiny, bf16' for a precision other than the published setting."""
         return self.preset if self.precision == precision_axis.PUBLISHED else f"{self.preset}, {self.precision}"
 
-    def keras3_best(self, task: str) -> tuple[Variant, stats.Estimate] | None:
-        """Fastest Keras 3 backend for the task (lowest median), as the published 'best' column."""
-        candidates = [(v, self.estimates[(task, v)]) for v in self.variants
+    def groups(self, task: str) -> dict[tuple, list[Variant]]:
+        """The task's variants in like-for-like groups (equal in every identity setting: held_equal along
+        VARIANT_AXIS), each in column order, keyed by the settings their labels name (within one preset and precision
+        those tell the groups apart: a setting not named is at its fixed default or the same in every row)."""
+        by_identity: dict[CellIdentity, list[Variant]] = {}
+        for variant in self.variants:
+            if (task, variant) in self.identities:
+                by_identity.setdefault(held_equal(self.identities[(task, variant)], VARIANT_AXIS), []).append(variant)
+        # The group without named settings first, then by what they name.
+        in_order = sorted(by_identity.values(), key=lambda g: (len(g[0].settings), tuple(map(str, g[0].settings))))
+        return {group[0].settings: group for group in in_order}
+
+    def keras3_best(self, task: str, settings: tuple = ()) -> tuple[Variant, stats.Estimate] | None:
+        """Fastest Keras 3 backend for the task (lowest median) in one like-for-like group, as the published 'best'
+        column."""
+        candidates = [(v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
                       if v.is_keras3 and (task, v) in self.estimates]
         return min(candidates, key=lambda item: item[1].median) if candidates else None
 
-    def baseline(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> stats.Estimate | None:
-        """The estimate of a baseline column: the one with the same settings, else the only one there is."""
-        exact = self.estimates.get((task, Variant(*baseline_key, settings)))
-        if exact is not None:
-            return exact
-        candidates = [e for (t, v), e in self.estimates.items() if t == task and v.key == baseline_key]
-        return candidates[0] if len(candidates) == 1 else None
+    def keras3_groups(self, task: str) -> list[tuple]:
+        """The settings of the task's groups that have a Keras 3 best."""
+        return [settings for settings in self.groups(task) if self.keras3_best(task, settings)]
 
-    def speedup(self, task: str, baseline_key: tuple[str, str]) -> float | None:
-        """Keras 3 best over a baseline as the page computes it: (baseline_ms / keras_ms - 1) x 100%."""
-        best = self.keras3_best(task)
-        if best is None:
-            return None
-        baseline = self.baseline(task, baseline_key, best[0].settings)
-        if baseline is None:
+    def baseline(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> stats.Estimate | None:
+        """The estimate of a baseline column in the like-for-like group `settings`; None when the group has none."""
+        return self.estimates.get((task, Variant(*baseline_key, settings)))
+
+    def speedup(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> float | None:
+        """Keras 3 best over a baseline of its group as the page computes it: (baseline_ms / keras_ms - 1) x 100%."""
+        best = self.keras3_best(task, settings)
+        baseline = self.baseline(task, baseline_key, settings)
+        if best is None or baseline is None:
             return None
         return speedup_percent(baseline.median, best[1].median)
 
-    def ranked(self, task: str) -> list[tuple[Variant, stats.Estimate]]:
-        present = [(v, self.estimates[(task, v)]) for v in self.variants if (task, v) in self.estimates]
+    def ranked(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
+        """One like-for-like group's variants with an estimate, fastest first."""
+        present = [(v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
+                   if (task, v) in self.estimates]
         return sorted(present, key=lambda item: item[1].median)
+
+    def status_word(self, task: str, variant: Variant) -> str:
+        status = self.statuses.get((task, variant))
+        if status is None:
+            return "—"  # not run
+        if status.busy and status.busy == status.counts.get("ok"):
+            return "busy"  # ran ok, but only on a busy machine: see "Busy rows"
+        return ", ".join(f"{s}" for s in STATUSES if status.counts.get(s)) or "?"
+
+    def missing(self, task: str, settings: tuple, stack: str, compile_mode: str | None = None) -> str:
+        """Why the group `settings` has no estimate of stack [compile_mode] (None: any compile mode): its status,
+        or that it ran only at other settings (named), or not at all."""
+        def wanted(variant: Variant) -> bool:
+            return variant.stack == stack and compile_mode in (None, variant.compile_mode)
+
+        here = [v for v in self.groups(task).get(settings, ()) if wanted(v)]
+        if here:
+            return "; ".join(f"{v.label}: {self.status_word(task, v)}" for v in here)
+        if compile_mode:
+            target = f"{Variant(stack, compile_mode, settings).label} cell"
+        else:
+            at = Variant(stack, "", settings).settings_text
+            target = f"{stack} cell" + (f" at {at}" if at else "")
+        others = [v.label for group, variants in self.groups(task).items() if group != settings
+                  for v in variants if wanted(v)]
+        others += [label for (t, key), labels in self.elsewhere.items() if t == task and wanted(Variant(*key))
+                   for label in labels]
+        if not others:
+            return f"no {target}"
+        return f"no like-for-like {target}; it ran as {', '.join(others)}"
 
 
 def speedup_percent(baseline_ms: float, candidate_ms: float) -> float:
@@ -121,18 +178,41 @@ def summarise(frame: pd.DataFrame, include_busy: bool = False) -> list[PresetSum
     so they never share a table), presets in order, then precisions. Each (task, variant) pools only rows of one
     cell identity; busy rows count only with include_busy."""
     summaries = []
-    frame = assign_variants(frame, unnamed=("precision",))  # each table is one precision
+    off = ~headline_rows(frame)
+    elsewhere = _elsewhere(frame[off])
+    frame = assign_variants(frame[~off], unnamed=("precision",))  # each table is one precision
     frame = frame.assign(_precision=precision_axis.precision_column(frame))
     for preset in _preset_order(frame["preset"].dropna().unique()):
         for precision in precision_axis.ordered(frame.loc[frame["preset"] == preset, "_precision"]):
             rows = frame[(frame["preset"] == preset) & (frame["_precision"] == precision)]
-            summaries.append(_summary(str(preset), precision, rows, include_busy))
+            summaries.append(_summary(str(preset), precision, rows, include_busy,
+                                      elsewhere.get((str(preset), precision), {})))
     return summaries
 
 
-def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool) -> PresetSummary:
+def headline_rows(frame: pd.DataFrame) -> pd.Series:
+    """True for the rows the main tables hold (fwbench.core.identity.off_headline is empty)."""
+    return pd.Series([not off_headline(i) for i in identities(frame)], index=frame.index, dtype=bool)
+
+
+def _elsewhere(off: pd.DataFrame) -> dict[tuple[str, str], dict[tuple[str, tuple[str, str]], list[str]]]:
+    """(preset, precision) -> (task, variant key) -> the labels of the cells measured off the headline."""
+    out: dict = {}
+    for identity, row in zip(identities(off), off.to_dict("records")):
+        named = tuple((n, v) for n, v in differing_settings(identity, set()) if n != "precision")
+        labels = out.setdefault((identity.preset, precision_axis.row_precision(row)), {}).setdefault(
+            (identity.task, (identity.stack, identity.compile_mode)), [])
+        label = Variant(identity.stack, identity.compile_mode, named).label
+        if label not in labels:
+            labels.append(label)
+    return out
+
+
+def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool, elsewhere: dict) -> PresetSummary:
     estimates, statuses, batches, facts, busy_estimates, samples, dtypes = {}, {}, {}, {}, {}, {}, {}
+    cell_identities = {}
     for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
+        cell_identities[(task, variant)] = cell["_identity"].iloc[0]
         busy = is_busy(cell) & (cell["status"] == "ok")
         status = CellStatus(Counter(cell["status"]), busy=int(busy.sum()))
         for message in cell.loc[cell["status"] != "ok", "error_message"].dropna():
@@ -156,7 +236,8 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
         tasks=task_order({t for t, _ in statuses}),
         variants=ordered(v for _, v in statuses),
         estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
-        busy_estimates=busy_estimates, precision=precision, samples=samples, dtypes=dtypes)
+        busy_estimates=busy_estimates, precision=precision, samples=samples, dtypes=dtypes,
+        identities=cell_identities, elsewhere=elsewhere)
 
 
 def _samples(ok: pd.DataFrame) -> list:
@@ -181,10 +262,11 @@ def _preset_order(presets) -> list[str]:
 
 
 def noise_warnings(summary: PresetSummary) -> list[str]:
-    """Neighbours in each task's ranking whose CIs overlap too much to say which is faster."""
+    """Neighbours in each task's ranking (of each like-for-like group) whose CIs overlap too much to say which is
+    faster."""
     warnings = []
-    for task in summary.tasks:
-        ranked = summary.ranked(task)
+    for task, settings in ((t, s) for t in summary.tasks for s in summary.groups(t)):
+        ranked = summary.ranked(task, settings)
         for (fast_v, fast), (slow_v, slow) in zip(ranked, ranked[1:]):
             if stats.cis_overlap_too_much(fast, slow):
                 warnings.append(

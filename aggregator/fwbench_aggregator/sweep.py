@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fwbench.core import sweep as sweeps_core
-from fwbench.core.identity import CellIdentity
+from fwbench.core.identity import SECTION_AXES, CellIdentity, held_equal
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import document as d
 from fwbench_aggregator import stats
@@ -65,9 +65,9 @@ class StepVerdict:
 
 
 def cell_of(identity: CellIdentity) -> CellIdentity:
-    """The cell a sweep row belongs to: its identity with the sweep point blanked."""
-    return CellIdentity(identity.stack, identity.task, identity.preset, identity.compile_mode,
-                        tuple((n, None if n == "sweep_point" else v) for n, v in identity.settings))
+    """The cell a sweep row belongs to: its identity with the sweep point blanked (its points are compared only with
+    each other: held_equal along the sweep axis)."""
+    return held_equal(identity, SECTION_AXES["sweep"])
 
 
 def rows_at(loaded: LoadedResults, label: str | None) -> LoadedResults:
@@ -93,7 +93,7 @@ def judge(a: LoadedResults, b: LoadedResults, tolerance_pct: float = DEFAULT_TOL
     """Every cell with ok rows on both sides (sides differing only in the sweep point), B against A."""
     if a.table.num_rows == 0 or b.table.num_rows == 0:
         return []
-    rows = [r for r in cmp.compare(a, b, alpha, tolerance_pct, across=("sweep_point",)) if r.paired]
+    rows = [r for r in cmp.compare(a, b, alpha, tolerance_pct, across=SECTION_AXES["sweep"]) if r.paired]
     tested = [r for r in rows if r.test is not None]
     equivalence = cmp.holm([equivalence_p(r.test, tolerance_pct) for r in tested])
     p_equivalent = {id(r): p for r, p in zip(tested, equivalence)}

@@ -37,9 +37,13 @@ class Variant:
     settings: tuple[tuple[str, Any], ...] = ()  # the named identity settings (see module doc)
 
     @property
+    def settings_text(self) -> str:
+        """The named settings as the label shows them: 'pins=paper-2024, threads=4' ('' when none)."""
+        return describe(tuple((SETTING_NAMES.get(k, k), v) for k, v in self.settings))
+
+    @property
     def label(self) -> str:
-        named = tuple((SETTING_NAMES.get(k, k), v) for k, v in self.settings)
-        return f"{self.stack} [{', '.join([self.compile_mode, describe(named)]) if named else self.compile_mode}]"
+        return f"{self.stack} [{', '.join(filter(None, [self.compile_mode, self.settings_text]))}]"
 
     @property
     def key(self) -> tuple[str, str]:

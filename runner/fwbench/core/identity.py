@@ -2,7 +2,8 @@
 
 Two rows are repeats of one measurement (pooled into one estimate, skipped by `--resume`, paired by
 `compare`) only when their identities are equal. The same table serves the runner (from a CellSpec),
-the writer (file names) and the aggregator (from a row), so the three can never disagree.
+the writer (file names) and the aggregator (from a row), so the three can never disagree. Comparisons have one
+rule here too (held_equal): cells are set side by side along an axis only when equal in every other field.
 
 Plain Python: the cell process and the aggregator both import it.
 """
@@ -60,6 +61,10 @@ ALWAYS_READ_AS = ("precision",)
 FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
                                   "per_step_sync": True, "data_seed": 0, "sweep_point": None,
                                   "devices": 1, "global_batch": None}
+# Axes with a report section of their own (the version sweep; data-parallel scaling): the headline (the report's
+# main tables, Keras 3 best, speed-ups, rankings, the published comparison) holds each at its FIXED_DEFAULTS value
+# (no sweep point, one device, the task's batch); their other values are compared in their own section.
+SECTION_AXES: dict[str, tuple[str, ...]] = {"sweep": ("sweep_point",), "scaling": ("devices", "global_batch")}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
 _TOKEN = {
     "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
@@ -102,6 +107,24 @@ class CellIdentity:
     def of_spec(cls, spec) -> "CellIdentity":
         values = {name: _plain(getattr(spec, attribute)) for name, (_, attribute) in SETTINGS.items()}
         return cls(*(getattr(spec, f) for f in KEY_FIELDS), tuple(values.items()))
+
+
+def held_equal(identity: CellIdentity, along) -> CellIdentity:
+    """The rule of every comparison: one along the fields `along` (settings, or key fields such as stack and
+    compile_mode) pairs or ranks only cells whose identities are equal in every other field, that is whose
+    held_equal(identity, along) are equal. The returned identity has the `along` fields blanked (None)."""
+    along = set(along)
+    unknown = along - set(SETTINGS) - set(KEY_FIELDS)
+    if unknown:
+        raise ValueError(f"not an identity field: {', '.join(sorted(unknown))}")
+    keys = (None if name in along else getattr(identity, name) for name in KEY_FIELDS)
+    return CellIdentity(*keys, tuple((name, None if name in along else value) for name, value in identity.settings))
+
+
+def off_headline(identity: CellIdentity, section: str | None = None) -> tuple[str, ...]:
+    """The settings of a section axis (SECTION_AXES; default: every one) at which the cell is off the headline."""
+    names = SECTION_AXES[section] if section else [name for axis in SECTION_AXES.values() for name in axis]
+    return tuple(name for name in names if identity.setting(name) != FIXED_DEFAULTS[name])
 
 
 def settings_hash(settings: Mapping[str, Any]) -> str:
