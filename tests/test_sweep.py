@@ -12,7 +12,7 @@ import pytest
 from tests.aggregator_rows import record, samples
 from fwbench.core import sweep as points
 from fwbench.core.identity import CellIdentity, file_tokens
-from fwbench.core.results import target_path, write_row
+from fwbench.core import results
 from fwbench.core.spec import CellSpec
 from fwbench_aggregator import loading
 from fwbench_aggregator import sweep as report_sweep
@@ -79,7 +79,7 @@ def _write_point(out, label, centre, repeats, rng, task="bert-predict", start=0)
         rec = record("native-torch", task, repeat=repeat, step_ms=samples(rng, centre, n=10, spread=0.02),
                      sweep_point=label, sweep_installed=label)
         spec = CellSpec("native-torch", task, "tiny", "none", "/d", 10, repeat=repeat, sweep_point=label)
-        write_row(rec, target_path(spec, out, CellIdentity.of_row(rec)))
+        results.write_new_row(spec, out, rec)
 
 
 def test_sweep_report_verdicts_and_aggregate_section(tmp_path):
@@ -210,6 +210,46 @@ def test_a_sweep_point_s_cell_gets_one_gpu_not_every_gpu_of_the_host(tmp_path, m
     point = points.package_point("transformers", "4.38.2")
     sweep_engine.run_point([spec], point, tmp_path / "out", "paper-2024", "gpu")
     assert [slot.gpus for slot in given["slots"]] == [(0,)]
+
+
+def test_a_point_that_cannot_be_built_never_replaces_an_ok_row_at_it(tmp_path, monkeypatch):
+    """The point's environment fails to build (the local engine is the boundary): the error row goes beside the ok
+    row written there earlier; with --resume the ok row is kept and no error row is written; --no-resume replaces."""
+    from fwbench.engines import local
+    from fwbench.engines import sweep as sweep_engine
+    from fwbench.harness.cell import base_record
+
+    point = points.package_point("tqdm", "99.0.0")
+
+    class Engine:
+        name, device, pin_set = "local", "cpu", "current"
+
+        def image_variant(self, stack):
+            return "venv"
+
+        def device_model(self, gpu=None):
+            return "Test CPU"
+
+        def prepare(self, stack, report=None):
+            raise PointUnavailable(point, "no version of tqdm==99.0.0", tmp_path / "log")
+
+    monkeypatch.setattr(local, "local_engine", lambda *args, **kwargs: Engine())
+    out = tmp_path / "out"
+    planned = CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path), 5)
+    at_point = CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path), 5, sweep_point=point.label,
+                        engine="local", pin_set="current", image_variant="venv", device_model="Test CPU", device="cpu")
+    ok_path = results.write_row(base_record(at_point) | {"status": "ok", "ms_per_step": 1.0, "step_ms": [1.0],
+                                                         "sweep_point": point.label},
+                                results.readable_path(at_point, out))
+    before = ok_path.read_bytes()
+
+    [kept] = sweep_engine.run_point([planned], point, out, "current", "cpu", resume=True)
+    assert kept["status"] == "ok" and ok_path.read_bytes() == before and len(list(out.rglob("*.parquet"))) == 1
+    [failed] = sweep_engine.run_point([planned], point, out, "current", "cpu")
+    assert failed["error_type"] == "SweepPointUnavailable" and ok_path.read_bytes() == before
+    assert results.read_row(results.hashed_path(at_point, out))["status"] == "error"
+    sweep_engine.run_point([planned], point, out, "current", "cpu", replace_ok=True)
+    assert results.read_row(ok_path)["status"] == "error"
 
 
 def test_unavailable_point_is_an_exception_with_a_reason(tmp_path):
