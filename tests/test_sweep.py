@@ -59,6 +59,20 @@ def test_releases_and_candidates():
     assert points.dates_between("2024-02-28", "2024-03-01") == ["2024-02-28", "2024-02-29", "2024-03-01"]
 
 
+@pytest.mark.parametrize("good, bad, versions, named", [("1.0", "main", "1.0,1.1", "--bad 'main'"),
+                                                         ("main", "1.1", "1.0,1.1", "--good 'main'"),
+                                                         ("1.0", "1.1", "1.0,trunk,1.1", "--versions lists 'trunk'")])
+def test_bisect_between_things_that_are_not_versions_is_a_one_line_error(tmp_path, good, bad, versions, named):
+    with pytest.raises(points.SweepError, match=named):
+        points.versions_between(versions.split(","), good, bad)
+    done = run_fwbench("bisect", "--stack", "native-torch", "--task", "bert-predict", "--package", "tqdm",
+                       "--good", good, "--bad", bad, "--versions", versions, "--out", str(tmp_path / "out"), timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.strip() == f"error: {named} is not a release version (PEP 440, e.g. 4.38.2): bisect searches " \
+                                  "released versions"
+    assert not (tmp_path / "out").exists()
+
+
 def test_point_environment_is_keyed_by_the_point(tmp_path):
     plain = StackEnvironment("native-torch", "current", tmp_path)
     at = StackEnvironment("native-torch", "current", tmp_path, point=points.package_point("tqdm", "4.66.1"))

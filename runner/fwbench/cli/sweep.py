@@ -169,6 +169,8 @@ def candidate_points(package: Optional[str], good: str, bad: str, versions: Opti
             good_point, bad_point = points_core.date_point(good), points_core.date_point(bad)
             return [points_core.date_point(day).label
                     for day in points_core.dates_between(good_point.date, bad_point.date)]
+        points_core.release_version(good, "--good")  # before the index is asked
+        points_core.release_version(bad, "--bad")
         if versions:
             listed = [v.strip() for v in versions.split(",") if v.strip()]
         else:
