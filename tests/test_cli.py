@@ -98,6 +98,26 @@ def test_resume_skips_ok_rows_and_retries_failed_ones(tmp_path):
     assert len(list(out.rglob("*.parquet"))) == 2  # retried in place, never duplicated
 
 
+def test_a_failed_rerun_keeps_an_older_schemas_ok_row_unless_no_resume(tmp_path):
+    """An ok row of schema v7 with the same identity: --resume skips the cell; a plain run writes its failure beside
+    the ok row; --no-resume replaces it."""
+    from tests.test_results import write_v7_ok_row
+
+    out = tmp_path / "results"
+    spec = current_engine_spec(tmp_path)
+    ok_path = results.readable_path(spec, out)
+    before = write_v7_ok_row(spec, ok_path)
+    run = ["run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current", "--out", str(out),
+           "--data", str(tmp_path / "data"), "--inject-fault", "raise"]
+    assert "skip native-torch bert-predict" in fwbench(*run, "--resume").stdout
+    assert ok_path.read_bytes() == before and len(list(out.rglob("*.parquet"))) == 1
+    assert fwbench(*run).returncode == 1
+    assert ok_path.read_bytes() == before
+    assert results.read_row(results.hashed_path(spec, out))["error_message"].startswith("injected fault")
+    fwbench(*run, "--no-resume")
+    assert results.read_row(ok_path)["status"] == "error"
+
+
 @pytest.mark.parametrize("option, token", [(["--steps", "7"], "steps-7"), (["--tf32", "on"], "prec-tf32"), (["--precision", "bf16"], "prec-bf16"),
                                            (["--threads", "1" if os.cpu_count() > 1 else "2"], "threads-")])
 def test_resume_reruns_a_cell_whose_settings_changed_and_keeps_both_rows(tmp_path, option, token):

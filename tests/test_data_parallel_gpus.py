@@ -145,6 +145,9 @@ class RecordingBackend:
     def configure(self, threads, tf32):
         self.calls.append("configure")
 
+    def tf32_available(self):
+        return True
+
     def data_parallel_devices(self, devices):
         self.calls.append(f"data_parallel_devices({devices})")
         return 1

@@ -149,6 +149,38 @@ def test_no_gpu_skips_every_gpu_check(monkeypatch):
     assert [check.verdict for check in checks] == ["skip"] * 4
 
 
+def fake_nvidia_smi(monkeypatch, gpus: str) -> None:
+    """No pynvml; an nvidia-smi (shutil.which and subprocess.run) that prints these query lines."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+
+    def run(command, **kwargs):
+        indices = "".join(line.split(",")[0] + "\n" for line in gpus.splitlines())
+        return SimpleNamespace(returncode=0, stdout=indices if "--query-gpu=index" in command else gpus, stderr="")
+
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+
+
+def test_nvidia_smi_memory_not_available_is_unknown_not_a_crash(monkeypatch):
+    """nvidia-smi prints [N/A] for memory on some virtual GPUs and MIG instances: unknown, and the checks go on."""
+    fake_nvidia_smi(monkeypatch, "0, GRID A100D-1-10C, 550.54.15, [N/A], [N/A]\n"
+                                 "1, NVIDIA A10G, 550.54.15, 22000, [Not Supported]\n")
+    host = doctor.read_gpu_host()
+    assert [(gpu.free_bytes, gpu.total_bytes) for gpu in host.gpus] == [(None, None), (22000 * 2**20, None)]
+    check = doctor.check_gpu_memory(host, selection(preset="tiny"))
+    assert check.verdict == "ok" and "GPU 1 has 23.1 GB free of an unknown total" in check.detail
+    fake_nvidia_smi(monkeypatch, "0, GRID A100D-1-10C, 550.54.15, [N/A], [N/A]\n")
+    check = doctor.check_gpu_memory(doctor.read_gpu_host(), selection(preset="tiny"))
+    assert check.verdict == "warn" and "no free memory for GPU 0" in check.detail
+    monkeypatch.setattr(doctor, "framework_view", lambda python, backend, env: {"version": "2.2.1", "cuda": "12.1",
+                                                                                 "gpus": 1})
+    result = CliRunner().invoke(app, ["doctor", "--engine", "current", "--stack", "native-torch", "--pin-set",
+                                      "paper-2024"])
+    assert result.exit_code == 0, result.output
+    assert "warn  GPU memory" in result.output
+
+
 def test_energy_counter_unsupported_is_a_warn(gpu_host):
     host = gpu_host(gpus=[("Tesla T4", H100, True), ("GRID vGPU", H100, False)])
     check = doctor.check_energy(host)

@@ -147,3 +147,106 @@ def test_precision_option_is_validated():
     done = run_fwbench("run", "--stack", "native-torch", "--precision", "fp32", "--tf32", "on",
                        "--out", "/tmp/never-written")
     assert done.returncode != 0 and "contradicts" in done.stdout + done.stderr
+
+
+# --- a precision the device cannot run is unsupported, decided by the harness at run time -------------------------
+# There is no GPU here: the CUDA boundary is mocked, nothing else. torch is a stand-in module whose torch.cuda reports
+# one GPU of a given compute capability (or none: a CPU host); JAX's device objects and TensorFlow's device details
+# likewise. The backends, the harness's build_cell and run() are the real code; the workload module is a stand-in
+# that says it was reached (no framework is imported).
+
+class ReachedTheWorkload(Exception):
+    pass
+
+
+def fake_torch(monkeypatch, capability: tuple[int, int] | None) -> None:
+    """torch with one CUDA GPU of `capability` (None: no GPU)."""
+    import sys
+    from types import SimpleNamespace
+
+    cuda = SimpleNamespace(is_available=lambda: capability is not None, device_count=lambda: 1,
+                           get_device_capability=lambda device=None: capability,
+                           reset_peak_memory_stats=lambda device=None: None)
+    flags = SimpleNamespace(allow_tf32=False)
+    torch = SimpleNamespace(cuda=cuda, set_num_threads=lambda n: None, set_float32_matmul_precision=lambda p: None,
+                            backends=SimpleNamespace(cuda=SimpleNamespace(matmul=flags), cudnn=flags))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+
+
+@pytest.fixture
+def stand_in_workload(tmp_path, monkeypatch):
+    """Shared data for tiny bert-predict, and a native-torch BERT module that raises ReachedTheWorkload when built."""
+    import sys
+    from types import SimpleNamespace
+
+    from fwbench.core import data
+
+    data.generate(tmp_path / "data", "tiny", 0, ["bert-predict"])
+
+    def build(ctx):
+        raise ReachedTheWorkload(ctx.spec.precision)
+
+    monkeypatch.setitem(sys.modules, "fwbench.workloads.torch.bert", SimpleNamespace(build=build, CELLS=()))
+    return CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path / "data"), 2)
+
+
+@pytest.mark.parametrize("capability, has_tf32", [(None, False), ((7, 0), False), ((7, 5), False), ((8, 0), True),
+                                                  ((9, 0), True)])
+def test_tf32_on_a_device_without_it_is_unsupported_not_a_float32_row(monkeypatch, stand_in_workload, capability,
+                                                                       has_tf32):
+    """A CPU, a V100 (7.0), a T4 (7.5): unsupported with the reason; an A100 (8.0) or H100 (9.0) runs tf32. fp32 runs
+    everywhere."""
+    from fwbench.harness import cell
+    from fwbench.workloads import Unsupported
+
+    fake_torch(monkeypatch, capability)
+    tf32 = replace(stand_in_workload, precision="tf32")
+    if has_tf32:
+        with pytest.raises(ReachedTheWorkload):
+            cell.build_cell(tf32, cell.PhaseTimer())
+    else:
+        with pytest.raises(Unsupported, match=r"^--precision tf32: this device has no TF32 .* not tf32$"):
+            cell.build_cell(tf32, cell.PhaseTimer())
+    with pytest.raises(ReachedTheWorkload):
+        cell.build_cell(replace(stand_in_workload, precision="fp32"), cell.PhaseTimer())
+
+
+def test_tf32_on_a_cpu_is_an_unsupported_row_like_fp16_on_a_cpu_trainer(tmp_path, monkeypatch, stand_in_workload):
+    """The row the cell process writes (`--tf32 on` is the same precision): unsupported, exit 0, the reason."""
+    import json
+
+    from fwbench.harness import cell
+
+    fake_torch(monkeypatch, None)
+    record = tmp_path / "record.json"
+    assert cell.run(replace(stand_in_workload, precision=precision.from_tf32("on")), record) == 0
+    row = json.loads(record.read_text())
+    assert row["status"] == "unsupported" and row["precision"] == "tf32" and row["tf32_setting"] == "on"
+    assert "this device has no TF32" in row["error_message"] and row["error_type"] == "Unsupported"
+
+
+def test_every_backend_says_whether_its_device_has_tf32():
+    """JAX's device objects and TensorFlow's device details stand in for the GPU (compute capability)."""
+    from types import SimpleNamespace
+
+    from fwbench.harness.backends import JaxBackend, TensorFlowBackend
+
+    def jax(platform, capability):
+        backend = object.__new__(JaxBackend)
+        backend.devices = [SimpleNamespace(platform=platform, compute_capability=capability)]
+        backend.on_gpu = platform == "gpu"
+        return backend.tf32_available()
+
+    assert [jax("cpu", None), jax("gpu", "7.0"), jax("gpu", "8.0"), jax("gpu", "9.0")] == [False, False, True, True]
+
+    def tensorflow(capability):
+        backend = object.__new__(TensorFlowBackend)
+        backend.gpus = [] if capability is None else ["/physical_device:GPU:0"]
+        backend.on_gpu = bool(backend.gpus)
+        details = {"compute_capability": capability}
+        backend.tf = SimpleNamespace(config=SimpleNamespace(experimental=SimpleNamespace(
+            get_device_details=lambda gpu: details)))
+        return backend.tf32_available()
+
+    assert [tensorflow(None), tensorflow((7, 5)), tensorflow((8, 6))] == [False, False, True]

@@ -133,6 +133,33 @@ def test_bundle_packs_rows_release_signature_and_report_and_the_signature_check_
         (IMAGE.reference, "bert-fit", 20, 2, "paper-2024"), (IMAGE.reference, "bert-predict", 20, 2, "paper-2024")]
 
 
+def test_a_rerun_spec_keeps_every_identity_setting_and_a_sweep_point_row_is_refused(tmp_path):
+    """Every identity setting of a published row reaches its re-run spec (the engine fills in only the device and
+    the image variant); a sweep-point row keeps its point in the spec, and verify refuses it before anything runs:
+    the released image cannot reproduce it."""
+    import pandas as pd
+
+    from fwbench.core.results import normalise
+    from fwbench.core.spec import CellSpec
+    from fwbench.harness.cell import base_record
+    from fwbench.release.verify import check_published_settings, spec_key
+
+    published = CellSpec(stack="keras3-jax", task="bert-fit", preset="tiny", compile_mode="xla", data_dir="/d",
+                         steps=7, warmup=1, seed=3, threads=2, per_step_sync=False, pin_set="paper-2024", jit="off",
+                         precision="bf16", devices=2, global_batch=8, image_variant="cpu", device_model="Some CPU")
+    plain = normalise(base_record(published) | {"status": "ok", "image_digest": IMAGE.reference})
+    swept = normalise(base_record(published) | {"status": "ok", "image_digest": IMAGE.reference,
+                                                "sweep_point": "tqdm==4.66.1"})
+    frame = pd.DataFrame([plain, swept])
+    specs = sorted((s.sweep_point or "", spec_key(s.identity)) for _, s in published_specs(frame, None, 1, tmp_path))
+    assert specs == [("", spec_key(published.identity)),
+                     ("tqdm==4.66.1", spec_key(replace(published, sweep_point="tqdm==4.66.1").identity))]
+    check_published_settings(frame.iloc[:1], 1)
+    with pytest.raises(VerificationRefused, match=r"^published rows include sweep_point tqdm==4.66.1 \(a version-sweep "
+                                                  r"point.*refused before anything runs$"):
+        check_published_settings(frame, 1)
+
+
 def test_bundle_refuses_rows_that_did_not_run_in_a_released_image(tmp_path):
     results = rows_in(tmp_path, "local", 10.0, digest=None)
     release_path = tmp_path / "release.json"

@@ -1,5 +1,6 @@
 """Result rows: schema, atomic writes, and the documented schema staying in sync with the code."""
 
+import json
 import os
 import re
 from dataclasses import replace
@@ -129,3 +130,94 @@ def test_project_docs_stand_alone():
     offenders = [str(p.relative_to(root)) for p in files if re.search(r"\bshared/(design|reference|hooks)\b|\.\./shared",
                                                                         p.read_text(errors="replace"))]
     assert offenders == []
+
+
+# --- no ok row is ever lost --------------------------------------------------------------------------------------
+
+# Columns added after schema v7 (sweeps: v8; data-parallel scaling: v9; collectives' version, interconnect: v10).
+NEWER_THAN_V7 = ("sweep_point", "sweep_installed", "devices", "global_batch_setting", "per_device_batch",
+                 "global_batch", "comm_backend", "comm_backend_version", "interconnect")
+PLACED = replace(SPEC, steps=5, pin_set="current", image_variant="cpu", device_model="Test CPU", engine="stand-in")
+
+
+def write_v7_ok_row(spec: CellSpec, path: Path) -> bytes:
+    """An ok row as fwbench wrote it at schema v7: without the later columns, schema_version 7."""
+    import pyarrow as pa
+
+    row = results.normalise(base_record(spec) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]})
+    row = {name: value for name, value in row.items() if name not in NEWER_THAN_V7} | {"schema_version": 7}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([row]), path)
+    return path.read_bytes()
+
+
+class FailingEngine:
+    """The engine interface run_matrix uses; every cell it runs is a device_unavailable row (no process starts)."""
+
+    name, pin_set, device = "stand-in", "current", "cpu"
+
+    def __init__(self):
+        self.ran = []
+
+    def image_variant(self, stack):
+        return "cpu"
+
+    def device_model(self, gpu=None):
+        return "Test CPU"
+
+    def run_cell(self, spec, record_path, log_path):
+        from fwbench.engines import CellOutcome
+
+        self.ran.append(spec)
+        record = base_record(spec) | {"status": "device_unavailable", "error_type": "DeviceUnavailable",
+                                      "error_message": "the GPU is gone"}
+        record_path.write_text(json.dumps(record))
+        return CellOutcome(0, False, log_path, record_path)
+
+
+def test_resume_keeps_an_ok_row_of_an_older_schema(tmp_path):
+    """Its identity reads the missing settings as measured (no sweep, one device): the cell is not run again."""
+    from fwbench.engines import matrix
+
+    ok_path = results.readable_path(PLACED, tmp_path)
+    before = write_v7_ok_row(PLACED, ok_path)
+    engine = FailingEngine()
+    [result] = matrix.run_matrix([PLACED], tmp_path, engine, resume=True)
+    assert result.skipped and result.path == ok_path and not engine.ran
+    assert ok_path.read_bytes() == before and [p.name for p in ok_path.parent.iterdir()] == [ok_path.name]
+
+
+def test_a_failed_rerun_never_replaces_an_ok_row_of_an_older_schema(tmp_path):
+    """Without --resume the cell runs again; its failure goes beside the ok row (the hashed name), never over it."""
+    from fwbench.engines import matrix
+
+    ok_path = results.readable_path(PLACED, tmp_path)
+    before = write_v7_ok_row(PLACED, ok_path)
+    [result] = matrix.run_matrix([PLACED], tmp_path, FailingEngine(), resume=False)
+    assert ok_path.read_bytes() == before
+    assert result.path == results.hashed_path(PLACED, tmp_path) and result.row["status"] == "device_unavailable"
+    # A second failure replaces the first failure, not the ok row.
+    matrix.run_matrix([PLACED], tmp_path, FailingEngine(), resume=False)
+    assert ok_path.read_bytes() == before and len(list(ok_path.parent.iterdir())) == 2
+
+
+def test_no_resume_lets_a_failed_rerun_replace_the_ok_row(tmp_path):
+    from fwbench.engines import matrix
+
+    ok_path = results.readable_path(PLACED, tmp_path)
+    write_v7_ok_row(PLACED, ok_path)
+    [result] = matrix.run_matrix([PLACED], tmp_path, FailingEngine(), resume=False, replace_ok=True)
+    assert result.path == ok_path and results.read_row(ok_path)["status"] == "device_unavailable"
+
+
+def test_an_ok_rerun_replaces_its_own_ok_row_and_a_failure_never_does(tmp_path):
+    record = base_record(PLACED) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}
+    first = results.write_new_row(PLACED, tmp_path, record)
+    assert results.write_new_row(PLACED, tmp_path, record | {"ms_per_step": 2.0, "step_ms": [2.0]}) == first
+    failed = base_record(PLACED) | {"status": "error", "error_message": "x"}
+    assert results.write_new_row(PLACED, tmp_path, failed) == results.hashed_path(PLACED, tmp_path)
+    # Both names hold ok rows of this cell-repeat (moved by hand): a failure gets a name of its own.
+    results.write_row(record, results.hashed_path(PLACED, tmp_path))
+    third = results.write_new_row(PLACED, tmp_path, failed)
+    assert third not in (first, results.hashed_path(PLACED, tmp_path)) and third.name.endswith(".r0.parquet")
+    assert [results.read_row(p)["status"] for p in (first, results.hashed_path(PLACED, tmp_path))] == ["ok", "ok"]

@@ -38,7 +38,7 @@ def test_file_name_token_only_off_one_device():
     defaults = {"threads": 1, "warmup": 2, "steps": 5}
     assert not any(t.startswith(("devices-", "gbatch-")) for t in file_tokens(spec().identity, defaults))
     assert file_tokens(spec(devices=2, global_batch=8).identity, defaults) == ["devices-2", "gbatch-8"]
-    path = results.target_path(spec(devices=2), Path("/out"), spec(devices=2).identity)
+    path = results.readable_path(spec(devices=2), Path("/out"))
     assert ".devices-2." in path.name
 
 

@@ -112,6 +112,13 @@ def test_a_resubmission_skips_cells_with_ok_rows_whatever_device_they_ran_on(tmp
     assert slurm.completed_identity(replace(SPEC, repeat=1)) not in ok
 
 
+def test_a_resubmission_skips_cells_whose_ok_row_has_an_older_schema(tmp_path):
+    from tests.test_results import write_v7_ok_row
+
+    write_v7_ok_row(SPEC, results.readable_path(SPEC, tmp_path))
+    assert slurm.completed_identity(SPEC) in slurm.ok_cells(tmp_path)
+
+
 def test_submit_without_slurm_is_one_line_and_writes_nothing(tmp_path):
     env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
     if any(Path(d, "sbatch").exists() for d in env["PATH"].split(":")):

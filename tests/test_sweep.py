@@ -12,7 +12,7 @@ import pytest
 from tests.aggregator_rows import record, samples
 from fwbench.core import sweep as points
 from fwbench.core.identity import CellIdentity, file_tokens
-from fwbench.core.results import target_path, write_row
+from fwbench.core import results
 from fwbench.core.spec import CellSpec
 from fwbench_aggregator import loading
 from fwbench_aggregator import sweep as report_sweep
@@ -59,6 +59,20 @@ def test_releases_and_candidates():
     assert points.dates_between("2024-02-28", "2024-03-01") == ["2024-02-28", "2024-02-29", "2024-03-01"]
 
 
+@pytest.mark.parametrize("good, bad, versions, named", [("1.0", "main", "1.0,1.1", "--bad 'main'"),
+                                                         ("main", "1.1", "1.0,1.1", "--good 'main'"),
+                                                         ("1.0", "1.1", "1.0,trunk,1.1", "--versions lists 'trunk'")])
+def test_bisect_between_things_that_are_not_versions_is_a_one_line_error(tmp_path, good, bad, versions, named):
+    with pytest.raises(points.SweepError, match=named):
+        points.versions_between(versions.split(","), good, bad)
+    done = run_fwbench("bisect", "--stack", "native-torch", "--task", "bert-predict", "--package", "tqdm",
+                       "--good", good, "--bad", bad, "--versions", versions, "--out", str(tmp_path / "out"), timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.strip() == f"error: {named} is not a release version (PEP 440, e.g. 4.38.2): bisect searches " \
+                                  "released versions"
+    assert not (tmp_path / "out").exists()
+
+
 def test_point_environment_is_keyed_by_the_point(tmp_path):
     plain = StackEnvironment("native-torch", "current", tmp_path)
     at = StackEnvironment("native-torch", "current", tmp_path, point=points.package_point("tqdm", "4.66.1"))
@@ -79,7 +93,7 @@ def _write_point(out, label, centre, repeats, rng, task="bert-predict", start=0)
         rec = record("native-torch", task, repeat=repeat, step_ms=samples(rng, centre, n=10, spread=0.02),
                      sweep_point=label, sweep_installed=label)
         spec = CellSpec("native-torch", task, "tiny", "none", "/d", 10, repeat=repeat, sweep_point=label)
-        write_row(rec, target_path(spec, out, CellIdentity.of_row(rec)))
+        results.write_new_row(spec, out, rec)
 
 
 def test_sweep_report_verdicts_and_aggregate_section(tmp_path):
@@ -210,6 +224,46 @@ def test_a_sweep_point_s_cell_gets_one_gpu_not_every_gpu_of_the_host(tmp_path, m
     point = points.package_point("transformers", "4.38.2")
     sweep_engine.run_point([spec], point, tmp_path / "out", "paper-2024", "gpu")
     assert [slot.gpus for slot in given["slots"]] == [(0,)]
+
+
+def test_a_point_that_cannot_be_built_never_replaces_an_ok_row_at_it(tmp_path, monkeypatch):
+    """The point's environment fails to build (the local engine is the boundary): the error row goes beside the ok
+    row written there earlier; with --resume the ok row is kept and no error row is written; --no-resume replaces."""
+    from fwbench.engines import local
+    from fwbench.engines import sweep as sweep_engine
+    from fwbench.harness.cell import base_record
+
+    point = points.package_point("tqdm", "99.0.0")
+
+    class Engine:
+        name, device, pin_set = "local", "cpu", "current"
+
+        def image_variant(self, stack):
+            return "venv"
+
+        def device_model(self, gpu=None):
+            return "Test CPU"
+
+        def prepare(self, stack, report=None):
+            raise PointUnavailable(point, "no version of tqdm==99.0.0", tmp_path / "log")
+
+    monkeypatch.setattr(local, "local_engine", lambda *args, **kwargs: Engine())
+    out = tmp_path / "out"
+    planned = CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path), 5)
+    at_point = CellSpec("native-torch", "bert-predict", "tiny", "none", str(tmp_path), 5, sweep_point=point.label,
+                        engine="local", pin_set="current", image_variant="venv", device_model="Test CPU", device="cpu")
+    ok_path = results.write_row(base_record(at_point) | {"status": "ok", "ms_per_step": 1.0, "step_ms": [1.0],
+                                                         "sweep_point": point.label},
+                                results.readable_path(at_point, out))
+    before = ok_path.read_bytes()
+
+    [kept] = sweep_engine.run_point([planned], point, out, "current", "cpu", resume=True)
+    assert kept["status"] == "ok" and ok_path.read_bytes() == before and len(list(out.rglob("*.parquet"))) == 1
+    [failed] = sweep_engine.run_point([planned], point, out, "current", "cpu")
+    assert failed["error_type"] == "SweepPointUnavailable" and ok_path.read_bytes() == before
+    assert results.read_row(results.hashed_path(at_point, out))["status"] == "error"
+    sweep_engine.run_point([planned], point, out, "current", "cpu", replace_ok=True)
+    assert results.read_row(ok_path)["status"] == "error"
 
 
 def test_unavailable_point_is_an_exception_with_a_reason(tmp_path):

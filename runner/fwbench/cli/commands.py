@@ -18,7 +18,7 @@ from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
-from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
+from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
                                  default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
                                  warn_if_busy)
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
@@ -75,7 +75,7 @@ def data_cmd(
 def run_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
-    resume: bool = typer.Option(False, help="Skip cells that already have an ok row."),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP, show_default=False),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
     image: Optional[str] = typer.Option(None, help=f"docker: image name template (default {registry.IMAGE_TEMPLATE})."),
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
@@ -92,7 +92,7 @@ def run_cmd(
                                  devices_per_cell=options.devices)
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
-    outcomes = execute(specs, runner, out, resume, slots)
+    outcomes = execute(specs, runner, out, bool(resume), slots, replace_ok=resume is False)
     if any(r.row and r.row["status"] not in ("ok", "unsupported", "diverged") for r in outcomes):
         raise typer.Exit(1)
 
@@ -108,9 +108,10 @@ def engine_gpus(runner) -> list[int]:
     return gpus
 
 
-def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None) -> list:
+def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None, *,
+            replace_ok: bool = False) -> list:
     """Prepare environments and data, run every cell with live progress (up to one per slot at once),
-    print the summary."""
+    print the summary. resume and replace_ok: as matrix.run_matrix takes them."""
     from fwbench.engines import matrix
     from fwbench.cli.build_status import build_status
 
@@ -143,7 +144,8 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
             progress.advance(bar)
             progress.console.print(result_line(result))
 
-        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done=on_done, slots=slots)
+        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done=on_done, slots=slots,
+                                     replace_ok=replace_ok)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")
     return outcomes
@@ -202,7 +204,8 @@ def demo_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(Path("demo-results"), "--out", help="Where results and the report go."),
     compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
-    resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run."),
+    resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run (--no-resume re-runs every cell "
+                                           "and lets a failed one replace its ok row)."),
 ) -> None:
     """The CPU demo: every stack (and task) at the tiny preset, then the report (OUT/report/report.md)."""
     from fwbench.engines.local import REPO_ROOT
@@ -223,7 +226,7 @@ def demo_cmd(
         specs += replace(options, stack=["native-torch"], compile=["reduce-overhead"]).plan(base)
     results_dir = out / "results"
     check_out_dir(results_dir)
-    execute(specs, runner, results_dir, resume, slots)
+    execute(specs, runner, results_dir, resume, slots, replace_ok=not resume)
     from fwbench_aggregator.cli import run_aggregate
 
     report = run_aggregate([results_dir], out / "report")

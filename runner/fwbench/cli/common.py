@@ -22,6 +22,9 @@ PIN_SET_HELP = ("Library versions: current, or paper-2024 (the published run's);
 DEVICE_HELP = ("Device of every cell, whatever the engine: auto (the GPU when the host has an NVIDIA GPU, else "
                "the CPU), gpu (a cell whose framework sees none is a device_unavailable row) or cpu (no GPU is "
                "visible to the cells).")
+RESUME_HELP = ("--resume: skip cell-repeats that already have an ok row of the same identity (any schema version). "
+               "Without it every cell runs, but a failed re-run never replaces an ok row (it is written beside it); "
+               "--no-resume lets every new row replace its cell-repeat's row.")
 STATUS_STYLE = {"ok": "green", "error": "red", "timeout": "yellow", "oom": "magenta", "cancelled": "yellow",
                 "unsupported": "dim", "device_unavailable": "red", "diverged": "magenta"}
 

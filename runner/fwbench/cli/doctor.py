@@ -59,8 +59,8 @@ class Check:
 class Gpu:
     index: int
     name: str
-    free_bytes: int
-    total_bytes: int
+    free_bytes: int | None  # None: the driver does not say (nvidia-smi prints [N/A], e.g. on some vGPUs and MIG)
+    total_bytes: int | None
     energy_error: str | None = None  # None: the total-energy counter answers
 
 
@@ -112,9 +112,17 @@ def read_gpu_host() -> GpuHost:
     for line in done.stdout.strip().splitlines():
         index, name, driver, free, total = [part.strip() for part in line.split(",")]
         host.driver = driver
-        host.gpus.append(Gpu(int(index), name, int(float(free)) * 2**20, int(float(total)) * 2**20,
+        host.gpus.append(Gpu(int(index), name, _mib_as_bytes(free), _mib_as_bytes(total),
                              "not read (no pynvml: NVML's energy counter needs it)"))
     return host
+
+
+def _mib_as_bytes(field: str) -> int | None:
+    """An nvidia-smi memory figure (MiB, nounits) in bytes; None where it says none ("[N/A]", "[Not Supported]")."""
+    try:
+        return int(float(field)) * 2**20
+    except ValueError:
+        return None
 
 
 PROBE = r"""
@@ -257,16 +265,22 @@ def check_gpu_memory(host: GpuHost, selection: Selection) -> Check:
 
     usable = set(usable_gpus()) or {gpu.index for gpu in host.gpus}
     gpus = [gpu for gpu in host.gpus if gpu.index in usable] or host.gpus
-    best = max(gpus, key=lambda gpu: gpu.free_bytes)
-    free = best.free_bytes / footprint.GB
     cells = [(footprint.cell_gpu_gb(task, selection.preset), task) for task in selection.tasks
              if any(registry.get_stack(s).unsupported_reason(registry.get_task(task).model) is None
                     for s in selection.stacks)]
     if not cells:
         return Check("GPU memory", "skip", "no supported cell selected")
     need, task = max(cells)
+    known = [gpu for gpu in gpus if gpu.free_bytes is not None]
+    if not known:
+        return Check("GPU memory", "warn", f"biggest cell {task} at {selection.preset} needs ~{need:.1f} GB; the driver "
+                     f"reports no free memory for GPU {', '.join(str(gpu.index) for gpu in gpus)} ({host.source}: N/A)",
+                     "cannot check that it fits: watch the first cells for out-of-memory rows")
+    best = max(known, key=lambda gpu: gpu.free_bytes)
+    free = best.free_bytes / footprint.GB
+    total = "an unknown total" if best.total_bytes is None else f"{best.total_bytes / footprint.GB:.1f} GB"
     detail = (f"biggest cell {task} at {selection.preset} needs ~{need:.1f} GB; GPU {best.index} has "
-              f"{free:.1f} GB free of {best.total_bytes / footprint.GB:.1f} GB")
+              f"{free:.1f} GB free of {total}")
     if need > free:
         return Check("GPU memory", "FAIL", detail, "free the GPU (nvidia-smi lists what holds it), use a bigger GPU, "
                      "or a smaller --preset (small fits a 16-24 GB GPU)")

@@ -11,7 +11,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, result_line, warn_if_busy
+from fwbench.cli.common import (RESUME_HELP, check_out_dir, console, default_data_dir, pin_set_or_default, result_line,
+                                warn_if_busy)
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
 from fwbench.core.identity import CellIdentity
@@ -61,7 +62,8 @@ def register(app: typer.Typer) -> None:
         vary_date: Optional[str] = typer.Option(None, "--vary-date", help=DATE_HELP),
         out: Path = typer.Option(..., "--out", help="Results directory; the sweep report goes to OUT/sweep-report."),
         tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
-        resume: bool = typer.Option(False, help="Skip cells that already have an ok row at that point."),
+        resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP + " (At each point.)",
+                                              show_default=False),
     ) -> None:
         """Run cells at several versions of one package (or dates), one environment per point, then print and
         write the sweep report (ms/step per point with intervals, a plot, a verdict per step)."""
@@ -80,7 +82,8 @@ def register(app: typer.Typer) -> None:
         rows = []
         for point in points:
             console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
-            at_point = run_point(specs, point, out, pin_set, device, progress_for=_status(), resume=resume,
+            at_point = run_point(specs, point, out, pin_set, device, progress_for=_status(), resume=bool(resume),
+                                 replace_ok=resume is False,
                                  on_done=lambda result: console.print(result_line(result)))
             rows += at_point
             for row in at_point:
@@ -177,6 +180,8 @@ def candidate_points(package: Optional[str], good: str, bad: str, versions: Opti
             good_point, bad_point = points_core.date_point(good), points_core.date_point(bad)
             return [points_core.date_point(day).label
                     for day in points_core.dates_between(good_point.date, bad_point.date)]
+        points_core.release_version(good, "--good")  # before the index is asked
+        points_core.release_version(bad, "--bad")
         if versions:
             listed = [v.strip() for v in versions.split(",") if v.strip()]
         else:

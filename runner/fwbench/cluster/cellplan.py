@@ -127,6 +127,5 @@ def _write_stopped(spec: CellSpec, out: Path, stop: StopReason, log: str | None)
               "error_message": stop.detail, "parallel_cells": 1}
     if log:
         record["extra"] = {"log": log}
-    path = results.target_path(spec, out, CellIdentity.of_row(record))
-    results.write_row(record, path)
+    path = results.write_new_row(spec, out, record)
     return matrix.CellResult(spec, path, results.read_row(path))

@@ -307,13 +307,14 @@ def completed_identity(spec: CellSpec) -> tuple[CellIdentity, int]:
 
 
 def ok_cells(out: Path) -> set[tuple[CellIdentity, int]]:
-    """The (identity without device, repeat) of every ok row of the current schema in the results folder."""
+    """The (identity without device, repeat) of every ok row in the results folder, whatever its schema version
+    (an older row's identity reads as what it was measured at: identity.OLD_ROWS_READ_AS)."""
     done = set()
     for path in out.rglob("*.parquet"):
         if SUBMISSIONS in path.parts or path.name.startswith("."):
             continue
         row = results.read_row(path)
-        if row and row.get("status") == "ok" and row.get("schema_version") == results.SCHEMA_VERSION:
+        if row and row.get("status") == "ok":
             identity = CellIdentity.of_row({**row, "device_model": None, "device_name": None})
             done.add((identity, row.get("repeat")))
     return done
@@ -499,8 +500,7 @@ def _record_lost(folder: Path, out: Path, index: int, spec: CellSpec, log: Path)
         message = "the Slurm array task never started (cancelled while pending)"
     record = {**base_record(replace(spec, run_id=folder.name)), "status": status, "error_type": kind,
               "error_message": message}
-    path = results.target_path(spec, out, CellIdentity.of_row(record))
-    results.write_row(record, path)
+    path = results.write_new_row(spec, out, record)
     mark_done(folder, index, path, out)
     return TaskState(index, spec, status, message)
 

@@ -3,7 +3,8 @@
   published  as the published table ran each task: the LLMs (Gemma, Mistral) in pure bfloat16, SAM, SD and BERT in
              float32 with the framework's own TF32 default (`--tf32 default`, an alias: on is tf32, off is fp32).
   fp32       every model in float32, TF32 off (strict IEEE float32 matmuls and convolutions).
-  tf32       every model in float32, TF32 on (where the device has it: Ampere+ GPUs; a CPU has none).
+  tf32       every model in float32, TF32 on; only where the device has TF32 (Ampere+ GPUs): on a CPU or an older
+             GPU the row is `unsupported` (device_unsupported_reason), never a float32 row under tf32's name.
   bf16       SAM, SD, BERT: mixed precision in the stack's own idiom (Keras `mixed_bfloat16`, torch.autocast
              bfloat16 / the Trainer's bf16=True) with float32 variables; LLMs: pure bfloat16 (as published).
   fp16       as bf16 with float16, plus the framework's loss scaling for fits (Keras LossScaleOptimizer, torch
@@ -69,6 +70,17 @@ def check(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from: {', '.join(PRECISIONS)})")
     return precision
+
+
+def device_unsupported_reason(precision: str, *, has_tf32: bool) -> str | None:
+    """Why the device cannot run `precision` (None: it can). The one rule: a precision the device cannot run is an
+    `unsupported` row with this reason, never an ok row that ran something else under its name. The harness asks it
+    at run time, of the device the cell really got; a precision that falls back in a way the device cannot tell
+    (a library's own silent fallback) is caught after the run by the dtype the model computed in."""
+    if check(precision) == "tf32" and not has_tf32:
+        return ("--precision tf32: this device has no TF32 (a CPU, or a GPU older than Ampere, compute capability "
+                "below 8.0); it would run plain float32 (fp32), not tf32")
+    return None
 
 
 def model_dtype(precision: str, model: str) -> str:

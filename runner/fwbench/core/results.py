@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -112,20 +114,47 @@ def row_identity(row: dict[str, Any] | None) -> CellIdentity | None:
 
 
 def matching_ok_row(spec, out_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    """An ok row of the current schema with exactly this spec's identity, if one is on disk (--resume)."""
+    """An ok row with exactly this spec's identity and repeat, if one is on disk (--resume). Any schema version:
+    an older row's identity reads its missing settings as what it was measured at (identity.OLD_ROWS_READ_AS), so
+    a schema bump never makes a measured cell run again."""
     for path in (readable_path(spec, out_dir), hashed_path(spec, out_dir)):
         row = read_row(path)
-        if (row and row.get("status") == "ok" and row.get("schema_version") == SCHEMA_VERSION
-                and row_identity(row) == spec.identity and row.get("repeat") == spec.repeat):
+        if row and _is_ok_row_of(row, spec.identity, spec.repeat):
             return path, row
     return None
 
 
-def target_path(spec, out_dir: Path, identity: CellIdentity) -> Path:
-    """Where a new row of `identity` goes: the readable name, unless that file holds (readable) a row
-    of another identity, which must not be replaced."""
+def _is_ok_row_of(row: dict[str, Any], identity: CellIdentity, repeat: int) -> bool:
+    return row.get("status") == "ok" and row_identity(row) == identity and row.get("repeat") == repeat
+
+
+def target_path(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool = False) -> Path:
+    """Where a new row (`record`) goes: the readable name, unless that file holds a row that must stay, then the
+    hashed name. A row must stay when it is of another identity (another measurement), or an ok row of this
+    identity and repeat while the new row is not ok: a failed re-run never loses a measurement, unless the user
+    asked to replace it (replace_ok: `--no-resume`). If both names hold ok rows of this identity (files moved or
+    removed by hand), the new row gets a name of its own (its record id)."""
+    identity = CellIdentity.of_row(record)
+    keep_ok_rows = record.get("status") != "ok" and not replace_ok
+
+    def must_stay(path: Path) -> bool:
+        existing = read_row(path)
+        if existing is None:
+            return False
+        if row_identity(existing) != identity:
+            return True
+        return keep_ok_rows and _is_ok_row_of(existing, identity, spec.repeat)
+
     readable = readable_path(spec, out_dir)
-    existing = read_row(readable)
-    if existing is None or row_identity(existing) == identity:
+    if not must_stay(readable):
         return readable
-    return hashed_path(spec, out_dir, identity)
+    hashed = hashed_path(spec, out_dir, identity)
+    if not must_stay(hashed):
+        return hashed
+    own = re.sub(r"[^A-Za-z0-9]", "", str(record.get("record_id") or ""))[:12] or uuid.uuid4().hex[:12]
+    return hashed.with_name(hashed.name.replace(f".r{spec.repeat}.parquet", f".{own}.r{spec.repeat}.parquet"))
+
+
+def write_new_row(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool = False) -> Path:
+    """Write a cell-repeat's new row where target_path puts it (every writer of cell rows goes through here)."""
+    return write_row(record, target_path(spec, out_dir, record, replace_ok=replace_ok))

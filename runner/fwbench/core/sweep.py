@@ -170,10 +170,26 @@ def releases_from_page(page: dict) -> list[str]:
     return [live[v] for v in sorted(live)]
 
 
+def release_version(text: str, what: str):
+    """`text` as a PEP 440 version (packaging's Version); SweepError naming `what` it is when it is none (a branch
+    name such as `main` is not a release)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise SweepError(f"{what} {text!r} is not a release version (PEP 440, e.g. 4.38.2): bisect searches "
+                         "released versions") from None
+
+
 def versions_between(versions: list[str], good: str, bad: str) -> list[str]:
     """The releases from `good` to `bad` inclusive, in release order (either may be the older)."""
     from packaging.version import Version
 
+    release_version(good, "--good")
+    release_version(bad, "--bad")
+    for version in versions:
+        release_version(version, "--versions lists")
     ordered = sorted(dict.fromkeys(versions), key=Version)
     low, high = sorted((Version(good), Version(bad)))
     between = [v for v in ordered if low <= Version(v) <= high]

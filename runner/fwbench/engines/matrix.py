@@ -15,7 +15,6 @@ from typing import Callable, Iterable
 from fwbench.core import data, registry, results
 from fwbench.engines import CellOutcome, EngineError
 from fwbench.harness.cell import base_record
-from fwbench.core.identity import CellIdentity
 from fwbench.engines.slots import UNPINNED, Slot
 from fwbench.core.spec import CellSpec
 
@@ -98,12 +97,16 @@ def outcome_record(spec: CellSpec, outcome: CellOutcome) -> dict:
 def run_matrix(specs: list[CellSpec], out_dir: Path, engine, resume: bool,
                on_start: Callable[[CellSpec], None] = lambda spec: None,
                *, on_done: Callable[[CellResult], None] = lambda result: None,
-               slots: list[Slot] | None = None) -> list[CellResult]:
+               slots: list[Slot] | None = None, replace_ok: bool = False) -> list[CellResult]:
     """Run every cell, one at a time per slot (fwbench.engines.slots; default: one unpinned slot, one cell at a
-    time). The callbacks are never called concurrently; the results come back in plan order."""
+    time). The callbacks are never called concurrently; the results come back in plan order.
+
+    resume: skip a cell-repeat that has an ok row of its identity (results.matching_ok_row). A new row that is not
+    ok never replaces an ok row of its identity and repeat unless replace_ok (`--no-resume`; results.target_path)."""
     slots = slots or [UNPINNED]
     out_dir = Path(out_dir)
-    run = _Run(out_dir, engine, resume, uuid.uuid4().hex[:12], on_start=on_start, on_done=on_done)
+    run = _Run(out_dir, engine, resume, uuid.uuid4().hex[:12], on_start=on_start, on_done=on_done,
+               replace_ok=replace_ok)
     # The device is part of the identity: each slot's own GPU may be another model.
     device_models = {slot.index: engine.device_model(slot.gpu) for slot in slots}
     pending = deque(enumerate(specs))
@@ -159,8 +162,9 @@ class _Run:
     """What the workers of one run share: its id, the engine, a lock around the callbacks, and when
     each cell process ran (for parallel_cells)."""
 
-    def __init__(self, out_dir: Path, engine, resume: bool, run_id: str, *, on_start, on_done):
+    def __init__(self, out_dir: Path, engine, resume: bool, run_id: str, *, on_start, on_done, replace_ok: bool):
         self.out_dir, self.engine, self.resume, self.run_id = out_dir, engine, resume, run_id
+        self.replace_ok = replace_ok
         self.on_start, self.on_done = on_start, on_done
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -210,8 +214,7 @@ class _Run:
         record.setdefault("sweep_point", spec.sweep_point)
         record["parallel_cells"] = at_once
         # The row's own identity decides where it goes (the device it really ran on may differ).
-        path = results.target_path(spec, self.out_dir, CellIdentity.of_row(record))
-        results.write_row(record, path)
+        path = results.write_new_row(spec, self.out_dir, record, replace_ok=self.replace_ok)
         record_path.unlink(missing_ok=True)
         return CellResult(spec, path, results.read_row(path))
 

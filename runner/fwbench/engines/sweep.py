@@ -4,7 +4,8 @@ A point's cells run in the local engine's environment for that point (fwbench.en
 plus one package at another version, or every package re-resolved at a date), one cell at a time (versions are
 compared, so no cell runs beside another). A point whose environment cannot be made, or installed another version
 than the one asked for, is never measured: each of its planned cells gets a row (status error, error_type
-SweepPointUnavailable or SweepVersionMismatch, the resolver's one line as error_message), not a traceback.
+SweepPointUnavailable or SweepVersionMismatch, the resolver's one line as error_message), not a traceback; such
+a row never replaces an ok row of its cell-repeat (with --resume the ok row is kept, and nothing is written).
 
 Bisect is a binary search over the points between a good and a bad one (a package's releases as the index lists
 them, or days): the ends first, then the middle point, judged against the good end and the bad end with the
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Callable
 
 from fwbench.core import results
-from fwbench.core.identity import CellIdentity
 from fwbench.core.spec import CellSpec
 from fwbench.core.sweep import SweepPoint
 from fwbench.engines.slots import one_cell_at_a_time
@@ -34,25 +34,32 @@ FAILED_POINT = "SweepPointUnavailable"
 MISMATCH = "SweepVersionMismatch"
 
 
-def point_failure_rows(specs: list[CellSpec], out: Path, error_type: str, message: str) -> list[dict]:
-    """One error row per planned cell of a point that cannot be measured."""
+def point_failure_rows(specs: list[CellSpec], out: Path, error_type: str, message: str, *, resume: bool = False,
+                       replace_ok: bool = False) -> list[dict]:
+    """One error row per planned cell of a point that cannot be measured. With resume, a cell-repeat that has an ok
+    row at the point keeps it (and it is returned); an error row never replaces an ok row unless replace_ok
+    (`--no-resume`): it goes beside it (results.target_path)."""
     from fwbench.harness.cell import base_record
 
     rows = []
     for spec in specs:
+        kept = results.matching_ok_row(spec, out) if resume else None
+        if kept is not None:
+            rows.append(kept[1])
+            continue
         record = base_record(spec)
         record.update(status="error", error_type=error_type, error_message=message, sweep_point=spec.sweep_point)
-        path = results.target_path(spec, out, CellIdentity.of_row(record))
-        results.write_row(record, path)
+        path = results.write_new_row(spec, out, record, replace_ok=replace_ok)
         rows.append(results.read_row(path))
     return rows
 
 
 def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str, device: str,
               *, progress_for: Callable[[str], object] | None = None, on_start=lambda spec: None,
-              on_done=lambda result: None, resume: bool = False) -> list[dict]:
+              on_done=lambda result: None, resume: bool = False, replace_ok: bool = False) -> list[dict]:
     """Every planned cell at `point` (device: 'cpu' or 'gpu', resolved). Returns the rows written (or kept by
-    resume). `progress_for(label)` gives a context manager yielding a build-progress callback."""
+    resume). `progress_for(label)` gives a context manager yielding a build-progress callback. replace_ok: a row
+    that is not ok may replace an ok row of its cell-repeat (`--no-resume`; else it goes beside it)."""
     import contextlib
 
     from fwbench.engines import matrix
@@ -78,13 +85,15 @@ def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str,
             broken[stack] = (MISMATCH, mismatch)
     rows = []
     for stack, (error_type, message) in broken.items():
-        rows += point_failure_rows([s for s in specs if s.stack == stack], out, error_type, message)
+        rows += point_failure_rows([s for s in specs if s.stack == stack], out, error_type, message, resume=resume,
+                                   replace_ok=replace_ok)
     runnable = [spec for spec in specs if spec.stack not in broken]
     if runnable:
         matrix.ensure_data(runnable)
         # One cell at a time, on its own GPU(s) only: never every GPU of the host (as `run` and verify give them).
         cell_slots = one_cell_at_a_time(engine.device, max(spec.devices for spec in runnable))
-        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done=on_done, slots=cell_slots):
+        for result in matrix.run_matrix(runnable, out, engine, resume, on_start, on_done=on_done, slots=cell_slots,
+                                        replace_ok=replace_ok):
             rows.append(result.row)
     return rows
 

@@ -420,10 +420,14 @@ class JaxBackend:
             info["device_count"] = len(self.devices)
         return info
 
+    def tf32_available(self) -> bool:
+        """Can this device run TF32 at all (a CUDA GPU of compute capability 8.0 or newer)?"""
+        return bool(self.on_gpu and float(getattr(self.devices[0], "compute_capability", "0") or 0) >= 8.0)
+
     def precision_state(self) -> dict[str, Any]:
         precision = self.jax.config.jax_default_matmul_precision
         allows_tf32 = precision in (None, "default", "tensorfloat32", "bfloat16")
-        ampere = self.on_gpu and float(getattr(self.devices[0], "compute_capability", "0") or 0) >= 8.0
+        ampere = self.tf32_available()
         # jax_default_matmul_precision governs dots and convolutions alike (one switch, both columns).
         return {"tf32_matmul": allows_tf32, "tf32_conv": allows_tf32, "matmul_precision": str(precision or "default"),
                 "tf32_effective": bool(ampere and allows_tf32), "tf32_conv_effective": bool(ampere and allows_tf32)}
@@ -515,13 +519,17 @@ class TensorFlowBackend:
             info["device_count"] = len(self.gpus)
         return info
 
+    def tf32_available(self) -> bool:
+        """Can this device run TF32 at all (a CUDA GPU of compute capability 8.0 or newer)?"""
+        if not self.on_gpu:
+            return False
+        capability = self.tf.config.experimental.get_device_details(self.gpus[0]).get("compute_capability")
+        return bool(capability and capability[0] >= 8)
+
     def precision_state(self) -> dict[str, Any]:
         tf = self.tf
         enabled = bool(tf.config.experimental.tensor_float_32_execution_enabled())
-        ampere = False
-        if self.on_gpu:
-            capability = tf.config.experimental.get_device_details(self.gpus[0]).get("compute_capability")
-            ampere = bool(capability and capability[0] >= 8)
+        ampere = self.tf32_available()
         # enable_tensor_float_32_execution governs matmuls and convolutions alike (one switch, both columns).
         return {"tf32_matmul": enabled, "tf32_conv": enabled, "matmul_precision": "tf32" if enabled else "float32",
                 "tf32_effective": bool(ampere and enabled), "tf32_conv_effective": bool(ampere and enabled)}

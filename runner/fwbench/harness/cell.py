@@ -246,6 +246,9 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
                                            spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
+    device_reason = precision.device_unsupported_reason(spec.precision, has_tf32=backend.tf32_available())
+    if device_reason:
+        raise Unsupported(device_reason)
     if spec.devices > 1:
         check_data_parallel_devices(backend, spec.devices)
     phases.done("framework_import")

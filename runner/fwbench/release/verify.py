@@ -14,8 +14,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fwbench.core import precision as precisions
 from fwbench.core import registry
+from fwbench.core.identity import FIXED_DEFAULTS, SETTINGS, CellIdentity
 from fwbench.release.record import read_release
 from fwbench.core.atomic import write_atomically
 from fwbench.release.bundle import VerificationRefused, bundle_digest, open_bundle
@@ -44,20 +44,12 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
         return f"NOT VERIFIED, --allow-unsigned: {exc}"
 
 
-# The published settings a re-run repeats: one group per published cell.
-SPEC_KEYS = ["image_digest", "stack", "task", "preset", "compile_mode", "pin_set", "jit_policy", "precision",
-             "tf32_setting", "threads", "warmup_steps", "timed_steps", "per_step_sync", "data_seed"]
-# Data-parallel scaling (schema v9): a bundle's rows without these columns ran on one device, weak scaling.
-SCALING_KEYS = ["devices", "global_batch_setting"]
-
-
-def _spec_keys(frame) -> list[str]:
-    return SPEC_KEYS + [key for key in SCALING_KEYS if key in frame]
-
-
-def _count(value, default):
-    """An integer setting of a row, or `default` where the row has none (null, NaN: an older row)."""
-    return default if value is None or value != value else int(value)
+# A re-run repeats every identity setting of a published cell (fwbench.core.identity.SETTINGS, read from older rows
+# as they were measured), so a new axis is one entry there, none here; except the ones the verifier's engine fills
+# in (its own device and image variant), and the ones a re-run in the released images cannot reproduce (refused).
+ENGINE_SETTINGS = ("image_variant", "device_model")
+NOT_RERUNNABLE = {"sweep_point": "a version-sweep point, measured in an environment built for it: the released "
+                                 "images hold one version of each package"}
 # Settings a verifier will re-run (inclusive bounds): a bundle asking for more is refused before anything runs.
 # The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
 SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
@@ -94,13 +86,33 @@ def check_published_settings(frame, repeats: int) -> None:
             registry.get_preset(preset)
     except registry.RegistryError as exc:
         raise VerificationRefused(f"published rows name {exc}") from None
-    counts = ok.groupby(_spec_keys(ok), dropna=False).size()
-    if len(counts) and int(counts.max()) > MAX_PUBLISHED_REPEATS:
-        raise VerificationRefused(f"a published cell has {int(counts.max())} repeats, more than "
+    cells = published_cells(ok)
+    for _, identity, _ in cells.values():
+        for name, why in NOT_RERUNNABLE.items():
+            if identity.setting(name) != FIXED_DEFAULTS[name]:
+                raise VerificationRefused(f"published rows include {name} {identity.setting(name)} ({why}): verify "
+                                          "cannot re-run it; refused before anything runs")
+    most = max((count for _, _, count in cells.values()), default=0)
+    if most > MAX_PUBLISHED_REPEATS:
+        raise VerificationRefused(f"a published cell has {most} repeats, more than "
                                   f"{MAX_PUBLISHED_REPEATS}: refused before anything runs")
-    if len(counts) * repeats > MAX_RERUNS:
-        raise VerificationRefused(f"{len(counts)} published cells x {repeats} repeats is more than {MAX_RERUNS} "
+    if len(cells) * repeats > MAX_RERUNS:
+        raise VerificationRefused(f"{len(cells)} published cells x {repeats} repeats is more than {MAX_RERUNS} "
                                   "re-runs: verify a part with --task")
+
+
+def published_cells(ok) -> dict[tuple, tuple[str | None, CellIdentity, int]]:
+    """The published cells of these ok rows, in a stable order: (image reference, spec_key) -> (image reference,
+    the identity of the cell's rows, how many rows it has). A cell is every identity setting but ENGINE_SETTINGS."""
+    cells: dict[tuple, tuple[str | None, CellIdentity, int]] = {}
+    for row in ok.to_dict("records"):
+        reference = row.get("image_digest")
+        reference = reference if isinstance(reference, str) else None  # null (NaN through pandas)
+        identity = CellIdentity.of_row(row)
+        key = (reference, spec_key(identity))
+        count = cells[key][2] + 1 if key in cells else 1
+        cells[key] = (reference, identity, count)
+    return dict(sorted(cells.items(), key=lambda item: (str(item[0][0]), str(item[0][1]))))
 
 
 def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_dir: Path) -> list[tuple[str, CellSpec]]:
@@ -109,19 +121,14 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
     specs = []
-    keys = _spec_keys(ok)
-    for values, rows in ok.groupby(keys, dropna=False, sort=True):
-        row = dict(zip(keys, values))
-        preset = registry.get_preset(row["preset"])
-        base = CellSpec(stack=row["stack"], task=row["task"], preset=row["preset"], compile_mode=row["compile_mode"],
-                        data_dir=str(data_dir.resolve()), steps=int(row["timed_steps"]), warmup=int(row["warmup_steps"]),
-                        seed=int(row["data_seed"]), threads=int(row["threads"]),
-                        precision=precisions.of_row({k: (None if v != v else v) for k, v in row.items()}),
-                        per_step_sync=bool(row["per_step_sync"]), timeout_s=preset.timeout_s, pin_set=row["pin_set"],
-                        jit=row["jit_policy"], engine="docker", devices=_count(row.get("devices"), 1),
-                        global_batch=_count(row.get("global_batch_setting"), None))
-        for repeat in range(repeats or len(rows)):
-            specs.append((row["image_digest"], replace(base, repeat=repeat)))
+    for reference, identity, count in published_cells(ok).values():
+        settings = {attribute: identity.setting(name) for name, (_, attribute) in SETTINGS.items()
+                    if name not in ENGINE_SETTINGS}
+        base = CellSpec(stack=identity.stack, task=identity.task, preset=identity.preset,
+                        compile_mode=identity.compile_mode, data_dir=str(data_dir.resolve()),
+                        timeout_s=registry.get_preset(identity.preset).timeout_s, engine="docker", **settings)
+        for repeat in range(repeats or count):
+            specs.append((reference, replace(base, repeat=repeat)))
     return specs
 
 
@@ -152,9 +159,9 @@ def claim_out_folder(out: Path, bundle_sha256: str) -> None:
 
 def spec_key(identity) -> tuple:
     """A cell's key for matching published specs to verified cells: the identity without the device and the image
-    variant (the engine fills both in at run time)."""
+    variant (the engine fills both in at run time: ENGINE_SETTINGS)."""
     return (identity.stack, identity.task, identity.preset, identity.compile_mode,
-            *(value for name, value in identity.settings if name not in ("device_model", "image_variant")))
+            *(value for name, value in identity.settings if name not in ENGINE_SETTINGS))
 
 
 def rerun(specs: list[tuple[str, CellSpec]], results_dir: Path, engine_for) -> None:
@@ -299,11 +306,10 @@ def _warn_about_short_published_cells(frame, tasks: list[str] | None) -> None:
     ok = frame[frame["status"] == "ok"]
     if tasks:
         ok = ok[ok["task"].isin(tasks)]
-    counts = ok.groupby(_spec_keys(ok), dropna=False).size()
-    short = counts[counts < MIN_REPEATS]
-    if len(short):
+    short = [count for _, _, count in published_cells(ok).values() if count < MIN_REPEATS]
+    if short:
         print(f"warning: {len(short)} published cell(s) have fewer than {MIN_REPEATS} repeats (as few as "
-              f"{int(short.min())}); a verdict needs {MIN_REPEATS} a side, so they will be inconclusive", file=sys.stderr)
+              f"{min(short)}); a verdict needs {MIN_REPEATS} a side, so they will be inconclusive", file=sys.stderr)
 
 
 def _only_released(loaded, references: set[str]):
