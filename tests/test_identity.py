@@ -69,6 +69,21 @@ def test_the_same_identity_from_two_folders_is_deduplicated_not_pooled_twice(tmp
     assert loaded.table.num_rows == 1 and any("appears more than once" in n for n in loaded.notes)
 
 
+def test_a_failed_rerun_beside_an_ok_row_never_hides_it_in_the_report(tmp_path):
+    """The runner keeps an ok row when a later re-run of the same cell and repeat fails (it writes the failure
+    beside it): the report must show the ok row, not the newer failure."""
+    import datetime as dt
+
+    ok = record("native-torch", "bert-fit", step_ms=STEPS)
+    failed = record("native-torch", "bert-fit", status="device_unavailable", error_message="no GPU",
+                    started_at=dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc), timed_steps=len(STEPS))
+    write(tmp_path / "a", ok)
+    write(tmp_path / "b", failed)
+    loaded = loading.load_results([tmp_path / "a", tmp_path / "b"])
+    assert loaded.table.num_rows == 1 and loaded.table.column("status").to_pylist() == ["ok"]
+    assert any("kept the ok row" in note for note in loaded.notes)
+
+
 def test_identity_round_trips_through_a_parquet_row(tmp_path):
     from fwbench.harness.cell import base_record
     from fwbench.core.results import normalise, read_row, write_row

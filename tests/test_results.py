@@ -210,14 +210,16 @@ def test_no_resume_lets_a_failed_rerun_replace_the_ok_row(tmp_path):
     assert result.path == ok_path and results.read_row(ok_path)["status"] == "device_unavailable"
 
 
-def test_an_ok_rerun_replaces_its_own_ok_row_and_a_failure_never_does(tmp_path):
+def test_no_rerun_replaces_an_ok_row_unless_asked(tmp_path):
     record = base_record(PLACED) | {"status": "ok", "ms_per_step": 1.5, "step_ms": [1.5]}
     first = results.write_new_row(PLACED, tmp_path, record)
-    assert results.write_new_row(PLACED, tmp_path, record | {"ms_per_step": 2.0, "step_ms": [2.0]}) == first
+    # An ok re-run goes beside the ok row (both measurements kept; the report shows the newest).
+    second = results.write_new_row(PLACED, tmp_path, record | {"ms_per_step": 2.0, "step_ms": [2.0]})
+    assert second == results.hashed_path(PLACED, tmp_path) and results.read_row(first)["ms_per_step"] == 1.5
+    # Both names hold ok rows of this cell-repeat: a failure gets a name of its own.
     failed = base_record(PLACED) | {"status": "error", "error_message": "x"}
-    assert results.write_new_row(PLACED, tmp_path, failed) == results.hashed_path(PLACED, tmp_path)
-    # Both names hold ok rows of this cell-repeat (moved by hand): a failure gets a name of its own.
-    results.write_row(record, results.hashed_path(PLACED, tmp_path))
     third = results.write_new_row(PLACED, tmp_path, failed)
     assert third not in (first, results.hashed_path(PLACED, tmp_path)) and third.name.endswith(".r0.parquet")
+    # --no-resume asked for the replacement.
+    assert results.write_new_row(PLACED, tmp_path, record, replace_ok=True) == first
     assert [results.read_row(p)["status"] for p in (first, results.hashed_path(PLACED, tmp_path))] == ["ok", "ok"]

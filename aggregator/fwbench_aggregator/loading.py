@@ -258,7 +258,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
-    """One row per record_id, then one per (cell identity, repeat): the newest started_at wins.
+    """One row per record_id, then one per (cell identity, repeat): an ok row over any other, then the newest
+    started_at (a failed re-run written beside an ok row never hides it: the runner keeps both).
 
     Rows of different identities (another TF32 setting, thread count, device...) are all kept."""
     notes: list[str] = []
@@ -278,12 +279,13 @@ def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
     for (identity, repeat), indices in by_cell.items():
         cell_id = f"{identity.cell_key} (settings {identity.settings_id})"
         # Missing started_at sorts oldest; ties go to the later file name so the choice is stable.
-        ranked = sorted(indices, key=lambda i: (rows[i]["started_at"] is not None, rows[i]["started_at"]
-                                                or 0, rows[i][SOURCE_COLUMN]))
+        ranked = sorted(indices, key=lambda i: (rows[i]["status"] == "ok", rows[i]["started_at"] is not None,
+                                                rows[i]["started_at"] or 0, rows[i][SOURCE_COLUMN]))
         winner = ranked[-1]
         keep.append(winner)
         for loser in ranked[:-1]:
-            notes.append(f"cell {cell_id} repeat {repeat} appears more than once: kept the newest "
+            kept = "the newest" if rows[winner]["status"] == rows[loser]["status"] else "the ok row"
+            notes.append(f"cell {cell_id} repeat {repeat} appears more than once: kept {kept} "
                          f"({rows[winner]['started_at']}, {rows[winner][SOURCE_COLUMN]}), dropped "
                          f"{rows[loser]['started_at']} from {rows[loser][SOURCE_COLUMN]}")
     return table.take(sorted(keep)), notes

@@ -131,11 +131,11 @@ def _is_ok_row_of(row: dict[str, Any], identity: CellIdentity, repeat: int) -> b
 def target_path(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool = False) -> Path:
     """Where a new row (`record`) goes: the readable name, unless that file holds a row that must stay, then the
     hashed name. A row must stay when it is of another identity (another measurement), or an ok row of this
-    identity and repeat while the new row is not ok: a failed re-run never loses a measurement, unless the user
-    asked to replace it (replace_ok: `--no-resume`). If both names hold ok rows of this identity (files moved or
-    removed by hand), the new row gets a name of its own (its record id)."""
+    identity and repeat: a re-run, failed or not, never loses a measurement, unless the user asked to replace it
+    (replace_ok: `--no-resume`); the report shows the ok row over a failure, the newest of two ok rows. If both
+    names hold rows that must stay, the new row gets a name of its own (its record id)."""
     identity = CellIdentity.of_row(record)
-    keep_ok_rows = record.get("status") != "ok" and not replace_ok
+    keep_ok_rows = not replace_ok
 
     def must_stay(path: Path) -> bool:
         existing = read_row(path)
