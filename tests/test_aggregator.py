@@ -83,10 +83,25 @@ def test_status_table_lists_errors_and_unsupported(report):
     assert "error" in gemma_line and "unsupported" in gemma_line
 
 
-def test_rankings_compared_when_sizes_differ(report):
+def test_a_tiny_cpu_run_is_not_ranked_against_the_published_table(report):
+    """Neither a CPU's times nor its ranking at other sizes say anything about the published A100 table."""
     md = report.report_md.read_text()
-    assert "Sizes differ: preset tiny" in md
-    assert "| bert-fit | native-torch [reduce-overhead] < keras3-tensorflow [xla]" in md
+    assert "Not compared with the published table: preset tiny is not the published sizes" in md
+    assert "measured order (fastest first)" not in md and "Kendall tau" not in md
+
+
+def test_paper_rows_on_a_cpu_are_not_compared_and_on_a_gpu_are_ranked(tmp_path):
+    centres = {("native-torch", "none", "bert-fit"): 700.0, ("native-torch", "reduce-overhead", "bert-fit"): 200.0,
+               ("keras3-jax", "xla", "bert-fit"): 220.0}
+    write_matrix(tmp_path / "gpu", centres, preset="paper", repeats=1, steps=5)
+    md = aggregate([tmp_path / "gpu"], tmp_path / "gpu-report").report_md.read_text()
+    assert "| bert-fit | native-torch [reduce-overhead] < keras3-jax [xla] < native-torch [none]" in md
+    for (stack, mode, task), centre in centres.items():
+        write(tmp_path / "cpu", record(stack, task, preset="paper", compile_mode=mode, step_ms=[centre] * 5,
+                                       device="cpu"))
+    md = aggregate([tmp_path / "cpu"], tmp_path / "cpu-report").report_md.read_text()
+    assert "Not compared with the published table: these rows ran on a CPU" in md
+    assert "measured / published" not in md
 
 
 def test_published_comparison_prefers_paper_2024_rows_and_lists_every_difference(tmp_path):

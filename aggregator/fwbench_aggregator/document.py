@@ -119,8 +119,34 @@ def to_html(doc: Document) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(doc.title)}</title>",
              f"<style>{_CSS}</style></head><body>", f"<h1>{e(doc.title)}</h1>"]
     parts += [_html_block(block) for block in doc.blocks]
-    parts.append("</body></html>")
+    parts.append(f"<script>{_SORT_JS}</script></body></html>")
     return "\n".join(parts)
+
+
+# Click a column header to sort its table (again: the other way); numbers ("21.0 [20.1–22.3]", "+46%", "1.2x")
+# sort by their first number, the rest as text. Inline, so the report stays one file that needs no network.
+_SORT_JS = """
+document.querySelectorAll("table").forEach(function (table) {
+  table.querySelectorAll("thead th").forEach(function (th, column) {
+    th.title = "sort"; th.style.cursor = "pointer";
+    th.addEventListener("click", function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows), up = th.dataset.order !== "up";
+      function key(row) {
+        var text = row.cells[column] ? row.cells[column].textContent.trim() : "";
+        var number = parseFloat(text.replace(/^[^0-9+\\-.]*/, ""));
+        return isNaN(number) ? text.toLowerCase() : number;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (typeof x !== typeof y) { return typeof x === "number" ? -1 : 1; }
+        return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+      th.dataset.order = up ? "up" : "down";
+    });
+  });
+});
+"""
 
 
 def _html_block(block) -> str:

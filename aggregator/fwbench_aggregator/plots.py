@@ -21,6 +21,17 @@ def _pyplot():
     return plt
 
 
+def chart_subject(summary: PresetSummary) -> str:
+    """'preset tiny, precision published, on Test CPU (cpu)': what a chart's numbers are of (device models from the
+    rows' identities; row text, so titles are drawn with parse_math off)."""
+    models = sorted({str(identity.setting("device_model")) for identity in summary.identities.values()
+                     if identity.setting("device_model")})
+    kinds = sorted({facts.device for facts in summary.facts.values() if facts.device})
+    where = ", ".join(models) or "an unrecorded device"
+    return (f"preset {summary.preset}, precision {summary.precision}, on {where}"
+            + (f" ({', '.join(kinds)})" if kinds else ""))
+
+
 def ms_per_step_chart(summary: PresetSummary, path: Path) -> Path | None:
     """Grouped bars: one group per task, one bar per variant, whiskers = 95% CI."""
     if not summary.estimates:
@@ -30,22 +41,31 @@ def ms_per_step_chart(summary: PresetSummary, path: Path) -> Path | None:
     width = 0.8 / max(len(variants), 1)
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(tasks) + 3), 5))
     medians = [e.median for e in summary.estimates.values() if e.median > 0]
+    busy_shown = False
     for i, variant in enumerate(variants):
-        xs, ys, errors = [], [], [[], []]
+        xs, ys, errors, busy_xs, busy_ys = [], [], [[], []], [], []
         for t, task in enumerate(tasks):
             est = summary.estimates.get((task, variant))
             if est is None:
+                if (task, variant) in summary.busy_estimates:  # shown hatched, not left blank like a failure
+                    busy_xs.append(t - 0.4 + width * (i + 0.5))
+                    busy_ys.append(summary.busy_estimates[(task, variant)].median)
                 continue
             xs.append(t - 0.4 + width * (i + 0.5))
             ys.append(est.median)
             errors[0].append(max(est.median - est.low, 0))
             errors[1].append(max(est.high - est.median, 0))
-        ax.bar(xs, ys, width, yerr=errors, capsize=2, label=variant.label)
+        bars = ax.bar(xs, ys, width, yerr=errors, capsize=2, label=variant.label)
+        if busy_xs:
+            ax.bar(busy_xs, busy_ys, width, color=bars.patches[0].get_facecolor() if bars.patches else None,
+                   alpha=0.35, hatch="//", edgecolor="black", linewidth=0.5,
+                   label=None if busy_shown else "hatched: measured only busy (not ranked)")
+            busy_shown = True
     if medians and max(medians) / min(medians) > LOG_SCALE_SPREAD:
         ax.set_yscale("log")
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
     ax.set_ylabel("ms per step (median, 95% CI; lower is better)")
-    ax.set_title(f"ms per step by task, preset {summary.title}")
+    ax.set_title(f"ms per step by task, {chart_subject(summary)}", parse_math=False)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -63,7 +83,7 @@ def speedup_series(summary: PresetSummary) -> tuple[str, dict[str, list[float | 
         return f"{name} [{text}]" if text else name
 
     if any(v.is_keras3 for v in summary.variants):
-        return ("Keras 3 best vs", {named(name, settings): [summary.speedup(t, key, settings) for t in summary.tasks]
+        return ("Keras 3 best vs each baseline", {named(name, settings): [summary.speedup(t, key, settings) for t in summary.tasks]
                                     for name, key in SPEEDUP_BASELINES for settings in groups})
     base_key = NATIVE_EAGER if any(v.key == NATIVE_EAGER for v in summary.variants) else summary.variants[0].key
     series: dict[str, list[float | None]] = {}
@@ -98,7 +118,7 @@ def speedup_chart(summary: PresetSummary, path: Path) -> Path | None:
     ax.set_yticks(range(len(tasks)), tasks)
     ax.invert_yaxis()
     ax.set_xlabel("speed-up % = (baseline ms / ms - 1) x 100 (right of 0 = faster)")
-    ax.set_title(f"{title}, preset {summary.title}")
+    ax.set_title(f"{title}, {chart_subject(summary)}", parse_math=False)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -45,15 +45,40 @@ def _group_name(task: str, settings: tuple) -> str:
 
 
 def _keras3_best_cell(summary: PresetSummary, task: str) -> str:
-    """'21.0 (jax)': the Keras 3 best of each like-for-like group; the group's settings too when there are several."""
-    groups = summary.keras3_groups(task)
+    """'21.0 (jax)': the Keras 3 best of each like-for-like group (its settings too when there are several); 'tie'
+    with the candidates where their intervals cannot rank them; and a faster cell left out as busy, named."""
+    groups = summary.keras3_groups(task) or [settings for settings in summary.groups(task)
+                                             if summary.keras3_left_out_busy(task, settings)]
     cells = []
     for settings in groups:
-        variant, estimate = summary.keras3_best(task, settings)
-        backend = variant.stack.removeprefix("keras3-")
-        text = variant.settings_text if len(groups) > 1 else ""
-        cells.append(f"{fmt_ms(estimate.median)} ({', '.join(filter(None, [backend, text]))})")
+        text = Variant("", "", settings).settings_text if len(groups) > 1 else ""
+        tied = summary.keras3_tied(task, settings)
+        named = ", ".join(f"{fmt_ms(estimate.median)} ({', '.join(filter(None, [_backend(variant), text]))})"
+                          for variant, estimate in tied)
+        cell = (f"tie: {named}" if len(tied) > 1 else named) or "—"
+        busy = summary.keras3_left_out_busy(task, settings)
+        if busy:  # a faster number measured only busy: the winner named may not be the winner
+            cell += f"; {BUSY_MARK} left out: " + ", ".join(
+                f"{fmt_ms(estimate.median)} ({_backend(variant)})" for variant, estimate in busy)
+        cells.append(cell)
     return "; ".join(cells) or "—"
+
+
+def _backend(variant: Variant) -> str:
+    return variant.stack.removeprefix("keras3-")
+
+
+# Marks a cell of an `xla` column that ran without XLA (as published: Keras 2 SAM predict and SD fit).
+NO_XLA_MARK = "†"
+NO_XLA_NOTE = f"{NO_XLA_MARK} ran with jit_compile=False, as published for this cell, although its column says xla."
+
+
+def _label_mark(summary: PresetSummary, task: str, variant: Variant) -> str:
+    facts = summary.facts.get((task, variant))
+    # Parquet booleans arrive as numpy.bool_: test truth, not identity.
+    ran_without_xla = (variant.compile_mode == "xla" and facts is not None and facts.jit_compile is not None
+                       and not bool(facts.jit_compile))
+    return f" {NO_XLA_MARK}" if ran_without_xla else ""
 
 
 def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
@@ -75,7 +100,7 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
             elif est is None:
                 row.append(summary.status_word(task, variant))
             else:
-                row.append(fmt_estimate(est) + mark)
+                row.append(fmt_estimate(est) + mark + _label_mark(summary, task, variant))
         if has_keras3:
             row.append(_keras3_best_cell(summary, task))
         rows.append(row)
@@ -96,6 +121,27 @@ def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
                 fmt_speedup(value) if (value := summary.speedup(task, key, settings)) is not None
                 else fmt_missing(summary.missing(task, settings, *key)) for _, key in SPEEDUP_BASELINES])
     return headers, rows
+
+
+COST_HEADERS = ["task", "variant", "batch", "samples/s", "tokens/s", "first step s", "peak memory GB", "J/step"]
+
+
+def cost_table(summary: PresetSummary) -> list[list[str]]:
+    """Per cell with ok rows: what its step processed and cost beside its time (medians over repeats)."""
+    def num(value, digits=3) -> str:
+        return "—" if value is None else f"{value:.{digits}g}"
+
+    rows = []
+    for task in summary.tasks:
+        for variant in summary.variants:
+            costs = summary.costs.get((task, variant))
+            if costs is None:
+                continue
+            rows.append([task, variant.label, "—" if costs.batch is None else str(costs.batch),
+                         num(costs.samples_per_s), num(costs.tokens_per_s), num(costs.first_step_s),
+                         num(None if costs.peak_mem_bytes is None else costs.peak_mem_bytes / 1e9),
+                         num(costs.joules_per_step)])
+    return rows
 
 
 def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
@@ -147,7 +193,23 @@ def _matched_section(preset: str, summaries: list[PresetSummary]) -> list:
     return blocks + [d.Table(MATCHED_HEADERS, rows)]
 
 
+def published_left_out(summary: PresetSummary) -> str | None:
+    """Why the published A100 comparison does not apply to this summary (None: it does): only rows at the published
+    sizes (preset paper) measured on a GPU say anything about the published table."""
+    if summary.preset != "paper":
+        return (f"preset {summary.preset} is not the published sizes: neither its times nor its ranking say "
+                "anything about the published A100 table (run --preset paper on a GPU for that)")
+    devices = {facts.device for facts in summary.facts.values() if facts.device}
+    if devices and devices != {"cuda"}:
+        return ("these rows ran on a CPU: CPU times and rankings say nothing about the published GPU table")
+    return None
+
+
 def _published_section(summary: PresetSummary, reference: dict) -> list:
+    left_out = published_left_out(summary)
+    if left_out:
+        return [d.Heading(f"Published numbers ({summary.preset})", 3),
+                d.Paragraph(f"Not compared with the published table: {left_out}.", "note")]
     pin_set = published.compared_pin_set(summary)
     blocks = [d.Heading(f"Published numbers ({summary.preset})", 3),
               d.Paragraph(f"Reference: {published.REFERENCE_SOURCE}.", "note"),
@@ -157,34 +219,28 @@ def _published_section(summary: PresetSummary, reference: dict) -> list:
                   f" (no {pins.PUBLISHED_PIN_SET} rows: library versions differ from the published run; "
                   f"run with --pin-set {pins.PUBLISHED_PIN_SET} to compare like with like)."),
                   "note" if pin_set == pins.PUBLISHED_PIN_SET else "warning")]
-    if summary.preset == "paper":
-        rows = published.ratios(summary, reference, pin_set)
-        if not rows:
-            return blocks + [d.Paragraph("No measured cell has a published counterpart.")]
-        blocks.append(d.Paragraph("Same sizes as published (preset paper): measured / published median ms per "
-                                  "step. Hardware may still differ (see provenance); every other known difference "
-                                  "from the published cell is listed in the last column."))
-        blocks.append(d.Table(
-            ["task", "variant", "measured ms", "published ms", "measured / published", "batch (ours / published)",
-             "pin set", "XLA", "compiled", "published note", "differs from the published cell"],
-            [[r.task, r.variant.label, fmt_ms(r.measured_ms), fmt_ms(r.published_ms), f"{r.ratio:.2f}x",
-              f"{r.measured_batch} / {r.published_batch}", r.facts.pin_set or "—", _yes_no(r.facts.jit_compile),
-              r.facts.compiled_target or "—", r.footnote, "; ".join(r.differences) or "—"] for r in rows],
-            css_class="text"))
-        return blocks
-    blocks.append(d.Paragraph(
-        f"Sizes differ: preset {summary.preset} is not the published A100 configuration, so absolute ms/step "
-        "are not comparable. Only the rank order per task (fastest first) is compared with the published one."))
-    ranks = published.rankings(summary, reference, pin_set)
-    if not ranks:
-        return blocks + [d.Paragraph("Fewer than two measured variants per task have published numbers: "
-                                     "no ranking to compare.")]
+    rows = published.ratios(summary, reference, pin_set)
+    if not rows:
+        return blocks + [d.Paragraph("No measured cell has a published counterpart.")]
+    blocks.append(d.Paragraph("Same sizes as published (preset paper): measured / published median ms per step. "
+                              "Hardware may still differ (see provenance); every other known difference from the "
+                              "published cell is listed in the last column."))
     blocks.append(d.Table(
-        ["task", "measured order (fastest first)", "published order", "same order", "Kendall tau"],
-        [[_group_name(r.task, r.settings), " < ".join(v.label for v in r.measured_order),
-          " < ".join(v.label for v in r.published_order),
-          "yes" if r.same else "no", "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
+        ["task", "variant", "measured ms", "published ms", "measured / published", "batch (ours / published)",
+         "pin set", "XLA", "compiled", "published note", "differs from the published cell"],
+        [[r.task, r.variant.label, fmt_ms(r.measured_ms), fmt_ms(r.published_ms), f"{r.ratio:.2f}x",
+          f"{r.measured_batch} / {r.published_batch}", r.facts.pin_set or "—", _yes_no(r.facts.jit_compile),
+          r.facts.compiled_target or "—", r.footnote, "; ".join(r.differences) or "—"] for r in rows],
         css_class="text"))
+    ranks = published.rankings(summary, reference, pin_set)
+    if ranks:
+        blocks += [d.Paragraph("Rank order per task (fastest first), measured and published:"),
+                   d.Table(["task", "measured order (fastest first)", "published order", "same order",
+                            "Kendall tau"],
+                           [[_group_name(r.task, r.settings), " < ".join(v.label for v in r.measured_order),
+                             " < ".join(v.label for v in r.published_order), "yes" if r.same else "no",
+                             "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
+                           css_class="text")]
     return blocks
 
 
@@ -219,6 +275,8 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
         blocks.append(d.Paragraph(CONCURRENT_NOTE, "note"))
     if summary.busy_estimates:
         blocks.append(d.Paragraph(BUSY_NOTE, "note"))
+    if any(NO_XLA_MARK in cell for row in rows for cell in row[1:]):
+        blocks.append(d.Paragraph(NO_XLA_NOTE, "note"))
     single = sorted({f"{t} {v.label}" for (t, v), e in summary.estimates.items() if e.repeats == 1})
     if single:
         blocks.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their CI only covers step-to-step "
@@ -246,6 +304,15 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
         path = chart(summary, report_dir / f"{name}-{file_key}.png") if file_key else None
         if path is not None:
             blocks.append(d.Image(path, f"{name.replace('_', ' ')} chart, preset {p}"))
+    costs = cost_table(summary)
+    if costs:
+        blocks += [d.Heading(f"Throughput and cost ({p})", 3),
+                   d.Paragraph("Medians over the ok repeats: samples/s = batch / step time (a generate step is one "
+                               "whole generate() call: tokens/s counts the new tokens of the whole batch); first "
+                               "step = the untimed first (compiling) step; peak memory = the largest of the "
+                               "repeats (the allocator's peak on a GPU, the process's peak RSS on a CPU); J/step "
+                               "from NVML's energy counter, GPUs only.", "note"),
+                   d.Table(COST_HEADERS, costs)]
     if summary.precision == precision_axis.PUBLISHED:
         blocks += _published_section(summary, reference)
     headers, rows = status_table(summary)

@@ -45,6 +45,34 @@ class CellFacts:
     compiled_target: str | None = None
     tf32_matmul: bool | None = None
     tokenize_in_step: bool | None = None
+    device: str | None = None  # cuda or cpu
+
+
+@dataclass(frozen=True)
+class CellCosts:
+    """What a cell's ok rows cost beside their time: medians over repeats (peak memory: the largest)."""
+
+    batch: int | None
+    samples_per_s: float | None
+    tokens_per_s: float | None  # generate: new tokens of the whole batch per second (a step is one generate())
+    first_step_s: float | None  # the first (compiling) step, never in ms_per_step
+    peak_mem_bytes: float | None
+    joules_per_step: float | None
+
+
+def _costs(ok: pd.DataFrame) -> CellCosts:
+    def median(column: str, values=None):
+        values = ok[column] if values is None and column in ok else values
+        values = pd.to_numeric(values, errors="coerce").dropna() if values is not None else pd.Series(dtype=float)
+        return float(values.median()) if len(values) else None
+
+    tokens = None
+    if "tokens_generated" in ok and ok["tokens_generated"].notna().any():
+        tokens = median("", ok["batch_size"] * ok["tokens_generated"] * 1000.0 / ok["ms_per_step"])
+    memory = pd.to_numeric(ok["peak_mem_bytes"], errors="coerce").dropna() if "peak_mem_bytes" in ok else []
+    batch = median("batch_size")
+    return CellCosts(None if batch is None else int(batch), median("samples_per_s"), tokens, median("first_step_s"),
+                     float(memory.max()) if len(memory) else None, median("joules_per_step"))
 
 
 def _facts(rows: pd.DataFrame) -> CellFacts:
@@ -55,7 +83,7 @@ def _facts(rows: pd.DataFrame) -> CellFacts:
         return values.iloc[0] if len(values) else None
 
     return CellFacts(*(first(name) for name in ("pin_set", "pin_deviations", "jit_compile", "compiled_target",
-                                                  "tf32_matmul", "tokenize_in_step")))
+                                                  "tf32_matmul", "tokenize_in_step", "device")))
 
 
 @dataclass
@@ -80,6 +108,7 @@ class PresetSummary:
     # (task, (stack, compile mode)) -> labels of its cells off the headline (devices=2, a sweep point...): named
     # where a like-for-like cell is missing, so the reader knows where the number went.
     elsewhere: dict[tuple[str, tuple[str, str]], list[str]] = field(default_factory=dict)
+    costs: dict[tuple[str, Variant], CellCosts] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -104,6 +133,22 @@ class PresetSummary:
         candidates = [(v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
                       if v.is_keras3 and (task, v) in self.estimates]
         return min(candidates, key=lambda item: item[1].median) if candidates else None
+
+    def keras3_tied(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
+        """The Keras 3 candidates the best cannot be ranked above (Cumming & Finch: intervals overlapping by more
+        than half the average margin), best first; one entry when the best stands alone."""
+        candidates = sorted(((v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
+                             if v.is_keras3 and (task, v) in self.estimates), key=lambda item: item[1].median)
+        if not candidates:
+            return []
+        return [candidates[0]] + [c for c in candidates[1:] if stats.cis_overlap_too_much(candidates[0][1], c[1])]
+
+    def keras3_left_out_busy(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
+        """Keras 3 cells of the group measured only busy whose number is below the best's: they might have won."""
+        best = self.keras3_best(task, settings)
+        return [(v, self.busy_estimates[(task, v)]) for v in self.groups(task).get(settings, ())
+                if v.is_keras3 and (task, v) in self.busy_estimates
+                and (best is None or self.busy_estimates[(task, v)].median < best[1].median)]
 
     def keras3_groups(self, task: str) -> list[tuple]:
         """The settings of the task's groups that have a Keras 3 best."""
@@ -209,7 +254,7 @@ def _elsewhere(off: pd.DataFrame) -> dict[tuple[str, str], dict[tuple[str, tuple
 
 
 def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool, elsewhere: dict) -> PresetSummary:
-    estimates, statuses, batches, facts, busy_estimates, samples, dtypes = {}, {}, {}, {}, {}, {}, {}
+    estimates, statuses, batches, facts, busy_estimates, samples, dtypes, costs = {}, {}, {}, {}, {}, {}, {}, {}
     cell_identities = {}
     for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
         cell_identities[(task, variant)] = cell["_identity"].iloc[0]
@@ -227,6 +272,7 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
             samples[(task, variant)] = _samples(ok)
             estimates[(task, variant)] = stats.estimate(samples[(task, variant)])
             facts[(task, variant)] = _facts(ok)
+            costs[(task, variant)] = _costs(ok)
             dtypes[(task, variant)] = (_first(ok, "compute_dtype"), _first(ok, "dtype"))
         elif busy.any():
             busy_estimates[(task, variant)] = _estimate(cell[busy])
@@ -237,7 +283,7 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
         variants=ordered(v for _, v in statuses),
         estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
         busy_estimates=busy_estimates, precision=precision, samples=samples, dtypes=dtypes,
-        identities=cell_identities, elsewhere=elsewhere)
+        identities=cell_identities, elsewhere=elsewhere, costs=costs)
 
 
 def _samples(ok: pd.DataFrame) -> list:
