@@ -105,3 +105,19 @@ def test_plots_name_preset_precision_and_device_and_show_busy_bars(tmp_path, mon
     assert titles and all("preset tiny, precision published, on Test CPU (cpu)" in title for title in titles), titles
     assert "Keras 3 best vs each baseline, preset tiny" in " ".join(titles)
     assert "//" in hatched  # keras3-jax's busy number is drawn, hatched, not left out like a failure
+
+
+def test_the_report_opens_with_what_ran(tmp_path):
+    rows = (cell("native-torch", "bert-fit", 100.0, cpu_model="Test CPU")
+            + cell("keras3-jax", "bert-fit", 50.0, parallel_cells=2, cpu_model="Test CPU"))
+    md = report(tmp_path, rows)
+    head = md.split("## Preset tiny", 1)[0]
+    assert "## What ran" in head
+    assert "- Devices: CPU only (no row ran on a GPU)" in head
+    assert "- CPU: Test CPU, 2 cores; cells used 2 threads" in head
+    assert "- Engine: local; image variant / environment: venv" in head
+    assert "- Pin sets: current; presets: tiny" in head
+    assert "- Repeats per cell: 3; up to 2 cells at once" in head
+    gpu = [record("native-torch", "bert-fit", preset="paper", step_ms=[5.0] * 5, gpu_driver="580.159.04",
+                  cuda_driver="13.0", device_count=1)]
+    assert "- Devices: 1x NVIDIA A100-SXM4-40GB (driver 580.159.04, CUDA 13.0)" in report(tmp_path / "gpu", gpu)

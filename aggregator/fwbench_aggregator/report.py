@@ -10,7 +10,7 @@ from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
 from fwbench_aggregator import physics_section, plots, provenance, published, scaling, stability, stability_runs, stats
-from fwbench_aggregator import sweep
+from fwbench_aggregator import sweep, what_ran
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms  # in stats: scaling shares them without importing report
@@ -379,6 +379,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Merged rows: merged.parquet."),
         d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
                     "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
+    doc.add(*what_ran.block(frame))
     doc.add(*_concurrent_summary(frame))
     doc.add(*_headline_note(frame, summaries))
     if loaded.skipped:
