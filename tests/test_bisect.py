@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from tests.aggregator_rows import record, samples
-from fwbench.core.identity import CellIdentity
 from fwbench.core.results import target_path, write_row
 from fwbench.core.spec import CellSpec
 
@@ -18,7 +17,7 @@ def _write(out, task, label, centre, repeat, rng, spread=0.01):
     rec = record("native-torch", task, repeat=repeat, step_ms=samples(rng, centre, n=10, spread=spread),
                  sweep_point=label, sweep_installed=label)
     spec = CellSpec("native-torch", task, "tiny", "none", "/d", 10, repeat=repeat, sweep_point=label)
-    write_row(rec, target_path(spec, out, CellIdentity.of_row(rec)))
+    write_row(rec, target_path(spec, out, rec))
     return rec
 
 
@@ -85,7 +84,7 @@ def test_the_end_check_judges_every_look_at_alpha_over_the_looks(tmp_path):
             value = pattern[repeat % 3] * centre[label]
             rec = record("native-torch", "bert-fit", repeat=repeat, step_ms=[value] * 5, sweep_point=label)
             spec = CellSpec("native-torch", "bert-fit", "tiny", "none", "/d", 5, repeat=repeat, sweep_point=label)
-            write_row(rec, target_path(spec, tmp_path, CellIdentity.of_row(rec)))
+            write_row(rec, target_path(spec, tmp_path, rec))
 
     def judge(a, b, level=None):
         levels.append(level)
