@@ -345,8 +345,9 @@ def test_the_real_probe_reports_a_framework_that_does_not_import():
 
 
 def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkeypatch, capsys):
-    """benchmarks/gpu/run_kit.py: doctor's lines land in doctor.txt, a FAIL is logged, not raised, and export
-    (at most 8 files) carries doctor.txt. The doctor subprocess is stood in for (subprocess.run)."""
+    """benchmarks/gpu/run_kit.py: doctor runs beside the kit's import checks, its lines land in doctor.txt, a FAIL
+    is logged, not raised, and export (at most 8 files) carries doctor.txt. The doctor subprocess is stood in for
+    (subprocess.Popen)."""
     import argparse
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
@@ -355,14 +356,19 @@ def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkey
 
     seen = {}
 
-    def fake_run(command, **kwargs):
-        seen["command"] = command
-        return SimpleNamespace(returncode=1, stdout="FAIL  driver vs CUDA wheels: driver 575 is too old\n", stderr="")
+    class FakeDoctor:
+        def __init__(self, command, stdout=None, **kwargs):
+            seen["command"] = command
+            stdout.write("FAIL  driver vs CUDA wheels: driver 575 is too old\n")
 
-    monkeypatch.setattr(run_kit.subprocess, "run", fake_run)
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setattr(run_kit.subprocess, "Popen", FakeDoctor)
     args = argparse.Namespace(preset="paper", variants=kit_plan.parse_variants(None), tasks=["gemma-fit"],
                               site=tmp_path / "site", out=tmp_path / "out", export=tmp_path / "export")
-    assert run_kit.run_doctor(args) == 1
+    args.out.mkdir()
+    assert run_kit.finish_doctor(args, run_kit.run_doctor(args), 60) == 1
     assert seen["command"][3:] == ["doctor", "--engine", "current", "--preset", "paper", "--stack", "native-torch",
                                    "--stack", "keras3-jax", "--stack", "keras3-torch", "--task", "gemma-fit"]
     assert "driver 575" in (args.out / "doctor.txt").read_text() and "going on" in capsys.readouterr().out
