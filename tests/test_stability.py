@@ -5,6 +5,7 @@ back-off the records show."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 import sys
@@ -21,12 +22,18 @@ from tests import aggregator_rows
 from tests.conftest import run_fwbench
 
 
+WEIGHTS = "5e" * 32  # an initial-weights checksum (both fits of a record start from it unless a test says otherwise)
+
+
 def cell_record(losses, *, precision="fp16", status="ok", **fields) -> dict:
-    """A stability fit's cell-process record, as fwbench.harness.cell writes it."""
+    """A stability fit's cell-process record, as fwbench.harness.cell writes it (the identity columns of
+    base_record(stability_spec(...)) included)."""
     return {"fwbench_version": "0.1.0", "record_id": uuid.uuid4().hex, "started_at": "2026-11-25T20:00:00+00:00",
             "stack": "keras3-jax", "task": "bert-fit", "model": "bert", "preset": "tiny", "precision": precision,
             "pin_set": "current", "compile_mode": "xla", "engine": "local", "image_variant": "venv", "device": "cpu",
             "device_model": "Test CPU", "data_seed": 0, "learnable_target": "label = f(tokens)", "status": status,
+            "jit_policy": "published", "threads": 2, "warmup_steps": 0, "timed_steps": max(len(losses) - 1, 0),
+            "per_step_sync": True, "devices": 1, "global_batch_setting": None, "initial_weights_sha256": WEIGHTS,
             "stability_steps": len(losses), "stability_losses": list(losses), **fields}
 
 
@@ -90,12 +97,15 @@ def test_record_is_composed_written_atomically_and_read_back(tmp_path):
     assert (record["status"], record["diverged"], record["max_rel_deviation"]) == ("ok", False, 0.0)
     assert (record["loss_scale_initial"], record["loss_scale_final"], record["loss_scale_skipped_steps"]) == (
         32768.0, 16384.0, 1)
+    assert record["initial_weights_sha256"] == record["baseline_initial_weights_sha256"] == WEIGHTS
+    assert record["cell_id"] == "keras3-jax.bert-fit.tiny.compile-xla"
     path = stability.record_path(tmp_path, record)
-    assert path == tmp_path / "stability" / "tiny" / "keras3-jax" / "bert-fit.fp16.current.cpu.stability.parquet"
+    assert path.parent == tmp_path / "stability" / "tiny" / "keras3-jax"
+    assert re.fullmatch(r"bert-fit\.fp16\.current\.cpu\.id-[0-9a-f]{10}\.stability\.parquet", path.name), path.name
     stability.write_record(record, path)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left beside it
     table = pq.read_table(path)
-    assert table.schema.metadata[b"fwbench_stability_schema_version"] == b"1"
+    assert table.schema.metadata[b"fwbench_stability_schema_version"] == b"2"
     [row] = table.to_pylist()
     assert row["losses"][20] == pytest.approx(FALLING[20] * stability.OVERFLOW_LOSS_FACTOR)
     assert row["fault"] == "overflow:20" and "keras" in row["library_versions"]
@@ -112,6 +122,77 @@ def test_unsupported_and_failed_baselines_are_records_with_the_reason():
     nonfinite = stability.compose(cell_record([*FALLING[:-1], float("nan")], status="diverged"),
                                   cell_record(FALLING, precision="fp32"), wall_s=3.0)
     assert nonfinite["status"] == "diverged" and nonfinite["nonfinite_steps"] == 1
+
+
+def test_a_precision_run_is_never_compared_with_a_baseline_that_started_from_other_weights(tmp_path):
+    """Before, the two fits were compared whatever they started from (Keras drew its initial weights from Python's
+    unseeded `random`): max_rel_deviation partly measured the initialisation."""
+    other = cell_record(FALLING, precision="fp32", initial_weights_sha256="0a" * 32)
+    record = stability.compose(cell_record(FALLING), other, wall_s=1.0)
+    assert (record["status"], record["error_type"]) == ("incomparable", "InitialWeightsDiffer")
+    assert "did not start from the same weights" in record["error_message"]
+    assert (record["initial_weights_sha256"], record["baseline_initial_weights_sha256"]) == (WEIGHTS, "0a" * 32)
+    # Nothing is compared: no deviation, no verdict, no baseline losses beside the precision's.
+    assert all(record.get(key) is None for key in ("max_rel_deviation", "diverged", "baseline_losses",
+                                                    "baseline_final_loss"))
+    # A pure-precision model (the LLMs under bf16) holds other bytes by construction: the record says so.
+    llm = stability.compose(cell_record(FALLING, precision="bf16", variable_dtype="bfloat16"),
+                            cell_record(FALLING, precision="fp32", variable_dtype="float32",
+                                        initial_weights_sha256="0a" * 32), wall_s=1.0)
+    assert llm["status"] == "incomparable" and "holds the weights in bfloat16, fp32 in float32" in llm["error_message"]
+    # A fit without a checksum cannot show that it started alike: not compared either.
+    unchecked = stability.compose(cell_record(FALLING), cell_record(FALLING, precision="fp32",
+                                                                    initial_weights_sha256=None), wall_s=1.0)
+    assert unchecked["status"] == "incomparable" and "the fp32 baseline" in unchecked["error_message"]
+    path = stability.write_record(record, stability.record_path(tmp_path, record))
+    assert pq.read_table(path).to_pylist()[0]["status"] == "incomparable"  # the schema knows the status
+
+
+def test_records_of_other_steps_seed_device_or_fault_are_kept_apart(tmp_path):
+    """Before, records were keyed by stack, task, precision, pin set and cpu/gpu only: a run with other --steps,
+    --seed, GPU model or fault replaced the earlier record (same file), and the report kept one of them."""
+    from fwbench_aggregator import loading
+
+    def record(losses=FALLING, **fields):
+        return stability.compose(cell_record(losses, **fields), cell_record(losses, precision="fp32", **fields),
+                                 wall_s=1.0)
+
+    variants = {"first": record(), "steps": record(FALLING[:30]), "seed": record(data_seed=1),
+                "device": record(device_model="Other CPU"), "fault": record(fault="overflow:5")}
+    paths = {name: stability.record_path(tmp_path, r) for name, r in variants.items()}
+    assert len(set(paths.values())) == len(variants), paths
+    assert stability.record_path(tmp_path, record()) == paths["first"]  # a rerun of one identity replaces its record
+    for name, r in variants.items():
+        stability.write_record(r, paths[name])
+    stability.write_record(record(), paths["first"])
+    loaded = loading.load_results([tmp_path], stability_only_ok=True)
+    assert len(loaded.stability) == len(variants) and not loaded.notes
+    def settings(records):
+        return sorted(str((r["steps"], r["data_seed"], r["device_model"], r["fault"])) for r in records)
+    assert settings(loaded.stability) == settings(variants.values())
+    # Two records of one key (copied results): the newest stands, said in a note.
+    rerun = {**variants["seed"], "started_at": "2026-11-26T20:00:00+00:00"}
+    stability.write_record(rerun, tmp_path / "copy" / "seed.stability.parquet")
+    loaded = loading.load_results([tmp_path], stability_only_ok=True)
+    assert len(loaded.stability) == len(variants) and len(loaded.notes) == 1 and "appears more than once" in \
+        loaded.notes[0]
+
+
+def test_a_version_1_stability_record_is_still_read(tmp_path):
+    """Records written before the identity and checksum columns (schema v1) read with them empty, keyed by the
+    fields they have."""
+    import pyarrow as pa
+    from fwbench_aggregator import loading
+
+    record = stability.compose(cell_record(FALLING), cell_record(FALLING, precision="fp32"), wall_s=1.0)
+    table = pa.Table.from_pylist([stability.normalise(record)], schema=stability.schema())
+    table = table.drop_columns(list(stability.ADDED_IN[2])).replace_schema_metadata(
+        {"fwbench_stability_schema_version": "1"})
+    pq.write_table(table, tmp_path / "old.stability.parquet")
+    read = loading.read_stability_file(tmp_path / "old.stability.parquet")
+    assert not isinstance(read, loading.SkippedFile), read
+    assert read["settings_id"] is None and read["status"] == "ok"
+    assert stability.record_key(read)[0] == "v1" and stability.record_key(read) != stability.record_key(record)
 
 
 def _write_stability(out: Path, losses, baseline, **fields) -> Path:
@@ -131,7 +212,7 @@ def test_report_has_a_stability_section_with_the_table(tmp_path):
     outcome = aggregate([results], tmp_path / "report")
     markdown = outcome.report_md.read_text()
     section = markdown.split("## Stability", 1)[1]
-    assert "| keras3-jax | bert-fit | fp16 | tiny | cpu | 40 | ok |" in section
+    assert "| keras3-jax | bert-fit | fp16 | tiny | cpu | 40 | 0 | ok |" in section
     assert "32768 → 16384" in section and "| 1 |" in section  # the scale's back-off and the skipped step
     assert "| keras3-torch | bert-fit | fp16 |" in section and "diverged" in section and "> 2 x fp32's" in section
     assert "1 of 2 stability run(s) diverged" in section
@@ -269,3 +350,55 @@ def test_a_stability_fit_gets_one_gpu_and_an_engine_failing_mid_fit_leaves_a_rec
     assert Engine.seen == [(0,)]
     assert record["status"] == "error" and "engine failed around the cell: ConnectionError" in record["error_message"]
     assert path.is_file()
+
+
+# -- integration: every fit starts from weights seeded by --seed ------------------------------------------------
+
+SEEDED_STACKS = ("keras3-jax", "keras3-tensorflow", "keras3-torch", "native-torch")
+
+
+@pytest.fixture(scope="module")
+def seeded_fits(tmp_path_factory, shared_data):
+    """bert-fit on every Keras backend and native-torch: one `fwbench stability --precision published` (for bert-fit
+    the same float32 arithmetic as its fp32 baseline: two fits at seed 0) and one timed `fwbench run` at seed 1 (its
+    own data folder: a folder holds one seed's data). 12 fit processes, about 8 minutes on the 2-core development
+    machine."""
+    out = tmp_path_factory.mktemp("seeded-fits")
+    stacks = [argument for stack in SEEDED_STACKS for argument in ("--stack", stack)]
+    common = ["--task", "bert-fit", "--preset", "tiny", "--threads", "1", "--device", "cpu"]
+    done = run_fwbench("stability", *stacks, *common, "--precision", "published", "--steps", "3",
+                       "--data", str(shared_data), "--out", str(out / "stability-run"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_fwbench("run", *stacks, *common, "--engine", "local", "--seed", "1", "--warmup", "0", "--steps", "1",
+                       "--data", str(out / "data-seed-1"), "--out", str(out / "seed-1"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = {r["stack"]: r for r in (pq.read_table(p).to_pylist()[0]
+                                       for p in (out / "stability-run").rglob(f"*{stability.FILE_SUFFIX}"))}
+    rows = {r["stack"]: r for r in (pq.read_table(p).to_pylist()[0] for p in (out / "seed-1").rglob("*.parquet"))}
+    return records, rows
+
+
+@pytest.mark.integration
+def test_two_fits_at_one_seed_start_from_the_same_weights_on_every_stack(seeded_fits):
+    """Before, only scaling cells were seeded: Keras's initialisers drew from Python's unseeded `random`, native-torch
+    from torch's unseeded generator, another start per process (bert-fit published against fp32, the same arithmetic,
+    deviated by 0.6-3.9% from the initialisation alone); rows had no checksum."""
+    records, _ = seeded_fits
+    assert set(records) == set(SEEDED_STACKS)
+    for stack, record in records.items():
+        assert record["status"] == "ok", (stack, record["error_message"])
+        assert re.fullmatch(r"[0-9a-f]{64}", record["initial_weights_sha256"] or ""), stack
+        assert record["initial_weights_sha256"] == record["baseline_initial_weights_sha256"], stack
+        # The same start and the same float32 arithmetic: the deviation no longer measures the initialisation.
+        assert record["max_rel_deviation"] < 1e-6, (stack, record["losses"], record["baseline_losses"])
+
+
+@pytest.mark.integration
+def test_another_seed_starts_from_other_weights_on_every_stack(seeded_fits):
+    records, rows = seeded_fits
+    assert set(rows) == set(SEEDED_STACKS)
+    for stack, row in rows.items():
+        assert row["status"] == "ok" and row["data_seed"] == 1, (stack, row["error_message"])
+        assert re.fullmatch(r"[0-9a-f]{64}", row["initial_weights_sha256"] or ""), stack
+        assert row["initial_weights_sha256"] != records[stack]["initial_weights_sha256"], stack
+        assert json.loads(row["extra"])["initial_weights_s"] >= 0  # read outside the timed window, timed apart

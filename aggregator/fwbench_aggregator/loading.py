@@ -46,8 +46,8 @@ class LoadedResults:
     files_read: int
     skipped: list[SkippedFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # de-duplication decisions, said out loud
-    # `fwbench stability` records (fwbench.core.stability), newest per (stack, task, precision, preset, pin set,
-    # device); never mixed with the cell rows.
+    # `fwbench stability` records (fwbench.core.stability), newest per key (record_key: the fits' cell identity and
+    # fault); never mixed with the cell rows.
     stability: list[dict] = field(default_factory=list)
 
     def frame(self):
@@ -97,9 +97,13 @@ def read_stability_file(path: Path) -> dict | SkippedFile:
     if version_number > stability_core.STABILITY_SCHEMA_VERSION:
         return SkippedFile(path, f"stability schema {version_number} is newer than the supported "
                                  f"{stability_core.STABILITY_SCHEMA_VERSION} (upgrade fwbench to read it)")
-    missing = [name for name in stability_core.COLUMN_NAMES if name not in table.column_names]
+    # Columns a later version added: an older record has none, and is read with them empty.
+    later = {name for version, names in stability_core.ADDED_IN.items() if version > version_number for name in names}
+    missing = [name for name in stability_core.COLUMN_NAMES if name not in table.column_names and name not in later]
     if missing or table.num_rows != 1:
         return SkippedFile(path, f"not a stability record: {'missing ' + ', '.join(missing[:5]) if missing else 'not one row'}")
+    for name in sorted(later - set(table.column_names)):
+        table = table.append_column(name, pa.nulls(table.num_rows, stability_core.schema().field(name).type))
     try:
         record = table.select(list(stability_core.COLUMN_NAMES)).cast(stability_core.schema()).to_pylist()[0]
     except (pa.ArrowException, ValueError) as exc:
@@ -116,18 +120,18 @@ def read_stability_file(path: Path) -> dict | SkippedFile:
 
 
 def newest_stability(records: list[dict]) -> tuple[list[dict], list[str]]:
-    """One record per (stack, task, precision, preset, pin set, device): the newest (started_at) wins, said out loud."""
+    """One record per key (fwbench.core.stability.record_key: the fits' cell identity and planted fault): the newest
+    (started_at) wins, said out loud. Records of other steps, seeds, devices or faults are all kept."""
     by_key: dict[tuple, list[dict]] = {}
     for record in records:
-        key = tuple(record.get(k) for k in ("stack", "task", "precision", "preset", "pin_set", "device"))
-        by_key.setdefault(key, []).append(record)
+        by_key.setdefault(stability_core.record_key(record), []).append(record)
     kept, notes = [], []
-    for key, group in by_key.items():
+    for group in by_key.values():
         ranked = sorted(group, key=lambda r: (r["started_at"] is not None, r["started_at"] or 0, r[SOURCE_COLUMN]))
         kept.append(ranked[-1])
         for loser in ranked[:-1]:
-            notes.append(f"stability {' '.join(map(str, key[:3]))} appears more than once: kept "
-                         f"{ranked[-1][SOURCE_COLUMN]}, dropped {loser[SOURCE_COLUMN]}")
+            notes.append(f"stability {loser['stack']} {loser['task']} {loser['precision']} appears more than once: "
+                         f"kept {ranked[-1][SOURCE_COLUMN]}, dropped {loser[SOURCE_COLUMN]}")
     return kept, notes
 
 

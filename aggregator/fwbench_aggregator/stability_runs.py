@@ -1,6 +1,6 @@
-"""The report's Stability section: `fwbench stability` records (fwbench.core.stability), one table row per
-(stack, task, precision): the loss at the precision against fp32's, the largest deviation, non-finite and skipped
-steps, the loss scale's back-off, and the divergence verdict by the rule stated above the table."""
+"""The report's Stability section: `fwbench stability` records (fwbench.core.stability), one table row per record
+(stack, task, precision, steps, seed...): the loss at the precision against fp32's, the largest deviation, non-finite
+and skipped steps, the loss scale's back-off, and the divergence verdict by the rule stated above the table."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from pathlib import Path
 from fwbench_aggregator import document as d
 from fwbench_aggregator import plots
 
-HEADERS = ["stack", "task", "precision", "preset", "device", "steps", "status", "loss first → final", "fp32 final",
-           "max deviation from fp32 (step)", "non-finite steps", "skipped steps", "loss scale start → end",
+HEADERS = ["stack", "task", "precision", "preset", "device", "steps", "seed", "status", "loss first → final",
+           "fp32 final", "max deviation from fp32 (step)", "non-finite steps", "skipped steps", "loss scale start → end",
            "diverged", "note"]
 RULE = (f"Each fit ran untimed on a learnable target (a deterministic function of the shared inputs), once at the "
         f"precision and once at fp32. Deviation at a step = |loss − fp32 loss| / max(|fp32 loss|, "
         f"{stability_core.RELATIVE_FLOOR:g} × fp32's first loss); final loss = mean of the last "
         f"{stability_core.FINAL_WINDOW} steps. Diverged: any non-finite loss, or a final loss above "
         f"{stability_core.DIVERGENCE_FACTOR:g} × fp32's (floored the same way). Skipped steps are the optimizer "
-        "steps dynamic loss scaling dropped for non-finite gradients, each halving the scale.")
+        "steps dynamic loss scaling dropped for non-finite gradients, each halving the scale. Both fits start from "
+        "weights seeded by the seed; fits whose initial weights differ (checksums) are incomparable, never compared.")
 
 
 def _missing(value) -> bool:
@@ -35,9 +36,15 @@ def _int(value) -> str:
     return "—" if _missing(value) else str(int(value))
 
 
+def order(record: dict) -> tuple:
+    """Table and chart order; records of one stack, task and precision differ in steps, seed or other settings."""
+    return (record["preset"], record["task"], record["stack"], record["precision"], record.get("steps") or 0,
+            record.get("data_seed") or 0, str(record.get("settings_id")), str(record.get("fault")))
+
+
 def table_rows(records: list[dict]) -> list[list[str]]:
     rows = []
-    for r in sorted(records, key=lambda r: (r["preset"], r["task"], r["stack"], r["precision"])):
+    for r in sorted(records, key=order):
         finished = r["status"] in ("ok", "diverged")
         deviation = (f"{_num(r.get('max_rel_deviation'), '.2%')} ({_int(r.get('max_rel_deviation_step'))})"
                      if finished else "—")
@@ -49,7 +56,7 @@ def table_rows(records: list[dict]) -> list[list[str]]:
         if r.get("fault"):
             note = f"planted fault {r['fault']}" + (f"; {note}" if note else "")
         rows.append([r["stack"], r["task"], r["precision"], r["preset"], str(r.get("device") or "—"),
-                     _int(r.get("steps")), r["status"],
+                     _int(r.get("steps")), _int(r.get("data_seed")), r["status"],
                      f"{_num(r.get('first_loss'))} → {_num(r.get('final_loss'))}" if finished else "—",
                      _num(r.get("baseline_final_loss")), deviation, _int(r.get("nonfinite_steps")),
                      _int(r.get("loss_scale_skipped_steps")), scale, diverged, note or "—"])
@@ -68,7 +75,7 @@ def blocks(records: list[dict], report_dir: Path | None = None) -> list:
         out.append(d.Paragraph(f"{len(diverged)} of {len(records)} stability run(s) diverged: " + "; ".join(
             f"{r['stack']} {r['task']} {r['precision']} ({r.get('diverged_reason')})" for r in diverged), "warning"))
     out.append(d.Table(HEADERS, table_rows(records), css_class="text"))
-    ordered = sorted(records, key=lambda r: (r["preset"], r["task"], r["stack"], r["precision"]))
+    ordered = sorted(records, key=order)
     chart = plots.stability_chart(ordered, report_dir / CHART) if report_dir is not None else None
     if chart is not None:
         out.append(d.Image(chart, "loss per step at each precision against fp32"))

@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -32,8 +32,10 @@ ADDED_IN_V8 = ("sweep_point", "sweep_installed")
 ADDED_IN_V9 = ("devices", "per_device_batch", "global_batch", "global_batch_setting", "comm_backend")
 # v10: what a data-parallel row's devices talked over: the collectives' version and, on GPUs, the links between them.
 ADDED_IN_V10 = ("comm_backend_version", "interconnect")
+# v11: the checksum of the weights a fit starts from (every fit is seeded by --seed).
+ADDED_IN_V11 = ("initial_weights_sha256",)
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
-            8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10}
+            8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10, 11: ADDED_IN_V11}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -98,7 +100,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("prompt_len", "int64", "generate: prompt tokens per sequence."),
     ("seq_len", "int64", "Text fit/predict: sequence length."),
     ("input_sha256", "string", "Combined SHA-256 of the shared input files the cell read."),
-    ("data_seed", "int64", "Seed of the shared synthetic data."),
+    ("data_seed", "int64", "Seed of the shared synthetic data; fits seed their initial weights from it too."),
+    ("initial_weights_sha256", "string", "Fits: SHA-256 of the weights the fit started from (every weight's dtype, "
+                                         "shape and bytes, in the model's own order: Keras model.weights, torch "
+                                         "parameters then buffers), read after the build, before the first step and "
+                                         "outside setup_s. Two fits of one cell and --seed whose weights are "
+                                         "held in one dtype (mixed precision keeps float32 weights) start alike."),
     ("params_total", "int64", "Parameters in the model that runs."),
     ("params_trainable", "int64", "Trainable parameters (fit)."),
     ("dtype", "string", "Declared compute dtype, from the precision: float32, bfloat16 or float16 (what physics "

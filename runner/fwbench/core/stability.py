@@ -1,6 +1,7 @@
 """Numerical stability of a precision (`fwbench stability`): an untimed fit on a learnable target, once at the
-precision asked and once at fp32, compared step by step. One record per (stack, task, precision), in a small Parquet
-schema of its own (never a cell row: timed cells and their identity are untouched).
+precision asked and once at fp32, from the same initial weights, compared step by step. One record per cell identity
+(fwbench.core.identity: stack, task, precision, steps, seed, device model, every setting) and planted fault, in a
+small Parquet schema of its own (never a cell row: timed cells and their identity are untouched).
 
 The rule (docs/workloads.md#stability), defined once here:
   * deviation at step t = |loss_P(t) - loss_fp32(t)| / max(|loss_fp32(t)|, RELATIVE_FLOOR x |loss_fp32(0)|), over
@@ -8,7 +9,9 @@ The rule (docs/workloads.md#stability), defined once here:
     fallen near zero from turning rounding into a huge ratio);
   * final loss = the mean of the last FINAL_WINDOW losses;
   * diverged: any non-finite loss at P, or P's final loss above DIVERGENCE_FACTOR x max(fp32's final loss,
-    RELATIVE_FLOOR x fp32's first loss).
+    RELATIVE_FLOOR x fp32's first loss);
+  * no comparison at all (status incomparable) unless both fits started from the same weights (equal
+    initial_weights_sha256).
 
 Plain Python, NumPy and pyarrow: the runner, the cell process and the aggregator import it.
 """
@@ -16,6 +19,7 @@ Plain Python, NumPy and pyarrow: the runner, the cell process and the aggregator
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -23,7 +27,11 @@ from typing import Any
 
 import numpy as np
 
-STABILITY_SCHEMA_VERSION = 1
+from fwbench.core.identity import CellIdentity
+
+STABILITY_SCHEMA_VERSION = 2
+# Columns each version added; records of an older version are read with them empty.
+ADDED_IN = {2: ("cell_id", "settings_id", "initial_weights_sha256", "baseline_initial_weights_sha256")}
 DIVERGENCE_FACTOR = 2.0
 FINAL_WINDOW = 10
 RELATIVE_FLOOR = 0.01
@@ -34,7 +42,8 @@ BASELINE_PRECISION = "fp32"
 # while the float32 loss itself stays finite.
 OVERFLOW_LOSS_FACTOR = float(2 ** 26)
 FAULT_PREFIX = "overflow:"
-STATUSES = ("ok", "diverged", "unsupported", "error", "timeout", "oom", "device_unavailable")
+# incomparable: both fits ran, but not from the same initial weights, so their losses are not compared.
+STATUSES = ("ok", "diverged", "incomparable", "unsupported", "error", "timeout", "oom", "device_unavailable")
 FILE_SUFFIX = ".stability.parquet"
 
 # name, type, description: the schema (docs/results-schema.md#stability-records).
@@ -56,12 +65,23 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device", "string", "Device the fit ran on (cpu, cuda)."),
     ("device_model", "string", "The CPU or GPU model."),
     ("steps", "int64", "Optimizer steps of each fit."),
-    ("data_seed", "int64", "Seed of the shared data the learnable target is made from."),
+    ("data_seed", "int64", "Seed of the shared data the learnable target is made from, and of both fits' initial "
+                           "weights."),
     ("learnable_target", "string", "How the target was made learnable (a deterministic function of the inputs)."),
     ("fault", "string", "Test-only fault planted in both fits (overflow:STEP), else null."),
-    ("status", "string", "ok | diverged | unsupported | error | timeout | oom | device_unavailable."),
+    ("cell_id", "string", "stack.task.preset.compile-<mode> of the fits (fwbench.core.identity)."),
+    ("settings_id", "string", "Hash of the fit's identity settings at the precision (fwbench.core.identity.SETTINGS: "
+                              "pin set, precision, threads, steps, data seed, device model...). With cell_id and "
+                              "fault, what keeps records apart."),
+    ("initial_weights_sha256", "string", "SHA-256 of the weights the fit at the precision started from (the cell "
+                                         "row's column of that name)."),
+    ("baseline_initial_weights_sha256", "string", "The same of the fp32 baseline: the losses are compared only "
+                                                  "when the two are equal."),
+    ("status", "string", "ok | diverged | incomparable (the fits did not start from the same weights: not compared) "
+                         "| unsupported | error | timeout | oom | device_unavailable."),
     ("error_type", "string", "Exception class, or what failed, when not ok/diverged."),
-    ("error_message", "string", "Why: the unsupported reason or the failure (the fp32 baseline's, prefixed so)."),
+    ("error_message", "string", "Why: the unsupported reason, the failure (the fp32 baseline's, prefixed so), or why "
+                                "the fits are incomparable."),
     ("losses", "list<float64>", "Loss of every step at the precision (non-finite values kept)."),
     ("baseline_losses", "list<float64>", "Loss of every step of the fp32 baseline."),
     ("first_loss", "float64", "Loss of the first step at the precision."),
@@ -180,13 +200,33 @@ def as_losses(values: Any) -> list[float]:
     return [float("nan") if value is None else float(value) for value in (values or [])]
 
 
+def different_start(run: dict[str, Any], baseline: dict[str, Any]) -> str | None:
+    """Why two finished fits did not start from the same weights (their initial_weights_sha256 differ or are
+    missing), or None: they did, and their losses may be compared."""
+    mine, theirs = run.get("initial_weights_sha256"), baseline.get("initial_weights_sha256")
+    if mine and mine == theirs:
+        return None
+    unchecked = [fit for fit, checksum in (("the fit at the precision", mine), ("the fp32 baseline", theirs))
+                 if not checksum]
+    if unchecked:
+        return (f"no initial-weights checksum from {' nor '.join(unchecked)}: that both fits started from the same "
+                "weights cannot be checked, so their losses are not compared")
+    held, baseline_held = run.get("variable_dtype"), baseline.get("variable_dtype")
+    why = (f": the precision holds the weights in {held}, fp32 in {baseline_held}, so they cannot start from the "
+           "same bytes" if held and baseline_held and held != baseline_held else "")
+    return (f"the fits did not start from the same weights (initial_weights_sha256 {mine[:12]}... at the precision, "
+            f"{theirs[:12]}... in the fp32 baseline){why}: their losses are not compared")
+
+
 def compose(precision_run: dict[str, Any], baseline_run: dict[str, Any] | None, *, wall_s: float,
             extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The stability record of one (stack, task, precision) from the two cell processes' records (the precision's
-    and the fp32 baseline's; the baseline is None when the first did not run to the end, or is the same record
-    when the precision is fp32)."""
+    """The stability record of one cell identity (stack, task, precision, every setting) from the two cell
+    processes' records (the precision's and the fp32 baseline's; the baseline is None when the first did not run to
+    the end, or is the same record when the precision is fp32)."""
     run = precision_run
     losses = as_losses(run.get("stability_losses"))
+    # The key of the record: the fit's identity as a timed row's (its record carries every setting's column).
+    identity = CellIdentity.of_row(run)
     record: dict[str, Any] = {
         "stability_schema_version": STABILITY_SCHEMA_VERSION,
         "fwbench_version": run.get("fwbench_version"),
@@ -197,6 +237,9 @@ def compose(precision_run: dict[str, Any], baseline_run: dict[str, Any] | None, 
                                          "learnable_target", "fault", "compute_dtype", "variable_dtype",
                                          "framework_version", "error_type", "error_message")},
         "baseline_precision": BASELINE_PRECISION,
+        "cell_id": identity.cell_key,
+        "settings_id": identity.settings_id,
+        "initial_weights_sha256": run.get("initial_weights_sha256"),
         "steps": run.get("stability_steps"),
         "library_versions": json.dumps(run.get("library_versions"), sort_keys=True) if run.get("library_versions")
         else None,
@@ -218,6 +261,11 @@ def compose(precision_run: dict[str, Any], baseline_run: dict[str, Any] | None, 
         record.update(status="error", error_type=f"Baseline:{what.get('error_type') or what.get('status')}",
                       error_message=f"the fp32 baseline did not run to the end ({what.get('status')}): "
                                     f"{what.get('error_message') or 'no message'}"[:4000])
+        return record
+    record["baseline_initial_weights_sha256"] = baseline_run.get("initial_weights_sha256")
+    why = different_start(run, baseline_run)
+    if why:
+        record.update(status="incomparable", error_type="InitialWeightsDiffer", error_message=why)
         return record
     baseline = as_losses(baseline_run.get("stability_losses"))
     deviation, step = max_relative_deviation(losses, baseline)
@@ -265,11 +313,26 @@ def normalise(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# What keeps a record written before its identity columns (schema v1) apart from others: the fields it has.
+V1_KEY = ("stack", "task", "preset", "precision", "pin_set", "device", "device_model", "steps", "data_seed", "fault")
+
+
+def record_key(record: dict[str, Any]) -> tuple:
+    """Records with equal keys are reruns of one stability run (the newest stands): the fits' cell identity
+    (cell_id and the hash of every setting: steps, seed, device model, threads, precision...) and the planted fault,
+    a test input that is no identity setting."""
+    if record.get("settings_id"):
+        return (record.get("cell_id"), record["settings_id"], record.get("fault"))
+    return ("v1", *(record.get(name) for name in V1_KEY))
+
+
 def record_path(out_dir: Path, record: dict[str, Any]) -> Path:
-    """<out>/stability/<preset>/<stack>/<task>.<precision>.<pin set>.<device>.stability.parquet (names from the
-    registry's checked ids, never free text)."""
+    """<out>/stability/<preset>/<stack>/<task>.<precision>.<pin set>.<device>.id-<key>.stability.parquet, with <key>
+    a short hash of record_key: a rerun of the same key replaces its record, any other key has a file of its own.
+    Names from the registry's checked ids, never free text."""
     device = "gpu" if record.get("device") == "cuda" else "cpu"
-    name = f"{record['task']}.{record['precision']}.{record['pin_set']}.{device}{FILE_SUFFIX}"
+    key = hashlib.sha256(json.dumps(record_key(record), default=str).encode()).hexdigest()[:10]
+    name = f"{record['task']}.{record['precision']}.{record['pin_set']}.{device}.id-{key}{FILE_SUFFIX}"
     return Path(out_dir) / "stability" / record["preset"] / record["stack"] / name
 
 

@@ -260,7 +260,18 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
+    record_initial_weights(ctx)
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+
+
+def record_initial_weights(ctx: CellContext) -> None:
+    """A fit's checksum of the weights it starts from (initial_weights_sha256), read after the build and before the
+    first step: neither setup_s nor the timed window holds it (its own seconds: extra.initial_weights_s)."""
+    start = time.perf_counter()
+    checksum = ctx.initial_weights_sha256()
+    if checksum is not None:
+        ctx.report(initial_weights_sha256=checksum,
+                   extra={"initial_weights_s": round(time.perf_counter() - start, 4)})
 
 
 def check_data_parallel_devices(backend: Any, devices: int) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+import hashlib
 import math
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 
@@ -70,6 +71,10 @@ class DrivenCell(_Cell):
 CELL_KINDS = (StepCell, DrivenCell)
 
 
+# One weight as the cell's framework holds it: dtype name, shape, and its bytes (anything hashlib reads).
+WeightBytes = tuple[str, tuple[int, ...], Any]
+
+
 class ReportError(KeyError):
     """A workload reported a field that is not a result column."""
 
@@ -85,6 +90,24 @@ class CellContext:
     # A fit's loss per step, as the step returned it (a device scalar: read only after the run, see record_loss).
     losses: list[Any] = field(default_factory=list, repr=False)
     _after_run: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    # A fit's weights as built (set_initial_weights): read once, after the build and before the first step.
+    _initial_weights: Callable[[], Iterable[WeightBytes]] | None = field(default=None, repr=False)
+
+    def set_initial_weights(self, weights: Callable[[], Iterable[WeightBytes]]) -> None:
+        """A fit cell names its model's weights, in the model's own fixed order, as (dtype, shape, bytes) each; the
+        harness hashes them (initial_weights_sha256) before the first step, outside the timed window."""
+        self._initial_weights = weights
+
+    def initial_weights_sha256(self) -> str | None:
+        """SHA-256 over every weight's dtype, shape and bytes, in order (None: the cell named no weights)."""
+        if self._initial_weights is None:
+            return None
+        digest = hashlib.sha256()
+        for dtype, shape, data in self._initial_weights():
+            # dtype and shape first, so that the same bytes in another layout or type hash differently.
+            digest.update(f"{dtype}{list(shape)};".encode())
+            digest.update(data)
+        return digest.hexdigest()
 
     def record_loss(self, loss: Any) -> None:
         """Keep a fit step's loss (a framework scalar, a Python float or a numpy value) to count non-finite losses
@@ -156,8 +179,9 @@ class CellContext:
 
     @property
     def scaling(self) -> bool:
-        """A scaling cell (--devices or --global-batch given): it reads the global batch in order and starts from
-        weights seeded by --seed, so that a step covers the same rows, from the same weights, for any N."""
+        """A scaling cell (--devices or --global-batch given): it reads the global batch in order (and starts, as
+        every fit does, from weights seeded by --seed), so that a step covers the same rows, from the same weights,
+        for any N."""
         return self.spec.devices > 1 or self.spec.global_batch is not None
 
     @property

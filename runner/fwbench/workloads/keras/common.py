@@ -77,11 +77,12 @@ def data_parallel(ctx):
     batch split along its first axis, gradients reduced by XLA's collectives), set before the model is built so
     that its variables get the replicated layout. Keras 3 and Keras 2 on TensorFlow: tf.distribute.MirroredStrategy
     over N devices (the harness made N logical CPU devices on a CPU), whose scope the model is built and compiled
-    in; fit then splits each batch over the replicas and all-reduces the gradients. Seeds the weights of every
-    scaling cell (the same start for any N)."""
+    in; fit then splits each batch over the replicas and all-reduces the gradients. Seeds the weights of every fit
+    from --seed (the same start for any N, and for a stability run's two fits); unseeded, Keras's initialisers draw
+    from Python's `random`, another start per process. Predict cells are left as they were."""
     import contextlib
 
-    if ctx.scaling:
+    if ctx.kind == "fit":
         keras.utils.set_random_seed(ctx.spec.seed)
     if ctx.devices == 1:
         return contextlib.nullcontext()
@@ -129,6 +130,14 @@ def _replicas(weight) -> int:
         if isinstance(getattr(value, "values", None), tuple):
             return len(value.values)
     return 1
+
+
+def weight_bytes(model):
+    """The model's weights for its initial-weights checksum (CellContext.set_initial_weights): model.weights in its
+    own order (trainable and non-trainable variables), each as NumPy holds it."""
+    for weight in model.weights:
+        array = np.asarray(weight)
+        yield str(array.dtype), array.shape, np.ascontiguousarray(array).view(np.uint8)
 
 
 def write_weights(model, path: str) -> None:
@@ -304,6 +313,8 @@ class FitCell(DrivenCell):
 
     def __init__(self, model, x, y, total_steps: int, sample_weight=None, *, ctx=None):
         self.ctx, self.model, self.total_steps = ctx, model, total_steps
+        if ctx is not None:
+            ctx.set_initial_weights(lambda: weight_bytes(model))
         if ctx is not None and ctx.precision == "fp16" and ctx.mixed_dtype:
             ctx.after_run(lambda: report_loss_scale(ctx, model, total_steps))
         multipliers = ctx.loss_multipliers() if ctx is not None else None

@@ -83,10 +83,20 @@ def report_process_group(ctx, world: int, set_up_by: str, via: str) -> None:
 
 
 def seed_weights(ctx) -> None:
-    """A scaling cell starts from weights seeded by --seed: the same start for any N (DDP broadcasts rank 0's
-    anyway), so that one device and N devices can be compared update for update."""
-    if ctx.scaling:
+    """Call before the model is built: every fit starts from weights seeded by --seed, so that two fits at one seed
+    (a stability run's, one device against N: DDP broadcasts rank 0's anyway) start alike and another seed starts
+    elsewhere. Predict and generate cells are left as they were."""
+    if ctx.kind == "fit":
         torch.manual_seed(ctx.spec.seed)
+
+
+def weight_bytes(model):
+    """The model's weights for its initial-weights checksum (CellContext.set_initial_weights): its parameters, then
+    its buffers, in the module's own order (a DistributedDataParallel wrapper yields its module's), each as raw
+    bytes (NumPy has no bfloat16)."""
+    for value in (*model.parameters(), *model.buffers()):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        yield str(value.dtype).removeprefix("torch."), tuple(value.shape), flat.view(torch.uint8).numpy()
 
 
 def is_first_rank() -> bool:
@@ -126,6 +136,7 @@ class RegressionTrainStep(StepCell):
         self.multipliers = ctx.loss_multipliers()
         self.multiplier = torch.ones((), device=inputs.device) if self.multipliers is not None else None
         self.step_index = 0
+        ctx.set_initial_weights(lambda: weight_bytes(module))
         self.train_step = maybe_compile(self._train_step, ctx.spec.compile_mode)
         report_compiled(ctx, self.compiled_target)
         if self.scaler is not None:

@@ -10,7 +10,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from fwbench.workloads import DrivenCell, Unsupported
-from fwbench.workloads.torch.common import is_first_rank, report_process_group, write_weights
+from fwbench.workloads.torch.common import is_first_rank, report_process_group, weight_bytes, write_weights
 
 
 def trainer_amp_unsupported(trainer, half: str | None) -> str | None:
@@ -149,6 +149,7 @@ class TrainerCell(DrivenCell):
         if ctx.devices > 1:
             check_data_parallel(ctx, self.trainer)
         self.ctx = ctx
+        ctx.set_initial_weights(lambda: weight_bytes(model))
         if ctx.spec.probe_weights and is_first_rank():
             write_weights(model, ctx.spec.probe_weights + ".init.npz")  # test-only: the weights the fit starts from
         reason = trainer_amp_unsupported(self.trainer, ctx.mixed_dtype)
