@@ -86,7 +86,8 @@ def load(spec: CellSpec) -> ModelSource:
 
 def describe(exc: BaseException, path: Path) -> str:
     """'ValueError: the message's first line (my_model.py line 12)': the last line of the file the error passed."""
-    lines = str(exc).strip().splitlines()
+    # A SyntaxError's own text names the file and line again: its message only.
+    lines = str(exc.msg if isinstance(exc, SyntaxError) else exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
     line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
     if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).name != path.name:

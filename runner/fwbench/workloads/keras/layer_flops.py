@@ -1,7 +1,8 @@
 """Counts a Keras model file's FLOPs from the layers that run (the counting: fwbench.core.layer_flops).
 
 After the timed window, so that nothing in it is wrapped: every layer's `call` is wrapped, the model runs once on
-one row of the cell's inputs (training=False), the calls' shapes give each layer's FLOPs, and the wrappers go. Dense
+one row of the cell's inputs (training=False; on JAX only its shapes are traced), the calls' shapes give each layer's
+FLOPs, and the wrappers go. Dense
 and EinsumDense layers, convolutions (Conv1D/2D/3D, depthwise ones) and MultiHeadAttention's products are counted;
 embeddings, normalisations and weightless layers are free; any other layer with weights of its own (a separable or
 transposed convolution, a custom layer) makes the count incomplete, and the row then has no FLOPs.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 
 from fwbench.core import layer_flops
-from fwbench.workloads.keras.common import _symbolic, keras
+from fwbench.workloads.keras.common import BACKEND, _symbolic, keras
 
 _LAYERS = keras.layers
 DENSE = (_LAYERS.Dense, _LAYERS.EinsumDense)
@@ -44,7 +45,7 @@ class FlopProbe:
                 tally.cannot_count(f"{type(layer).__name__} {layer.name}")
         x, _ = model_file.split_inputs(self.ctx.arrays)
         try:
-            self.model(_one_row(x), training=False)
+            _run_once(self.model, _one_row(x))
         except Exception as exc:  # the count must never fail a cell that ran
             tally.cannot_count(f"the counting call failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
         finally:
@@ -99,6 +100,17 @@ def _shape(tensor) -> tuple[int, ...]:
 def _own_weights(layer) -> list:
     """The variables a layer made itself (not its sublayers')."""
     return [*getattr(layer, "_trainable_variables", []), *getattr(layer, "_non_trainable_variables", [])]
+
+
+def _run_once(model, x) -> None:
+    """The model on one row, training=False. On JAX, shapes only (jax.eval_shape traces it with the row's shapes and
+    computes nothing): run eagerly, every JAX op would be compiled on its own, which took a convnet tens of seconds."""
+    if BACKEND == "jax":
+        import jax
+
+        jax.eval_shape(lambda row: model(row, training=False), x)
+    else:
+        model(x, training=False)
 
 
 def _one_row(x):
