@@ -27,7 +27,9 @@ KERAS2 = ("keras2-tensorflow", "xla")
 
 # Shorter names for settings in labels.
 SETTING_NAMES = {"pin_set": "pins", "image_variant": "image", "per_step_sync": "sync", "data_seed": "seed",
-                 "device_model": "device"}
+                 "device_model": "device", "model_sha256": "file"}
+# Settings whose values a label shortens (a model file's SHA-256: its first 12 hex digits, as in its file names).
+SHORTENED = {"model_sha256": 12}
 
 
 @dataclass(frozen=True, order=True)
@@ -38,7 +40,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        named = tuple((SETTING_NAMES.get(k, k), v) for k, v in self.settings)
+        named = tuple((SETTING_NAMES.get(k, k), str(v)[:SHORTENED[k]] if k in SHORTENED and v else v)
+                      for k, v in self.settings)
         return f"{self.stack} [{', '.join([self.compile_mode, describe(named)]) if named else self.compile_mode}]"
 
     @property
