@@ -14,6 +14,7 @@ from fwbench.workloads import Unsupported
 from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, keras, report_model,
                                             set_precision_policy)
 from fwbench.workloads.keras.layer_flops import FlopProbe
+from fwbench.workloads.model_source import describe
 
 CELLS = {"fit": FitCell, "predict": PredictCell}
 
@@ -46,8 +47,6 @@ def build(ctx):
 
 
 def _build_on_one_row(source, model, x) -> None:
-    from fwbench.workloads.model_source import describe
-
     try:
         model({name: array[:1] for name, array in x.items()} if isinstance(x, dict) else x[:1])
     except Exception as exc:
