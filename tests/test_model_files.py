@@ -311,6 +311,7 @@ def test_the_report_ranks_each_model_files_backends_in_its_own_section(report):
     assert f"Fastest: {KERAS3[0]} (XLA)" in section and "overlaps too much" in section  # 10 vs 10.2 ms
     assert "failed on native-torch: boom (my_model.py line 3)" in section and "more detail" not in section
     assert "not the same model" in section  # the twin has 1,200 trainable parameters, the Keras model 1,000
+    assert "single repeat" not in section  # three repeats a backend
     # The published cells' tables hold the registry's tasks only.
     preset = report.split("## Preset tiny", 1)[1].split("## Your models", 1)[0]
     assert "bert-fit" in preset and TASK not in preset

@@ -241,6 +241,10 @@ def blocks(frame: pd.DataFrame, include_busy: bool = False) -> list:
             f"{identity.setting('device_model')}.", "note"))
         out.append(d.Paragraph(verdict(table)))
         out.append(d.Table(HEADERS, table_rows(table)))
+        if any(b.estimate is not None and b.estimate.repeats == 1 for b in table.backends):
+            out.append(d.Paragraph("A backend with a single repeat has an interval of step-to-step noise only, not of "
+                                   "process-to-process variation: use --repeats 3 or more before ranking on it.",
+                                   "note"))
         if any(b.busy_only for b in table.backends):
             out.append(d.Paragraph(f"{BUSY_MARK} only busy rows (something competed with the cell): shown, not "
                                    "ranked; `fwbench aggregate --include-busy` ranks them.", "note"))
