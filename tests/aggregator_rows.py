@@ -19,7 +19,7 @@ def record(stack: str, task: str, *, preset: str = "tiny", compile_mode: str | N
            step_ms=None, status: str = "ok", error_message: str | None = None, started_at=None,
            record_id: str | None = None, **extra) -> dict:
     compile_mode = compile_mode or registry.STACKS[stack].compile_modes[0]
-    t = registry.TASKS[task]
+    t = registry.TASKS.get(task) or registry.model_file_task(task)  # a model file's task (fwbench run --model)
     steps = None if step_ms is None else [float(x) for x in step_ms]
     rec = dict(
         fwbench_version="0.1.0", run_id="test", record_id=record_id or uuid.uuid4().hex,

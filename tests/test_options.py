@@ -14,10 +14,12 @@ from fwbench.cli import options as matrix
 from fwbench.cli.commands import app, main
 
 ALL_OPTIONS = [f.name for f in fields(matrix.MatrixOptions)]
+# Shown only by the commands that name them (matrix_options(opt_in=...)): run's --model and --batch.
+OPT_IN = [name for name in ALL_OPTIONS if matrix.declaration(name).opt_in]
 # The commands that take the matrix options, what each leaves out and where it means something else (the
 # declared overrides): nothing else may differ from the one definition.
 EXPECTED = {
-    ("run",): ((), set()),
+    ("run",): ((), {"stack", "task"}),
     ("demo",): (("preset", "compile"), {"stack", "steps", "parallel", "data"}),
     ("slurm", "submit"): (("parallel",), {"threads", "device"}),
     ("k8s", "render"): (("data", "device", "parallel"), {"preset", "threads"}),
@@ -54,13 +56,27 @@ def test_only_the_expected_commands_take_matrix_options_and_only_through_the_one
         declared = command.callback.matrix_options  # set by matrix_options: not declared by hand
         omitted, overridden = EXPECTED[path]
         assert set(declared.overrides) - set(omitted) == overridden, path
-        assert list(shown(command)) == [name for name in ALL_OPTIONS if name not in omitted], path
+        opted_in = OPT_IN if path == ("run",) else []
+        assert list(shown(command)) == [name for name in ALL_OPTIONS if name not in omitted
+                                        and (name not in OPT_IN or name in opted_in)], path
+
+
+def reference_options() -> dict:
+    """The options as the one definition declares them, without any command's overrides."""
+    probe = typer.Typer()
+
+    @probe.command()
+    @matrix.matrix_options(opt_in=tuple(OPT_IN))
+    def reference(options: matrix.MatrixOptions) -> None:
+        """The reference."""
+
+    return {param.name: param for param in typer.main.get_command(probe).params}
 
 
 @pytest.mark.parametrize("path", list(EXPECTED), ids=" ".join)
 def test_names_defaults_and_help_are_the_one_definitions_but_for_declared_overrides(path):
     command = dict(commands())[path]
-    reference = {param.name: param for param in typer.main.get_command(app).commands["run"].params}
+    reference = reference_options()
     _omitted, overridden = EXPECTED[path]
     for name, param in shown(command).items():
         if name in overridden:

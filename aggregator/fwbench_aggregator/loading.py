@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fwbench.core import registry
+from fwbench.core import model_file, registry
 from fwbench.core import stability as stability_core
 from fwbench.core.identity import SAFE_NAME, CellIdentity
 from fwbench.core.results import SCHEMA
@@ -230,10 +230,17 @@ def _identity_problem(table: pa.Table) -> str | None:
              "tf32_setting": ("default", "on", "off"), "jit_policy": registry.JIT_POLICIES}
     columns = ["stack", "task", "preset", "compile_mode", "tf32_setting", "jit_policy", "pin_set", "image_variant",
                "repeat", "cell_id"] + (["precision"] if "precision" in table.column_names else [])  # schema v7
-    for row in table.select(columns).to_pylist():
+    with_model_file = "model_sha256" in table.column_names  # schema v11
+    rows = table.select(columns + (["model_sha256"] if with_model_file else [])).to_pylist()
+    for row in rows:
         for column, values in known.items():
+            if column == "task" and row.get("model_sha256") is not None:
+                continue  # a model file's task: checked below
             if row[column] is not None and row[column] not in values:
                 return f"unknown {column} {str(row[column])[:40]!r}"
+        if row.get("model_sha256") is not None and not (
+                registry.model_file_task(row["task"]) and model_file.SHA256.match(str(row["model_sha256"]))):
+            return f"invalid model-file task {str(row['task'])[:60]!r} or model_sha256"
         if row["compile_mode"] not in registry.STACKS[row["stack"]].compile_modes:
             return f"unknown compile_mode {str(row['compile_mode'])[:40]!r} for stack {row['stack']}"
         for column in ("pin_set", "image_variant"):

@@ -10,7 +10,7 @@ from fwbench.core.schema import SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator import document as d
 from fwbench_aggregator import physics_section, plots, provenance, published, scaling, stability, stability_runs, stats
-from fwbench_aggregator import sweep, what_ran
+from fwbench_aggregator import model_files, sweep, what_ran
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms  # in stats: scaling shares them without importing report
@@ -371,7 +371,7 @@ def _headline_note(frame, summaries: list[PresetSummary]) -> list:
 def build_document(loaded: LoadedResults, report_dir: Path,
                    include_busy: bool = False) -> tuple[d.Document, list[PresetSummary]]:
     frame = loaded.frame()
-    summaries = summarise(frame, include_busy)
+    summaries = summarise(model_files.published_rows(frame), include_busy)  # model files: their own section
     reference = published.load_published()
     doc = d.Document("fwbench report")
     doc.add(d.Paragraph(
@@ -400,6 +400,7 @@ def build_document(loaded: LoadedResults, report_dir: Path,
         for summary in of_preset:
             doc.add(*_preset_section(summary, reference, report_dir))
         doc.add(*_matched_section(preset, of_preset))
+    doc.add(*model_files.blocks(frame, include_busy))
     doc.add(*sweep.blocks(loaded, report_dir))
     doc.add(*scaling.blocks(frame, report_dir))
     doc.add(*stability.blocks(frame))

@@ -27,7 +27,9 @@ KERAS2 = ("keras2-tensorflow", "xla")
 
 # Shorter names for settings in labels.
 SETTING_NAMES = {"pin_set": "pins", "image_variant": "image", "per_step_sync": "sync", "data_seed": "seed",
-                 "device_model": "device"}
+                 "device_model": "device", "model_sha256": "file"}
+# Settings whose values a label shortens (a model file's SHA-256: its first 12 hex digits, as in its file names).
+SHORTENED = {"model_sha256": 12}
 
 
 @dataclass(frozen=True, order=True)
@@ -39,7 +41,8 @@ class Variant:
     @property
     def settings_text(self) -> str:
         """The named settings as the label shows them: 'pins=paper-2024, threads=4' ('' when none)."""
-        return describe(tuple((SETTING_NAMES.get(k, k), v) for k, v in self.settings))
+        return describe(tuple((SETTING_NAMES.get(k, k), str(v)[:SHORTENED[k]] if k in SHORTENED and v else v)
+                              for k, v in self.settings))
 
     @property
     def label(self) -> str:

@@ -71,7 +71,11 @@ def data_cmd(
 
 
 @app.command("run")
-@matrix_options()
+@matrix_options(opt_in=("model", "batch"),
+                stack=Override(required=False, default_text="required, but for --model: the Keras 3 stacks, and "
+                                                            "native-torch when the file has a PyTorch twin"),
+                task=Override(help="Task id (repeatable); with --model, the kind: fit or predict.",
+                              default_text="all 12; with --model, fit and predict"))
 def run_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
@@ -83,6 +87,11 @@ def run_cmd(
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
+    if not options.stack and options.model is None:
+        raise UsageError("Missing option '--stack' (repeatable; or --model FILE: docs/your-model.md)")
+    if options.model is not None and engine == "docker":
+        raise UsageError("--model runs on the local and current engines: the docker engine does not mount a model "
+                         "file into its containers yet")
     cells_at_once = slot_plan.parse_parallel(options.parallel)
     base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
                              threads=options.threads or os.cpu_count() or 1)

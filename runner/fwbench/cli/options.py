@@ -30,12 +30,14 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from fwbench.core import model_file
 from fwbench.core import precision as precisions
 from fwbench.core import registry
 from fwbench.core import scaling
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
 from fwbench.cli.common import DEVICE_HELP, PIN_SET_HELP, check_pin_set
+from fwbench.engines import model_files
 
 TF32_POLICIES = ("default", "on", "off")
 
@@ -54,6 +56,8 @@ class Declaration:
     # Reads the command line's text into the field's type with a one-line UsageError (Typer's own type errors
     # are a multi-line box); the option is then shown to Typer as text.
     parse: Callable[[Any], Any] | None = None
+    # Shown only by the commands that ask for it (matrix_options(opt_in=...)): `run --model`.
+    opt_in: bool = False
 
 
 _UNCHANGED: Any = object()
@@ -170,16 +174,29 @@ class MatrixOptions:
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
     inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss | overflow:STEP.", hidden=True,
                                             spec_field="fault")
+    # A user's model file as the cells' source (docs/your-model.md): `run` only.
+    model: Optional[Path] = _declared(None, "Your model file (docs/your-model.md): its Keras 3 model on every Keras 3 "
+                                      "stack and its PyTorch twin, if it has one, on native-torch.", opt_in=True)
+    batch: Optional[int] = _declared(None, "Batch size of --model's cells.", check=_at_least("--batch", 1),
+                                     default_text=f"{model_file.DEFAULT_BATCH}", parse=_integer("--batch"), opt_in=True)
 
     def check(self) -> None:
         """Every value, in the order of the fields; a bad one raises a one-line error."""
+        # With --model, --task is a task kind and --compile the PyTorch twin's modes (fwbench.engines.model_files).
+        checked_elsewhere = ("task",) if self.model is not None else ()
         for option in fields(self):
             value, check = getattr(self, option.name), declaration(option.name).check
-            if value is not None and check is not None:
+            if value is not None and check is not None and option.name not in checked_elsewhere:
                 check(value)
-        for stack_id in self.stack or ():
-            for mode in self.compile or ():
-                registry.check_compile_mode(registry.get_stack(stack_id), mode)
+        if self.model is not None:
+            self.model_file()
+            model_files.check(self.stack, self.task, self.compile)
+        elif self.batch is not None:
+            raise UsageError("--batch sets the batch size of --model's cells: give --model FILE too")
+        else:
+            for stack_id in self.stack or ():
+                for mode in self.compile or ():
+                    registry.check_compile_mode(registry.get_stack(stack_id), mode)
         self.resolved_precision()
         try:
             scaling.check(self.devices, self.global_batch)
@@ -209,7 +226,17 @@ class MatrixOptions:
         """Every cell of these options (stack x task x compile mode x repeat), from `base`."""
         from fwbench.engines import matrix
 
+        if self.model is not None:
+            return model_files.plan(self.model_file(), self.stack, self.task, self.batch or model_file.DEFAULT_BATCH,
+                                    compile_modes=self.compile, repeats=self.repeats, base=base)
         return matrix.plan(self.stack or [], self.task, self.preset, self.compile, self.repeats, base=base)
+
+    def model_file(self) -> model_file.ModelFile:
+        """--model's file (its SHA-256 and what it defines), or a usage error when there is no readable file."""
+        try:
+            return model_file.read(self.model)
+        except model_file.ModelFileError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def declaration(name: str) -> Declaration:
@@ -228,14 +255,15 @@ class CommandOptions:
     overrides: dict[str, Override]
 
 
-def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None = None,
+def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None = None, opt_in: tuple[str, ...] = (),
                    **overrides: Override) -> Callable[[Callable], Callable]:
-    """Give a command the matrix options (all, `only` these, or all but `omit`), with its overrides; the command
-    receives them as one checked MatrixOptions, its first parameter."""
-    unknown = set(omit) | set(only or ()) | set(overrides)
+    """Give a command the matrix options (all, `only` these, or all but `omit`; opt-in ones only when named in
+    `opt_in`), with its overrides; the command receives them as one checked MatrixOptions, its first parameter."""
+    unknown = set(omit) | set(only or ()) | set(opt_in) | set(overrides)
     if unknown - set(_FIELDS):
         raise TypeError(f"not matrix options: {sorted(unknown - set(_FIELDS))}")
-    names = tuple(name for name in _FIELDS if (only is None or name in only) and name not in omit)
+    names = tuple(name for name in _FIELDS if (only is None or name in only) and name not in omit
+                  and (not declaration(name).opt_in or name in opt_in))
     fixed = {name: override.default for name, override in overrides.items()
              if name not in names and override.default is not _UNCHANGED}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from fwbench.core import models, pins
+from fwbench.core import model_file, models, pins
 
 
 class RegistryError(ValueError):
@@ -238,6 +238,24 @@ class Task:
         return f"{self.model} {self.kind}"
 
 
+@dataclass(frozen=True)
+class ModelFileTask(Task):
+    """A task of a user's model file (fwbench.core.model_file, `fwbench run --model`): its model is the file, its
+    kind and batch come from its id (`my_model.py-fit-bs32`), the same at every preset (which then sets only the
+    default steps, warm-up and timeout)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batch", MappingProxyType(dict(self.batch)))
+
+
+def model_file_task(task_id: str | None) -> Task | None:
+    """The task a model-file task id names, or None (never a registry task: get_task stays the registry's)."""
+    parsed = model_file.parse_task(task_id)
+    if parsed is None:
+        return None
+    return ModelFileTask(parsed.id, parsed.model, parsed.kind, {preset: parsed.batch for preset in models.PRESET_IDS})
+
+
 def _task(task_id: str, model: str, kind: str, batch: tuple[int, int, int]) -> Task:
     paper, small, tiny = batch
     return Task(task_id, model, kind, {"paper": paper, "small": small, "tiny": tiny})
@@ -290,7 +308,8 @@ assert tuple(PRESETS) == models.PRESET_IDS
 def default_steps(task_id: str, preset: str) -> int:
     """The timed steps a cell of this task gets at this preset unless --steps says otherwise: the one place
     per-task defaults live (they are part of the cell identity, like any step count)."""
-    return dict(get_preset(preset).kind_steps).get(get_task(task_id).kind, get_preset(preset).steps)
+    kind = (model_file_task(task_id) or get_task(task_id)).kind
+    return dict(get_preset(preset).kind_steps).get(kind, get_preset(preset).steps)
 
 
 @dataclass(frozen=True)
@@ -309,6 +328,10 @@ class Workload:
 
 
 def workload(task_id: str, preset: str) -> Workload:
+    task = model_file_task(task_id)
+    if task is not None:  # a model file's: its sizes are the file's own
+        get_preset(preset)
+        return Workload(task, preset, task.batch[preset], None, None)
     task = get_task(task_id)
     get_preset(preset)
     model = models.MODELS[task.model]

@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -34,8 +34,12 @@ ADDED_IN_V9 = ("devices", "per_device_batch", "global_batch", "global_batch_sett
 ADDED_IN_V10 = ("comm_backend_version", "interconnect")
 # v11: the checksum of the weights a fit starts from (every fit is seeded by --seed).
 ADDED_IN_V11 = ("initial_weights_sha256",)
+# v12: a user's model file as a cell source (fwbench run --model): its SHA-256 (an identity setting) and path, and
+# whether its PyTorch twin has the Keras model's trainable parameters.
+ADDED_IN_V12 = ("model_sha256", "model_file", "twin_params_keras", "twin_params_match")
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
-            8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10, 11: ADDED_IN_V11}
+            8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10, 11: ADDED_IN_V11,
+            12: ADDED_IN_V12}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -250,6 +254,16 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                "with its link in nvidia-smi topo -m's words: NV<k> (NVLink, k active links), or the "
                                "PCIe path PIX, PXB, PHB, NODE, SYS, e.g. '0-1 NV18'; null on a CPU, on one device, "
                                "or where NVML cannot say (extra.nvidia_smi_topo: the matrix nvidia-smi printed)."),
+    ("model_sha256", "string", "Identity: SHA-256 of the model file a `fwbench run --model` row ran (an edited file "
+                               "is a new cell); null: a registry task."),
+    ("model_file", "string", "The model file's path as the cell imported it (--model rows; not part of the identity: "
+                             "model_sha256 is)."),
+    ("twin_params_keras", "int64", "native-torch rows of a model file: the trainable parameters of the file's Keras "
+                                   "model the PyTorch twin was checked against (null: not checked; extra.twin_check "
+                                   "says why)."),
+    ("twin_params_match", "bool", "native-torch rows of a model file: True if the twin has as many trainable "
+                                  "parameters as the Keras model, False if not (then it is not the same model), null "
+                                  "when not checked."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "

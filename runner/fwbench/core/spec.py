@@ -12,7 +12,8 @@ from fwbench.core.identity import CellIdentity
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index", "gpu_indices")
 # Left out of the JSON when unset, so that a cell whose fwbench predates them (an older image under the docker
 # engine) still reads its spec.
-OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch", "probe_weights")
+OPTIONAL_FIELDS = (*PLACEMENT_FIELDS, "device", "device_setting", "sweep_point", "global_batch", "probe_weights",
+                   "model_file", "model_sha256")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class CellSpec:
     # `fwbench stability` (fwbench.core.stability): an untimed fit on a learnable target that keeps every step's loss,
     # written as a stability record, never as a cell row. Left out of the JSON when False (older harnesses).
     stability_run: bool = False
+    # `fwbench run --model FILE` (fwbench.core.model_file): the file the cell imports its model from, and its SHA-256
+    # (part of the identity; the cell refuses a file that no longer has it). None: a registry task.
+    model_file: str | None = None
+    model_sha256: str | None = None
 
     @property
     def cell_id(self) -> str:

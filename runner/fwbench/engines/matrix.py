@@ -55,6 +55,8 @@ def ensure_data(specs: list[CellSpec]) -> None:
     """Generate the shared inputs the planned cells need, once, before any cell starts."""
     missing: dict[tuple[str, str, int], list[str]] = {}
     for spec in specs:
+        if spec.model_file is not None:
+            continue  # a model file's inputs are made by its first cell (fwbench.core.model_inputs)
         if not data.has_task(Path(spec.data_dir), spec.preset, spec.task, spec.seed):
             missing.setdefault((spec.data_dir, spec.preset, spec.seed), []).append(spec.task)
     for (data_dir, preset, seed), task_ids in missing.items():

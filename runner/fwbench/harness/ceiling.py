@@ -145,14 +145,16 @@ def cpu_peaks(precisions: physics.Precisions, row: dict[str, Any], cache_dir: Pa
 
 
 def physics_row(row: dict[str, Any], on_gpu: bool, cache_dir: Path | None = None, *,
-                mig_slice: bool = False, gemm: GemmHook | None = None) -> dict[str, Any]:
+                mig_slice: bool = False, gemm: GemmHook | None = None,
+                cost: physics.StepCost | None = None) -> dict[str, Any]:
     """Physics columns for a measured row (needs model, task_kind, preset, batch_size, ms_per_step; the compute
     dtype (else the dtype) and the effective TF32 state of matmuls and convolutions say what precision each part
     ran at, and the row is measured against that precision's ceiling).
     mig_slice: the cell ran on a MIG slice, which has a share of the GPU's units and bandwidth: no peak.
     gemm: the cell's backend's gemm_tflops hook for a CPU's bf16/fp16 ceiling (the cell passes its backend's; without
-    one a bf16/fp16 row on a CPU gets no peak, and its source says so)."""
-    cost = physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
+    one a bf16/fp16 row on a CPU gets no peak, and its source says so).
+    cost: the step's cost where the cell counted it (a model file's layers); else the registry model's."""
+    cost = cost or physics.step_cost(row["model"], row["task_kind"], row["preset"], row["batch_size"])
     precisions = physics.step_precisions(cost, row.get("dtype"), row.get("tf32_effective"),
                                          row.get("tf32_conv_effective"), row.get("compute_dtype"))
     peak_tflops = peak_source = bandwidth = None

@@ -30,7 +30,7 @@ from fwbench.core.atomic import write_atomically
 from fwbench.core.schema import SCHEMA_VERSION
 from fwbench.core.cpusets import own_cpu_set
 from fwbench.core.spec import CellSpec
-from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, check_cell
+from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, check_cell, model_source
 
 KERAS_ENVIRONMENT = ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS", "XLA_PYTHON_CLIENT_PREALLOCATE",
                      "TF_FORCE_GPU_ALLOW_GROWTH", "JAX_PLATFORMS")
@@ -76,7 +76,7 @@ def unsupported_variant(spec: CellSpec, exc: BaseException) -> str | None:
 def base_record(spec: CellSpec) -> dict[str, Any]:
     """The identifying fields every row has, whatever its status (the runner uses it too)."""
     stack = registry.STACKS.get(spec.stack)
-    task = registry.TASKS.get(spec.task)
+    task = registry.TASKS.get(spec.task) or registry.model_file_task(spec.task)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "fwbench_version": __version__,
@@ -109,6 +109,8 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
         "cpu_set": spec.cpu_set,
         "gpu_index": spec.gpu_index,
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "model_sha256": spec.model_sha256,
+        "model_file": spec.model_file,
     }
     jit_compile = stack.jit_compile(spec.task, spec.jit) if stack and task else None
     if jit_compile is not None:  # Keras stacks: XLA or eager, per the stack definition
@@ -163,11 +165,13 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
     result, extra = describe(built, timed)
     phases.done("describe")
-    if spec.devices == 1:
+    if spec.model_file is not None and built.ctx.step_cost is None:
+        pass  # a model file's layers fwbench could not count: extra.physics (the workload's) says why
+    elif spec.devices == 1:
         # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
         result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
                                           mig_slice=bool(timed.known_gpu and timed.known_gpu.mig),
-                                          gemm=getattr(built.backend, "gemm_tflops", None)))
+                                          gemm=getattr(built.backend, "gemm_tflops", None), cost=built.ctx.step_cost))
     else:
         # The ceiling is one device's (or one rank's cores'), the step's FLOPs all devices': not comparable yet.
         extra["physics"] = "not computed for data-parallel rows (the ceiling is per device)"
@@ -224,7 +228,10 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     workload = registry.workload(spec.task, spec.preset)
     registry.check_compile_mode(stack, spec.compile_mode)
     scaling.check(spec.devices, spec.global_batch)  # a spec file, not the CLI, can ask for impossible scaling
-    arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
+    if spec.model_file is not None:  # its inputs are made by the file, once its framework is imported
+        arrays, input_sha256, seed = {}, None, spec.seed
+    else:
+        arrays, input_sha256, seed = data.load(Path(spec.data_dir), spec.preset, spec.task)
     target = None
     if spec.stability_run:  # the same bytes, with a target the model can learn (fwbench.core.stability)
         arrays, target = stability.learnable_inputs(workload.task.model, workload.arch, arrays)
@@ -252,8 +259,17 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     if spec.devices > 1:
         check_data_parallel_devices(backend, spec.devices)
     phases.done("framework_import")
-    module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
-    ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
+    source = None
+    if spec.model_file is not None:
+        source = model_source.load(spec)  # the user's file, imported by this backend's process
+        arrays, input_sha256, made = model_source.inputs(spec, source, workload.batch_size)
+        phases.done("model_file")  # importing the file, and making or reading its inputs
+        module = importlib.import_module(f"fwbench.workloads.{stack.family}.model_file")
+    else:
+        module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
+    ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend, model_source=source)
+    if source is not None:
+        ctx.report(extra={"model_inputs": "made by this cell" if made else "read: made by an earlier cell"})
     phases.done("workload_import")
 
     setup_start = time.perf_counter()

@@ -108,6 +108,11 @@ class CellContext:
             digest.update(f"{dtype}{list(shape)};".encode())
             digest.update(data)
         return digest.hexdigest()
+    # `fwbench run --model`: the user's imported file (fwbench.workloads.model_source.ModelSource); None otherwise.
+    model_source: Any = None
+    # A model file's cost of one step (fwbench.core.physics.StepCost), counted by the workload from the layers that
+    # ran; None: not counted (the physics columns stay empty; extra.physics says why).
+    step_cost: Any = None
 
     def record_loss(self, loss: Any) -> None:
         """Keep a fit step's loss (a framework scalar, a Python float or a numpy value) to count non-finite losses
