@@ -62,7 +62,7 @@ def test_compare_user_errors(tmp_path):
     assert missing.exit_code == 2 and "no such file or directory" in missing.output
     (tmp_path / "empty").mkdir()
     empty = CliRunner().invoke(app, ["compare", str(tmp_path / "empty"), str(tmp_path / "empty")])
-    assert empty.exit_code == 1 and "no result files" in empty.output
+    assert empty.exit_code == 2 and "no result files" in empty.output  # README: 2 = a path unusable
 
 
 def test_holm_adjustment():

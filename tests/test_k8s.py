@@ -83,8 +83,8 @@ def test_render_command_writes_the_objects_of_a_release_and_refuses_bad_input(tm
                           lock_sha256="", sbom_sha256="", base_image="", base_image_digest=None, git_revision="")
     release = tmp_path / "release.json"
     release.write_text(Release("ghcr.io/o", "0.1.0", "rev", "now", [image]).to_json())
-    done = run_fwbench("k8s", "render", "--stack", "keras3-jax", "--task", "bert-fit", "--release", str(release),
-                       "-o", str(tmp_path / "k8s"))
+    done = run_fwbench("k8s", "render", "--stack", "keras3-jax", "--task", "bert-fit", "--preset", "paper",
+                       "--release", str(release), "-o", str(tmp_path / "k8s"))
     assert done.returncode == 0, done.stderr
     configmap, job = yaml.safe_load_all((tmp_path / "k8s" / "fwbench-keras3-jax.yaml").read_text())
     assert deserialize(job, "V1Job").spec.template.spec.containers[0].image == image.reference

@@ -22,7 +22,7 @@ EXPECTED = {
     ("run",): ((), {"stack", "task"}),
     ("demo",): (("preset", "compile"), {"stack", "steps", "parallel", "data"}),
     ("slurm", "submit"): (("parallel",), {"threads", "device"}),
-    ("k8s", "render"): (("data", "device", "parallel"), {"preset", "threads"}),
+    ("k8s", "render"): (("data", "device", "parallel"), {"threads"}),
     ("verify",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "repeats", "device")), {"task", "repeats"}),
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),

@@ -75,6 +75,14 @@ def run_aggregate(result_dirs: list[Path], report_dir: Path, strict: bool = Fals
     return outcome.report_md
 
 
+def table_width(wide: int) -> int | None:
+    """The terminal's width where there is one (a terminal, or COLUMNS set: rich reads both), else `wide` (a pipe
+    or a file: rich would wrap the table at 80 columns)."""
+    import os
+
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else wide
+
+
 def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float,
                 *, across: list[str] | None = None) -> int:
     """Print the per-cell comparison; returns the exit code (1 if a regression exceeds fail_above)."""
@@ -85,11 +93,14 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
     from fwbench_aggregator import compare as cmp
     from fwbench_aggregator.errors import AggregateError
 
+    from fwbench_aggregator.errors import NoResultsError
+
     try:
         side_a, side_b = cmp.load_side([a]), cmp.load_side([b])
     except AggregateError as exc:
         _print_skipped(exc.skipped)
-        raise _fail(str(exc), exc.exit_code) from None
+        # A side with no rows is an unusable path for compare: it refuses to judge (2), as README says.
+        raise _fail(str(exc), 2 if isinstance(exc, NoResultsError) else exc.exit_code) from None
     _print_skipped(side_a.skipped + side_b.skipped)
     rows = cmp.compare(side_a, side_b, alpha, min_effect, across or ())
     pairing = (f"identity but for {', '.join(across)} (--across)" if across else "identity")
@@ -113,7 +124,7 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
                       r.busy or "",
                       f"[{styles[r.verdict]}]{r.verdict}[/]" if r.verdict in styles else escape(r.verdict),
                       *((escape(r.differs),) if show_differs else ()))
-    Console(width=240 if show_differs else 200).print(table)
+    Console(width=table_width(240 if show_differs else 200)).print(table)
     unnamed = [r for r in rows if r.unpaired_note.startswith("differs")]
     if unnamed:
         print(f"note: {len(unnamed)} unpaired cell(s) have a cell of the same stack, task and compile mode on the other "
@@ -152,7 +163,7 @@ def register(app: typer.Typer) -> None:
     @app.command("aggregate")
     def aggregate_cmd(
         result_dirs: List[Path] = typer.Argument(..., help="Results directories (searched recursively) or files."),
-        output: Path = typer.Option(..., "-o", "--output", help="Report directory (outside the results dirs)."),
+        output: Path = typer.Option(..., "--out", "-o", "--output", help="Report directory (outside the results dirs)."),
         strict: bool = typer.Option(False, help="Exit 1 (and write nothing) if any result file is skipped."),
         include_busy: bool = typer.Option(False, "--include-busy",
                                           help="Count rows measured on a busy machine in tables and rankings."),

@@ -23,14 +23,31 @@ from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_S
                                  warn_if_busy)
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 
+# -h as well as --help, in every command and group (Click passes context settings down to subcommands).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings=HELP_OPTIONS,
                   help="Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data.")
 env_app = typer.Typer(no_args_is_help=True, help="Manage the per-stack environments of the local engine.")
 app.add_typer(env_app, name="env")
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from fwbench import __version__
+
+        print(f"fwbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                      help="Print fwbench's version and exit.")) -> None:
+    """Benchmark Keras 3 / Keras 2 / native PyTorch on the same models and data."""
+
+
 @app.command("list")
-def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes to show.")) -> None:
+def list_cmd(preset: str = typer.Option("tiny", help="Preset whose batch sizes to show: tiny, small or paper.")) -> None:
     """Show the stacks, tasks and presets."""
     registry.get_preset(preset)
     stacks = Table(title="Stacks")
@@ -57,7 +74,7 @@ def list_cmd(preset: str = typer.Option("paper", help="Preset whose batch sizes 
 @matrix_options(only=("task", "preset", "seed"))
 def data_cmd(
     options: MatrixOptions,
-    out: Path = typer.Option(None, "--out", help="Data directory (default: $FWBENCH_DATA or ~/.cache/fwbench/data)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Data directory (default: $FWBENCH_DATA or ~/.cache/fwbench/data)."),
 ) -> None:
     """Write the shared synthetic inputs of every task once, with a SHA-256 manifest."""
     out = out or default_data_dir()
@@ -78,7 +95,7 @@ def data_cmd(
                               default_text="all 12; with --model, fit and predict"))
 def run_cmd(
     options: MatrixOptions,
-    out: Path = typer.Option(..., "--out", help="Results directory (one Parquet file per cell)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results directory (one Parquet file per cell)."),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP, show_default=False),
     engine: str = typer.Option("local", help="local (per-stack venv), current (this interpreter) or docker."),
     image: Optional[str] = typer.Option(None, help=f"docker: image name template (default {registry.IMAGE_TEMPLATE})."),
@@ -211,7 +228,7 @@ def _summary_table(outcomes) -> Table:
                 steps=Override(default=5), parallel=Override(default="auto"), data=Override(default_text="OUT/data"))
 def demo_cmd(
     options: MatrixOptions,
-    out: Path = typer.Option(Path("demo-results"), "--out", help="Where results and the report go."),
+    out: Path = typer.Option(Path("demo-results"), "--out", "-o", help="Where results and the report go."),
     compiled: bool = typer.Option(False, help="Also run native-torch with torch.compile(mode='reduce-overhead')."),
     resume: bool = typer.Option(True, help="Keep ok rows from an earlier demo run (--no-resume re-runs every cell "
                                            "and lets a failed one replace its ok row)."),

@@ -16,7 +16,7 @@ k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes I
 @k8s_app.command("render")
 # A pod's data is its own emptyDir and its device its image's variant; a pod cannot see the node's core count ahead.
 # A --devices N cell's pod requests N GPUs (nvidia.com/gpu: N), or on the CPU at least N CPUs (--cpu).
-@matrix_options(omit=("data", "device", "parallel"), preset=Override(default="paper"),
+@matrix_options(omit=("data", "device", "parallel"),
                 threads=Override(default=8, help="CPU threads per cell (a pod cannot see the node's cores ahead)."))
 def render_cmd(
     options: MatrixOptions,
@@ -30,7 +30,7 @@ def render_cmd(
     results_claim: str = typer.Option("fwbench-results", help="PersistentVolumeClaim the rows go to."),
     namespace: Optional[str] = typer.Option(None, help="Namespace of the objects."),
     name: str = typer.Option("fwbench", help="Name prefix of the objects (DNS-1123)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Directory for the YAML files."),
+    output: Path = typer.Option(..., "--out", "-o", "--output", help="Directory for the YAML files."),
 ) -> None:
     """Write per stack a ConfigMap (the plan) and an Indexed Job, plus a deny-all NetworkPolicy."""
     from fwbench.cluster import k8s
@@ -67,7 +67,7 @@ def render_cmd(
 @k8s_app.command("run-cell")
 def run_cell_cmd(
     plan: Path = typer.Argument(..., help="The plan (cells.json of the ConfigMap)."),
-    out: Path = typer.Option(..., "--out", help="Results directory (the PersistentVolumeClaim)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results directory (the PersistentVolumeClaim)."),
     index: Optional[int] = typer.Option(None, "--index", envvar="JOB_COMPLETION_INDEX",
                                         help="Which cell (Kubernetes sets JOB_COMPLETION_INDEX)."),
 ) -> None:

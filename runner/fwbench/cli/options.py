@@ -156,7 +156,7 @@ class MatrixOptions:
     tf32: str = _declared("default", "TF32 policy, an alias of --precision: default (published), on (tf32), off "
                           "(fp32).", check=_choice("TF32 policy", TF32_POLICIES))
     threads: Optional[int] = _declared(None, "CPU threads per cell.", check=_at_least("--threads", 1),
-                                       default_text="all cores; with --parallel, the cores of a cell's slot")
+                                       default_text="all cores, or the cores of a cell's slot where cells run side by side")
     data: Optional[Path] = _declared(None, "Shared data folder.",
                                      default_text="$FWBENCH_DATA or ~/.cache/fwbench/data")
     seed: int = _declared(0, "Seed of the shared data.", spec_field="seed")
@@ -310,7 +310,7 @@ def _typer_option(name: str, override: Override | None) -> Any:
         elif override.default_text is not None:
             default_text = override.default_text
         required = required if override.required is None else override.required
-    if default_text:
+    if default_text and not required:  # a required option has no default to name
         help = help.rstrip(".") + f" (default: {default_text})."
     return typer.Option(... if required else default, help=help, envvar=declared.envvar, hidden=declared.hidden,
                         metavar="<int>" if declared.parse else None)

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         pin_set: Optional[str] = typer.Option(None, "--pin-set", envvar="FWBENCH_PIN_SET", help="current (default) or paper-2024."),
         variant: str = typer.Option("gpu", help="Image variant: cpu or gpu."),
         stack: Optional[List[str]] = typer.Option(None, "--stack", help="Stacks (repeatable; default: all five)."),
-        out: Path = typer.Option(Path("release"), "--out", help="Where release.json, release.env and sboms/ go."),
+        out: Path = typer.Option(Path("release"), "--out", "-o", help="Where release.json, release.env and sboms/ go."),
         sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="SSH private key that signs release.json."),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="cosign key (when cosign is on PATH; "
                                                   "without it cosign signs keyless)."),
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
     def bundle_cmd(
         results: List[Path] = typer.Argument(..., help="Results directories of a run made with --release."),
         release_path: Path = typer.Option(Path("release/release.json"), "--release", help="The release the rows ran in."),
-        output: Path = typer.Option(..., "-o", "--output", help="Bundle file to write (.tar.gz)."),
+        output: Path = typer.Option(..., "--out", "-o", "--output", help="Bundle file to write (.tar.gz)."),
         sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="SSH private key that signs the bundle's "
                                                 "manifest (the rows and their settings); verify refuses an unsigned "
                                                 "bundle unless --allow-unsigned."),
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                                    "interval of re-run/published)."),
         allow_inconclusive: bool = typer.Option(False, "--allow-inconclusive", help="Exit 0 despite inconclusive "
                                                 "cells (still reported); slower, faster and failed cells still fail."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Working and report directory (default verify-<bundle>)."),
+        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Working and report directory (default verify-<bundle>)."),
         cosign_key: Optional[Path] = typer.Option(None, "--cosign-key", help="Also check cosign signatures of the images "
                                                   "with this public key (needs cosign on PATH)."),
         cosign_identity: Optional[str] = typer.Option(None, "--cosign-identity", help="Check the release's keyless "

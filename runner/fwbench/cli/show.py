@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
     def show_cmd(
         stack: str = typer.Argument(..., help="Stack id; see `fwbench list`."),
         task: str = typer.Argument(..., help="Task id."),
-        preset: str = typer.Option("paper", help="Preset whose batch size and step counts to show."),
+        preset: str = typer.Option("tiny", help="Preset whose batch size and step counts to show: tiny, small or paper."),
     ) -> None:
         """Show a cell's timed call, the files of its code and its settings."""
         for line in describe_cell(stack, task, preset):

@@ -25,7 +25,7 @@ slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm jo
                                      "gpu or cpu."))
 def submit_cmd(
     options: MatrixOptions,
-    out: Path = typer.Option(..., "--out", help="Results folder, on a filesystem the compute nodes share (--data too)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results folder, on a filesystem the compute nodes share (--data too)."),
     engine: str = typer.Option("local", help="--container none: local (per-stack venv) or current (this interpreter)."),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition (default: the cluster's)."),
     gres: Optional[str] = typer.Option(None, "--gres", help="Generic resources per task, e.g. gpu:1."),
@@ -127,7 +127,7 @@ def submit_cmd(
 
 @slurm_app.command("status")
 def status_cmd(
-    out: Path = typer.Option(..., "--out", help="The results folder of the submissions."),
+    out: Path = typer.Option(..., "--out", "-o", help="The results folder of the submissions."),
     all_submissions: bool = typer.Option(False, "--all", help="Every submission, not only the newest."),
 ) -> None:
     """Each array task's cell and state (Slurm's while queued or running, then its row's status). A task that
@@ -163,7 +163,7 @@ def status_cmd(
 @slurm_app.command("run-cell")
 def run_cell_cmd(
     plan: Path = typer.Argument(..., help="The submission's cells.json."),
-    out: Path = typer.Option(..., "--out", help="Results folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results folder."),
     submission: Path = typer.Option(..., "--submission", help="The submission's folder (for the done marker)."),
     index: Optional[int] = typer.Option(None, "--index", envvar="SLURM_ARRAY_TASK_ID",
                                         help="Which cell (Slurm sets SLURM_ARRAY_TASK_ID)."),

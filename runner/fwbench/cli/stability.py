@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
                     steps=Override(default=stability_core.DEFAULT_STEPS, help=STEPS_HELP))
     def stability_cmd(
         options: MatrixOptions,
-        out: Path = typer.Option(Path("stability-results"), "--out",
+        out: Path = typer.Option(Path("stability-results"), "--out", "-o",
                                  help="Results directory: records go to OUT/stability/ (fwbench aggregate reads them)."),
     ) -> None:
         """Train each (stack, task) untimed on a learnable target at --precision and at fp32, and record the loss

@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         options: MatrixOptions,
         vary: Optional[str] = typer.Option(None, "--vary", help=VARY_HELP),
         vary_date: Optional[str] = typer.Option(None, "--vary-date", help=DATE_HELP),
-        out: Path = typer.Option(..., "--out", help="Results directory; the sweep report goes to OUT/sweep-report."),
+        out: Path = typer.Option(..., "--out", "-o", help="Results directory; the sweep report goes to OUT/sweep-report."),
         tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
         resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP + " (At each point.)",
                                               show_default=False),
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         good: str = typer.Option(..., "--good", help="A version (or, without --package, a date) where the cell is "
                                                     "as it was."),
         bad: str = typer.Option(..., "--bad", help="A version (or date) where it has changed."),
-        out: Path = typer.Option(..., "--out", help="Results directory (rows of every tested point)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Results directory (rows of every tested point)."),
         tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
         max_repeats: int = typer.Option(9, "--max-repeats", help="Cap on repeats an inconclusive judgement adds "
                                                                   "up to, per point."),
