@@ -269,3 +269,17 @@ def test_a_point_that_cannot_be_built_never_replaces_an_ok_row_at_it(tmp_path, m
 def test_unavailable_point_is_an_exception_with_a_reason(tmp_path):
     exc = PointUnavailable(points.package_point("tqdm", "99"), "no such version", tmp_path / "log")
     assert exc.reason == "no such version" and "tqdm==99" in str(exc)
+
+
+def test_a_date_point_of_a_gpu_environment_resolves_the_cuda_builds(tmp_path):
+    """Date points installed from requirements.txt whatever the variant (jax[cpu], plain tensorflow): on a GPU host
+    every date point's cell was device_unavailable."""
+    from fwbench.core.sweep import date_point
+    from fwbench.engines.local import StackEnvironment
+
+    point = date_point("2026-03-01")
+    for stack, cuda in (("keras3-jax", "jax[cuda12"), ("keras3-tensorflow", "tensorflow[and-cuda]")):
+        gpu = StackEnvironment(stack, home=tmp_path, variant="gpu", point=point).date_requirements()
+        cpu = StackEnvironment(stack, home=tmp_path, variant="cpu", point=point).date_requirements()
+        assert any(name.startswith(cuda) for name in gpu), gpu
+        assert not any(name.startswith(cuda) for name in cpu), cpu

@@ -218,6 +218,7 @@ class StackEnvironment:
         # carries CUDA either way) has no requirements-gpu.txt.
         gpu_requirements = folder / "requirements-gpu.txt"
         unlocked = gpu_requirements if variant == "gpu" and gpu_requirements.is_file() else folder / "requirements.txt"
+        self.unlocked_requirements = unlocked  # what a date point re-resolves (a GPU one: the CUDA builds)
         self.requirements = folder / f"requirements-{variant}.lock" if self.locked else unlocked
         self.constraints = REPO_ROOT / "images" / "pin-sets" / f"{pin_set}.txt"
         self.overrides = folder / "overrides.txt"
@@ -234,6 +235,12 @@ class StackEnvironment:
         if point is not None:
             name += "-at-" + re.sub(r"[^A-Za-z0-9.+-]+", "_", point.label)[:48]
         self.path = self.home / "venvs" / f"{name}-{key.hexdigest()[:12]}"
+
+    def date_requirements(self) -> list[str]:
+        """A date point's requirements, unpinned: the stack's for this variant (a GPU environment's name the CUDA
+        builds: jax[cuda12], tensorflow[and-cuda]; the CPU ones would make every GPU cell device_unavailable) and
+        fwbench's runtime ones."""
+        return unpinned_requirements(self.unlocked_requirements, REPO_ROOT / "images" / "fwbench-runtime.txt")
 
     @property
     def label(self) -> str:
@@ -332,8 +339,7 @@ class StackEnvironment:
             count = requirement_count(self.requirements)
             pip = (uv, "pip", "install", "--python", self.python)
             if self.point is not None and self.point.is_date:
-                runtime = REPO_ROOT / "images" / "fwbench-runtime.txt"
-                wanted = unpinned_requirements(pin_set_dir(self.stack, self.pin_set) / "requirements.txt", runtime)
+                wanted = self.date_requirements()
                 unpinned = self.path.with_name(self.path.name + ".requirements.txt")
                 unpinned.write_text("\n".join(wanted) + "\n")
                 report(BuildProgress(f"resolving {len(wanted)} requirements as the index had them on "
