@@ -66,8 +66,12 @@ def test_cpu_rows_carry_the_physics_columns(tmp_path, shared_data):
         assert row["achieved_tflops"] == pytest.approx(cost.flops / row["ms_per_step"] * 1e3 / 1e12)
         # Each against the ceiling of the precision it ran at, measured once per run: fp32 (NumPy) for BERT,
         # bf16 through torch for the bfloat16 LLM.
-        wanted = "measured fp32 GEMM" if row["compute_precision"] == "fp32" else "measured bf16 GEMM"
-        assert row["peak_source"].startswith(wanted) and row["peak_tflops"] > 0, row["peak_source"]
+        if row["compute_precision"] == "fp32":
+            assert row["peak_source"].startswith("measured fp32 GEMM"), row["peak_source"]
+        else:  # the framework's bf16 GEMM, or the fp32 one where that probe was slower (no native bf16 here)
+            assert (row["peak_source"].startswith("measured bf16 GEMM")
+                    or "standing in for bf16" in row["peak_source"]), row["peak_source"]
+        assert row["peak_tflops"] > 0
         assert row["pct_of_peak"] == pytest.approx(100 * row["achieved_tflops"] / row["peak_tflops"])
         assert row["precision_suspect"] is False and row["energy_status"] is None
     generate = next(r for r in rows if r["task_kind"] == "generate")

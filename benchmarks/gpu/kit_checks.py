@@ -199,6 +199,14 @@ class Checks:
             else:
                 row = self.cell(f"tf32-{setting}", extra=["--tf32", setting], preset="tiny",
                                 precision=TF32_AS_PRECISION[setting])
+            if setting == "on" and not self.gpu:
+                # fwbench's one precision rule: a precision the device cannot run is an unsupported row, not an ok
+                # row labelled tf32 that ran fp32 (a CPU has no TF32).
+                if row and row.get("status") == "unsupported":
+                    details.append("on: unsupported on a CPU, as it must be")
+                else:
+                    wrong.append(f"--tf32 on on a CPU: {self.why(row)} (expected an unsupported row)")
+                continue
             if not self.ok(row):
                 wrong.append(f"--tf32 {setting}: {self.why(row)}")
                 continue
