@@ -131,30 +131,25 @@ def cost_table(summary: PresetSummary) -> list[list[str]]:
     def num(value, digits=3) -> str:
         return "—" if value is None else f"{value:.{digits}g}"
 
-    rows = []
+    return [[task, variant.label, "—" if costs.batch is None else str(costs.batch), num(costs.samples_per_s),
+             num(costs.tokens_per_s), num(costs.first_step_s),
+             num(None if costs.peak_mem_bytes is None else costs.peak_mem_bytes / 1e9), num(costs.joules_per_step)]
+            for task, variant, costs in _cells(summary, summary.costs)]
+
+
+def _cells(summary: PresetSummary, by_cell: dict):
+    """(task, variant, value) of each cell of `by_cell` (keyed by (task, variant)), in table order."""
     for task in summary.tasks:
         for variant in summary.variants:
-            costs = summary.costs.get((task, variant))
-            if costs is None:
-                continue
-            rows.append([task, variant.label, "—" if costs.batch is None else str(costs.batch),
-                         num(costs.samples_per_s), num(costs.tokens_per_s), num(costs.first_step_s),
-                         num(None if costs.peak_mem_bytes is None else costs.peak_mem_bytes / 1e9),
-                         num(costs.joules_per_step)])
-    return rows
+            if (task, variant) in by_cell:
+                yield task, variant, by_cell[(task, variant)]
 
 
 def status_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
     headers = ["task", "variant"] + list(STATUSES) + ["of which busy", "of which concurrent", "messages"]
-    rows = []
-    for task in summary.tasks:
-        for variant in summary.variants:
-            status = summary.statuses.get((task, variant))
-            if status is None:
-                continue
-            counts = [str(status.counts.get(s, 0)) for s in STATUSES]
-            rows.append([task, variant.label] + counts + [str(status.busy), str(status.concurrent),
-                                                           "; ".join(status.messages) or ""])
+    rows = [[task, variant.label] + [str(status.counts.get(s, 0)) for s in STATUSES]
+            + [str(status.busy), str(status.concurrent), "; ".join(status.messages) or ""]
+            for task, variant, status in _cells(summary, summary.statuses)]
     return headers, rows
 
 

@@ -111,6 +111,18 @@ def write_weights(model, path: str) -> None:
     np.savez(path, **{name: p.detach().cpu().double().numpy() for name, p in module.named_parameters()})
 
 
+def backward_and_step(loss: torch.Tensor, optimizer, scaler) -> torch.Tensor:
+    """One optimizer step from `loss`: plain, or through the fp16 GradScaler (scaled backward, step, update)."""
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
+
+
 class RegressionTrainStep(StepCell):
     """One Adam step of `module` towards a fixed target with MSE (the SAM and SD encoder fits). A compiled
     cell compiles the whole train step, optimizer included, as the published code did. Under bf16/fp16 the forward
@@ -151,14 +163,7 @@ class RegressionTrainStep(StepCell):
             loss = self.loss_fn(self.module(self.inputs), self.target)
         if self.multiplier is not None:
             loss = loss * self.multiplier
-        if self.scaler is None:
-            loss.backward()
-            self.optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        return loss
+        return backward_and_step(loss, self.optimizer, self.scaler)
 
     def step(self) -> torch.Tensor:
         if self.multiplier is not None:

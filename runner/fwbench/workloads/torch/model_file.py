@@ -18,8 +18,8 @@ import torch
 from fwbench.core import model_file, model_inputs
 from fwbench.core.model_file import ModelFileError
 from fwbench.workloads import StepCell, Unsupported
-from fwbench.workloads.torch.common import (autocast, count_params, maybe_compile, report_compiled, report_model,
-                                            with_autocast)
+from fwbench.workloads.torch.common import (autocast, backward_and_step, count_params, maybe_compile,
+                                            report_compiled, report_model, with_autocast)
 from fwbench.workloads.torch.layer_flops import FlopProbe
 
 
@@ -44,14 +44,7 @@ class TwinTrainStep(StepCell):
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(self.ctx, self.device):
             loss = self.loss_fn(self.module(self.x), self.y)
-        if self.scaler is None:
-            loss.backward()
-            self.optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        return loss
+        return backward_and_step(loss, self.optimizer, self.scaler)
 
     def step(self) -> torch.Tensor:
         loss = self.train_step()
