@@ -112,7 +112,7 @@ def test_the_report_opens_with_what_ran(tmp_path):
             + cell("keras3-jax", "bert-fit", 50.0, parallel_cells=2, cpu_model="Test CPU"))
     md = report(tmp_path, rows)
     head = md.split("## Preset tiny", 1)[0]
-    assert "## What ran" in head
+    assert md.startswith("# fwbench report\n\n## What ran\n")  # the first thing a reader sees
     assert "- Devices: CPU only (no row ran on a GPU)" in head
     assert "- CPU: Test CPU, 2 cores; cells used 2 threads" in head
     assert "- Engine: local; image variant / environment: venv" in head

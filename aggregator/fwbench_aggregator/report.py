@@ -369,12 +369,12 @@ def build_document(loaded: LoadedResults, report_dir: Path,
     summaries = summarise(model_files.published_rows(frame), include_busy)  # model files: their own section
     reference = published.load_published()
     doc = d.Document("fwbench report")
+    doc.add(*what_ran.block(frame))
     doc.add(d.Paragraph(
         f"{len(frame)} rows from {loaded.files_read} result files (schema v{SCHEMA_VERSION}); generated "
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Merged rows: merged.parquet."),
         d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
                     "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
-    doc.add(*what_ran.block(frame))
     doc.add(*_concurrent_summary(frame))
     doc.add(*_headline_note(frame, summaries))
     if loaded.skipped:
