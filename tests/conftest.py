@@ -34,6 +34,14 @@ def run_fwbench(*args: str, timeout: float = 3600, env: dict[str, str] | None = 
                           env={**os.environ, **(env or {})})
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch):
+    """Tables are printed at their full width when there is no terminal; a COLUMNS inherited from whoever runs the
+    tests (a CI runner sets 80) would make rich wrap them, and the tests read whole phrases."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory) -> Path:
     """One shared data directory for every integration test, like a real run."""

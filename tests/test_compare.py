@@ -50,6 +50,13 @@ def test_cli_fail_above(runs):
     assert plain.exit_code == 0 and "slower" not in plain.output
 
 
+def test_a_narrow_terminal_wraps_the_table_and_cuts_no_verdict(runs, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = CliRunner().invoke(app, ["compare", *map(str, runs), "--fail-above", "10"])
+    assert narrow.exit_code == 1, narrow.output
+    assert "…" not in narrow.output and max(map(len, narrow.output.splitlines())) <= 80
+
+
 def test_cells_missing_on_one_side(tmp_path):
     write(tmp_path / "a", record("native-torch", "bert-fit", step_ms=[5.0, 5.1, 4.9]))
     write(tmp_path / "b", record("native-torch", "sam-fit", step_ms=[5.0, 5.1, 4.9]))

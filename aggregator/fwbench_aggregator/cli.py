@@ -110,7 +110,9 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
     show_differs = bool(across) or any(r.differs for r in rows)
     for column in ("preset", "task", "variant", "A ms", "B ms", "B/A", "95% CI", "change", "p (Holm)", "unit",
                    "busy", "verdict") + (("differs (A -> B)",) if show_differs else ()):
-        table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left")
+        # A narrow terminal wraps a cell's text rather than cutting it: a verdict must never read "ver…".
+        table.add_column(column, justify="right" if column in ("A ms", "B ms", "B/A", "change", "p (Holm)") else "left",
+                         overflow="fold", min_width=12 if column in ("verdict", "differs (A -> B)") else None)
     styles = {"slower": "red", "faster": "green"}
     for r in rows:
         table.add_row(r.preset, r.task, escape(r.variant.label),
