@@ -478,9 +478,9 @@ def simulated_image() -> tuple[Path, str]:
         uv_env = {**os.environ, **uv_environment(home)}
         uv = str(uv_binary())
         subprocess.run([uv, "venv", "-q", "--seed", "--python", python, str(venv)], check=True, env=uv_env)
-        # --compile-bytecode: an installed image has its .pyc; without them every cell process compiles its
-        # imports again (twice the time of a tiny cell here).
-        subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "--python", str(venv / "bin" / "python"),
+        # No --compile-bytecode (CI time: it compiles all of torch, JAX and transformers): the venv is writable, so
+        # the first process to import a module leaves its .pyc for the others.
+        subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
                         "-r", str(requirements)], check=True, timeout=3600, env=uv_env)
         (venv / ".fwbench-ready").touch()
     return venv / "bin" / "python", version
@@ -513,14 +513,14 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     first_out, first_export = tmp_path / "first", tmp_path / "first-export"
     common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--data", str(tmp_path / "data"),
               "--preset", "tiny", "--repeats", "1", "--tasks", "bert-predict",
-              "--variants", "native-torch:none,keras3-jax,keras3-torch", "--precisions", "published",
+              "--variants", "native-torch:none,keras3-jax", "--precisions", "published",
               "--budget-s", "500", "--cell-timeout", "150"]
-    # The first window is made to fail its report (a file stands where the report folder goes) and stops after two
-    # cells: its files come back all the same.
+    # The first window is made to fail its report (a file stands where the report folder goes) and stops after one
+    # cell: its files come back all the same.
     first_out.mkdir()
     (first_out / "report").write_text("not a folder")
     first = kit(python, "window", *common, "--out", str(first_out), "--export", str(first_export),
-                "--max-units", "2")
+                "--max-units", "1")
     assert first.returncode == 1, first.stderr + first.stdout
     assert "installed 11 wheels" in first.stdout and "no report: fwbench aggregate failed" in first.stdout
     exported = {path.name for path in first_export.iterdir()}
@@ -542,7 +542,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     second = kit(python, "window", *common, "--out", str(second_out), "--export", str(second_export),
                  "--restore", str(first_export))
     assert second.returncode == 0, second.stderr + second.stdout
-    assert second.stdout.count(": running (") == 1 and "keras3-torch/none/bert-predict/r0: running" in second.stdout
+    assert second.stdout.count(": running (") == 1 and "keras3-jax/xla/bert-predict/r0: running" in second.stdout
     assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
     assert len(list(second_export.iterdir())) == 8 and (second_export / "report.md").is_file()
 
@@ -550,7 +550,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     from fwbench.core.results import read_row
 
     rows = [read_row(path) for path in sorted((second_out / "rows").rglob("*.parquet"))]
-    assert sorted(row["stack"] for row in rows) == ["keras3-jax", "keras3-torch", "native-torch"]
+    assert sorted(row["stack"] for row in rows) == ["keras3-jax", "native-torch"]
     for row in rows:
         assert row["status"] == "ok", (row["stack"], row["task"], row["error_message"])
         assert row["engine"] == "current" and row["pin_set"] == "current"
@@ -559,7 +559,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
             assert versions["keras"] == "3.15.1" and "tensorflow" not in versions
             assert json.loads(row["extra"])["input_pipeline"] == "grain" and "grain" in versions
     status = kit(python, "status", *common[:-4], "--out", str(second_out))
-    assert "3 ok (of 3 units" in status.stdout, status.stdout
+    assert "2 ok (of 2 units" in status.stdout, status.stdout
     print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
 

@@ -341,3 +341,12 @@ def test_compare_pairs_only_rows_of_the_same_file(tmp_path):
     pairs, notes = compare.pair_cells([same.identity], [edited.identity])
     assert pairs == []  # an edited file is only in B, never paired with the old one
     assert notes[("B", edited.identity)].startswith("differs in settings not named in --across: model_sha256")
+
+
+def test_every_example_defines_the_whole_contract_fit_and_twin_included():
+    """The integration test runs each example for one task kind (CI time): each still offers both, and a twin."""
+    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+    assert len(examples) == 3
+    for path in examples:
+        assert {model_file.BUILD_MODEL, model_file.MAKE_INPUTS, model_file.KERAS_LOSS, model_file.BUILD_TORCH_MODEL,
+                model_file.TORCH_LOSS} <= model_file.read(path).defines, path.name

@@ -206,7 +206,7 @@ def faster_rows(files, factor: float = 3.0) -> None:
 def test_verify_fails_rows_edited_to_be_3x_faster(published):
     """Edited by a third party: the bundle's signature no longer covers them, refused before anything runs.
     Edited and re-signed by the publisher: re-run, judged "slower" (the image is slower than the rows claim), exit 1.
-    (With busy re-run rows the verdict is "inconclusive", which fails as well and says why.)"""
+    (With busy rows the verdict may be "inconclusive", which fails as well and says why.)"""
     out = published["work"] / "verify-edited"
     assert_refused(verify(published, rewrite_bundle(published, "edited.tar.gz", faster_rows, resign=False), out),
                    "does not match", out)
@@ -215,8 +215,10 @@ def test_verify_fails_rows_edited_to_be_3x_faster(published):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert (out / "report" / "verification.parquet").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     [cell] = pq.read_table(out / "report" / "verification.parquet").to_pylist()
-    if "slower as measured, but on a busy machine" in cell["detail"]:
-        assert cell["verdict"] == "inconclusive" and cell["fails"]
+    if cell["verdict"] == "inconclusive":
+        # A busy machine may leave the re-run too noisy to call "slower" (its detail says which rows were busy);
+        # the verdict still fails the bundle.
+        assert cell["fails"] and "busy rows" in cell["detail"], cell["detail"]
         assert "| inconclusive (FAIL) |" in (out / "report" / "verification.md").read_text()
     else:
         assert "| slower (FAIL) |" in (out / "report" / "verification.md").read_text()

@@ -1,0 +1,82 @@
+"""The plain side of benchmarks/harness_noise.py: one cell's model, timed by a bare loop in a process of its own.
+
+    <stack environment's python> benchmarks/plain_cell.py --stack native-torch --task bert-predict --data DIR
+
+It builds the cell's model from the cell's inputs with fwbench's own workload module (so both sides time the same
+network on the same bytes and the same call), and nothing else of fwbench: no thread or precision configuration
+(the framework's defaults), no probes, no record, no garbage-collector handling. The loop is what a careful
+hand-written script does: the first step and the warm-up steps untimed, each synced; then the timed steps, each
+synced on its output, one perf_counter read per step. Prints one JSON line: {"ms_per_step": ..., ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+
+
+class PlainClock:
+    """begin()/end(output) around each step, as a Keras callback or a loop calls them; syncs on each output."""
+
+    def __init__(self, sync, warmup: int, steps: int):
+        self.sync, self.first_timed, self.total = sync, 1 + warmup, 1 + warmup + steps
+        self.index, self.marks = 0, []
+
+    @property
+    def done(self) -> bool:
+        return self.index >= self.total
+
+    def begin(self) -> None:
+        if self.index == self.first_timed:
+            self.marks.append(time.perf_counter())
+
+    def end(self, output=None) -> None:
+        self.sync(output)
+        if self.index >= self.first_timed:
+            self.marks.append(time.perf_counter())
+        self.index += 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--data", required=True, type=Path, help="a folder made by `fwbench data --preset tiny`")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args()
+
+    from fwbench.core import data, registry
+    from fwbench.core.spec import CellSpec
+    from fwbench.harness import backends
+    from fwbench.workloads import CellContext, StepCell
+
+    stack = registry.get_stack(args.stack)
+    workload = registry.workload(args.task, "tiny")
+    arrays, _, _ = data.load(args.data, "tiny", args.task)
+    spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
+                    data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
+    backend = backends.backend_for(stack.id, spec.threads, 1)  # imports the framework; configures nothing
+    module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
+    cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
+    clock = PlainClock(backend.sync, args.warmup, args.steps)
+    if isinstance(cell, StepCell):
+        while not clock.done:
+            clock.begin()
+            clock.end(cell.step())
+    else:
+        cell.drive(clock)  # Keras fit/predict or the HF Trainer: their own loop calls begin/end
+    ms_per_step = 1000.0 * (clock.marks[-1] - clock.marks[0]) / args.steps
+    print(json.dumps({"ms_per_step": ms_per_step, "steps": args.steps, "warmup": args.warmup}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
