@@ -30,13 +30,6 @@ sys.path.insert(0, str(BENCHMARKS.parent / "runner"))
 STACKS = ("native-torch", "keras3-jax", "keras3-tensorflow", "keras3-torch", "keras2-tensorflow")
 TASKS = ("bert-predict", "bert-fit")
 CV_TARGET, RATIO_TARGET = 1.5, 1.02
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13, 20: 2.09}
-
-
-def t95(df: int) -> float:
-    if df < 1:
-        return math.inf
-    return T95.get(df) or T95[max(k for k in T95 if k <= df)]
 
 
 def fwbench_ms(stack: str, task: str, args, data: Path, out: Path) -> tuple[float, bool]:
@@ -79,7 +72,9 @@ def ratio_interval(harness: list[float], plain: list[float]) -> tuple[float, flo
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(mean), math.nan, math.nan
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    from scipy import stats as sps  # the aggregator's t quantiles (compare, verify)
+
+    half = float(sps.t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 

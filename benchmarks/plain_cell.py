@@ -63,7 +63,7 @@ def main() -> int:
     arrays, _, _ = data.load(args.data, "tiny", args.task)
     spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
                     data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
-    backend = backends.backend_for(stack.id, spec.threads, 1)  # imports the framework; configures nothing
+    backend = backends.backend_for(stack.id)  # imports the framework; no thread limit, configures nothing
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
     clock = PlainClock(backend.sync, args.warmup, args.steps)
