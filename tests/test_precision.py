@@ -71,11 +71,13 @@ def test_bf16_bert_computes_in_bfloat16_with_float32_variables(stack, bert_bf16)
 
 @pytest.mark.integration
 def test_fp16_rows_are_ok_or_unsupported_with_a_reason(tmp_path, shared_data):
-    """One fit and one predict per stack at fp16. native-torch's Trainer fit at fp16 on a CPU is the known trap
-    (accepted, but trains in float32): unsupported with the reason; its autocast predict really runs float16. The
-    Keras stacks: mixed_float16 with the LossScaleOptimizer's loss scaling, recorded."""
+    """A fit per stack at fp16, and native-torch's predict. native-torch's Trainer fit at fp16 on a CPU is the known
+    trap (accepted, but trains in float32): unsupported with the reason; its autocast predict really runs float16.
+    The Keras stacks: mixed_float16 with the LossScaleOptimizer's loss scaling, recorded. The Keras stacks' fp16
+    predict is not run here (CI time): it is the bf16 test's predict path under the other mixed policy."""
     for stack in STACKS:
-        run_fwbench("run", "--stack", stack, "--task", "bert-fit", "--task", "bert-predict", "--preset", "tiny",
+        tasks = ["bert-fit", "bert-predict"] if stack == "native-torch" else ["bert-fit"]
+        run_fwbench("run", "--stack", stack, *[a for task in tasks for a in ("--task", task)], "--preset", "tiny",
                     "--threads", "1", "--precision", "fp16", "--out", str(tmp_path), "--data", str(shared_data))
     got = {(r["stack"], r["task"]): r for r in map(results.read_row, sorted(tmp_path.rglob("*.parquet")))}
     trap = got[("native-torch", "bert-fit")]
@@ -87,7 +89,7 @@ def test_fp16_rows_are_ok_or_unsupported_with_a_reason(tmp_path, shared_data):
             continue
         assert row["status"] == "ok", (key, row["error_message"])
         assert row["compute_dtype"] == "float16", key
-    assert sorted(got) == sorted((stack, task) for stack in STACKS for task in ("bert-fit", "bert-predict"))
+    assert sorted(got) == sorted([(stack, "bert-fit") for stack in STACKS] + [("native-torch", "bert-predict")])
     for stack in STACKS:
         fit = got[(stack, "bert-fit")]
         if stack != "native-torch":  # the Keras stacks' fp16 bert-fit runs on a CPU (docs/workloads.md#precision)
