@@ -51,6 +51,10 @@ def main() -> int:
     parser.add_argument("--data", required=True, type=Path, help="a folder made by `fwbench data --preset tiny`")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--gc-freeze", action="store_true", help="a candidate of harness_noise.py: gc.collect() "
+                        "and gc.freeze() once the model is built")
+    parser.add_argument("--configure-threads", type=int, metavar="N", help="a candidate of harness_noise.py: the "
+                        "harness backend's configure(N), the thread counts a fwbench cell sets")
     args = parser.parse_args()
 
     from fwbench.core import data, registry
@@ -63,9 +67,16 @@ def main() -> int:
     arrays, _, _ = data.load(args.data, "tiny", args.task)
     spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
                     data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
-    backend = backends.backend_for(stack.id)  # imports the framework; no thread limit, configures nothing
+    backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework; by default no thread
+    if args.configure_threads:                                           # limit, and it configures nothing
+        backend.configure(args.configure_threads, "published")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
+    if args.gc_freeze:
+        import gc
+
+        gc.collect()
+        gc.freeze()
     clock = PlainClock(backend.sync, args.warmup, args.steps)
     if isinstance(cell, StepCell):
         while not clock.done:

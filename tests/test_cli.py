@@ -72,6 +72,30 @@ def test_a_cell_over_its_timeout_is_killed_and_leaves_a_timeout_row(tmp_path):
     assert not list((tmp_path / "results").rglob("*.tmp"))
 
 
+def voluntary_switches() -> int:
+    for line in Path("/proc/thread-self/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc/thread-self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/thread-self/status").is_file(), reason="Linux's /proc only")
+def test_the_runner_waits_for_its_cell_without_waking_up(tmp_path):
+    """The runner waits for a cell blocked in the kernel: it used to poll (Popen.wait with a timeout), waking every
+    50 ms for the whole cell beside the cell's threads (on a 2-core machine, a preempted OpenMP thread stalls every
+    other). The timeout is a timer thread's: it still kills an overrunning cell (the test above)."""
+    from fwbench.engines import launch_process
+
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none", data_dir="/d",
+                    steps=1, timeout_s=60)
+    before = voluntary_switches()
+    outcome = launch_process([sys.executable, "-c", "import time; time.sleep(2)"], spec, tmp_path / "record.json",
+                             tmp_path / "cell.log", dict(os.environ))
+    woke = voluntary_switches() - before
+    assert outcome.returncode == 0 and not outcome.timed_out
+    assert woke <= 10, f"the runner's thread woke {woke} times in a 2 s cell"  # polling: about 45
+
+
 def current_engine_spec(tmp_path, **changes) -> CellSpec:
     """The spec `fwbench run --engine current` outside an image gives a tiny cell with default options."""
     spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,16 +133,37 @@ def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=env, start_new_session=True, preexec_fn=prepare_child(os.getpid(), cpus))
-        timed_out = False
+        watch = _Timeout(process, spec.timeout_s)
         try:
-            process.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(process)
+            # A blocking wait: Popen.wait(timeout=...) polls, waking the runner every 50 ms beside the cell's
+            # threads for the whole cell; the timeout is a timer thread's, which sleeps until it is due.
+            process.wait()
         except BaseException:  # Ctrl-C in the runner: do not leave a cell running
+            watch.cancel()
             _kill_group(process)
             raise
-    return CellOutcome(process.returncode, timed_out, log_path, record_path)
+        watch.cancel()
+    return CellOutcome(process.returncode, watch.fired, log_path, record_path)
+
+
+class _Timeout:
+    """Kills a cell's process group once `timeout_s` have passed, from a timer thread (see launch_process)."""
+
+    def __init__(self, process: subprocess.Popen, timeout_s: float):
+        self.process, self.fired = process, False
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        if self.process.poll() is None:
+            self.fired = True
+            _kill_group(self.process)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._timer is not threading.current_thread() and self._timer.is_alive():
+            self._timer.join()  # a kill under way: its `fired` is then final
 
 
 def _kill_group(process: subprocess.Popen) -> None:
