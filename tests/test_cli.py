@@ -63,6 +63,28 @@ def test_a_cell_that_raises_leaves_an_error_row(tmp_path):
     assert rows[0]["input_sha256"] is None and rows[0]["task"] == "bert-predict"
 
 
+def test_run_ends_with_its_summary_where_pandas_is_missing(tmp_path):
+    """A stack image has fwbench's runtime, not the report's pandas: `fwbench run` there printed every row and then
+    died on a ModuleNotFoundError in its summary table (`docker compose up` exits 0 all the same, so it went unseen).
+    Here pandas is made unimportable in the runner (not in its cell), as in an image."""
+    out = tmp_path / "results"
+    args = ["run", "--stack", "native-torch", "--task", "bert-predict", "--engine", "current", "--out", str(out),
+            "--data", str(tmp_path / "data"), "--inject-fault", "raise"]
+    without_pandas = "\n".join([
+        "import runpy, sys",
+        "class NoPandas:  # an import of pandas fails as where it is not installed",
+        "    def find_spec(self, name, path=None, target=None):",
+        "        if name.split('.')[0] == 'pandas':",
+        "            raise ModuleNotFoundError(\"No module named 'pandas'\", name='pandas')",
+        "sys.meta_path.insert(0, NoPandas())",
+        "sys.argv = ['fwbench', *sys.argv[1:]]",
+        "runpy.run_module('fwbench.cli', run_name='__main__')"])
+    done = subprocess.run([sys.executable, "-c", without_pandas, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # the failed cell's, not a crash
+    assert "Traceback" not in done.stdout + done.stderr and "ms per step" in done.stdout, done.stdout + done.stderr
+    assert [results.read_row(p)["status"] for p in out.rglob("*.parquet")] == ["error"]
+
+
 def test_a_cell_over_its_timeout_is_killed_and_leaves_a_timeout_row(tmp_path):
     done, rows = run_faulty(tmp_path, "sleep:60", "--timeout", "2")
     assert done.returncode == 1

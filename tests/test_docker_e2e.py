@@ -100,6 +100,10 @@ def test_compose_up_bench_jax_end_to_end(compose_env, images):
     work, env = compose_env
     up = compose(env, "up", "bench-jax")
     assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+    # `up` exits 0 whatever its containers did: the service's own exit status (its runner ended with a traceback
+    # once, after writing every row, and nothing said so).
+    [container] = compose(env, "ps", "-q", "bench-jax").stdout.split()
+    assert docker_client().containers.get(container).attrs["State"]["ExitCode"] == 0, up.stdout[-4000:]
     rows = [r for r in rows_under(work / "results") if r["stack"] == "keras3-jax"]
     assert sorted(r["task"] for r in rows) == sorted(registry.TASKS)
     for row in rows:
@@ -128,6 +132,44 @@ def test_every_other_image_runs_a_tiny_cell_through_the_docker_engine(compose_en
     assert row["status"] == "ok" and row["engine"] == "docker"
     assert row["image_id"].startswith("sha256:")
     assert (row["pin_set"], row["image_variant"]) == (PIN_SET, "cpu")
+
+
+def test_compose_runs_a_model_file_given_by_fwbench_model(compose_env, images, tmp_path):
+    """`FWBENCH_MODEL=/models/mlp.py docker compose run bench-jax`: the service runs that file's cells (fit and
+    predict) from the mounted examples folder, making its inputs in the data's model-files folder (made writable by
+    the data service) although the data is mounted read-only."""
+    work, env = compose_env
+    env = {**env, "FWBENCH_MODEL": "/models/mlp.py", "FWBENCH_RESULTS": str(tmp_path)}
+    ran = compose(env, "run", "--rm", "bench-jax")
+    assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
+    rows = rows_under(tmp_path)
+    assert sorted(row["task"] for row in rows) == ["mlp.py-fit-bs32", "mlp.py-predict-bs32"]
+    for row in rows:
+        assert row["status"] == "ok", (row["task"], row["error_message"])
+        assert row["stack"] == "keras3-jax" and row["engine"] == "current" and row["model_file"] == "/models/mlp.py"
+    assert list((work / "data" / "model-files").rglob("manifest.json"))
+
+
+def test_a_model_file_runs_in_the_images_through_the_docker_engine(compose_env, images, tmp_path):
+    """`fwbench run --engine docker --model FILE`: a Keras 3 image and native-torch's run the example MLP (its twin
+    on native-torch) from the mounted file; the first cell makes the inputs in the data's model-files folder, the
+    other reads the same bytes, and the twin's parameters are checked against the Keras model's."""
+    work, _env = compose_env
+    done = run_fwbench("run", "--engine", "docker", "--model", str(ROOT / "examples" / "mlp.py"), "--stack",
+                       "keras3-jax", "--stack", "native-torch", "--task", "predict", "--batch", "2", "--steps", "2",
+                       "--warmup", "1", "--pin-set", PIN_SET, "--data", str(work / "data"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {row["stack"]: row for row in rows_under(tmp_path)}
+    assert set(rows) == {"keras3-jax", "native-torch"}
+    sha256 = hashlib.sha256((ROOT / "examples" / "mlp.py").read_bytes()).hexdigest()
+    for stack, row in rows.items():
+        assert row["status"] == "ok", (stack, row["error_message"])
+        assert row["engine"] == "docker" and row["task"] == "mlp.py-predict-bs2" and row["model_sha256"] == sha256
+        assert row["model_file"] == "/model/mlp.py" and row["image_id"].startswith("sha256:")
+    assert rows["keras3-jax"]["input_sha256"] == rows["native-torch"]["input_sha256"]
+    assert rows["native-torch"]["twin_params_match"] is True
+    made = list((work / "data" / "model-files" / sha256[:16]).rglob("*.npy"))
+    assert made and all(path.stat().st_uid == os.getuid() for path in made)
 
 
 def test_docker_engine_timeout_and_oom_leave_status_rows(compose_env, images, tmp_path):

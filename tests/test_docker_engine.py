@@ -260,3 +260,30 @@ def test_the_watchdog_runs_before_any_container_exists_and_removes_it_by_token(m
     os.waitpid(pid, 0)
     assert watchdog.main([str(pid), "t0k3n"]) == 0
     assert client.existing == [other]
+
+
+def test_a_model_file_cell_gets_its_file_read_only_and_a_writable_inputs_folder(tmp_path):
+    """`fwbench run --engine docker --model FILE`: the container sees the file at /model/<name> (the spec it reads
+    names that path, and the file's SHA-256 is unchanged, so the cell still checks the bytes it imports) and the
+    data's model-files folder writable over the read-only data; a published cell gets neither."""
+    from fwbench.engines.docker import cell_mounts
+
+    data, cell_dir = tmp_path / "data", tmp_path / "out" / "cell"
+    data.mkdir()
+    model = tmp_path / "models" / "my_model.py"
+    published = CellSpec(stack="keras3-jax", task="bert-predict", preset="tiny", compile_mode="xla",
+                         data_dir=str(data), steps=2)
+    inner, volumes = cell_mounts(published, cell_dir)
+    assert inner.data_dir == "/data" and inner.model_file is None
+    assert volumes == {str(data.resolve()): {"bind": "/data", "mode": "ro"},
+                       str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}}
+    assert not (data / "model-files").exists()
+
+    spec = dataclasses.replace(published, task="my_model.py-predict-bs2", model_file=str(model),
+                               model_sha256="ab" * 32)
+    inner, volumes = cell_mounts(spec, cell_dir)
+    assert inner.model_file == "/model/my_model.py" and inner.model_sha256 == spec.model_sha256
+    assert volumes[str(model.resolve())] == {"bind": "/model/my_model.py", "mode": "ro"}
+    assert volumes[str((data / "model-files").resolve())] == {"bind": "/data/model-files", "mode": "rw"}
+    assert volumes[str(data.resolve())]["mode"] == "ro"
+    assert (data / "model-files").is_dir()  # made by the runner: Docker would make a missing source root's

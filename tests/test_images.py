@@ -237,6 +237,17 @@ def test_entrypoint_runs_the_images_stack_by_default_and_fwbench_otherwise(stack
     assert default.returncode == 0 and default.stdout.strip() == expected
     given = subprocess.run([entrypoint, "data", "--out", "/data"], capture_output=True, text=True, env=env)
     assert given.stdout.strip() == "data --out /data"
+    # FWBENCH_MODEL (compose: `FWBENCH_MODEL=/models/mlp.py docker compose up bench-jax`): a run runs that file's cells,
+    # the default one and a service's own command alike; other commands are left as they are.
+    with_model = {**env, "FWBENCH_MODEL": "/models/m.py"}
+    model = subprocess.run([entrypoint], capture_output=True, text=True, env=with_model)
+    expected = ("--help" if stack == "runner"
+                else f"run --model /models/m.py --stack {stack} --engine current --data /data --out /results --resume")
+    assert model.returncode == 0 and model.stdout.strip() == expected
+    service = subprocess.run([entrypoint, "run", "--stack", "s", "--resume"], capture_output=True, text=True, env=with_model)
+    assert service.stdout.strip() == "run --model /models/m.py --stack s --resume"
+    given = subprocess.run([entrypoint, "data", "--out", "/data"], capture_output=True, text=True, env=with_model)
+    assert given.stdout.strip() == "data --out /data"
 
 
 @pytest.mark.parametrize("stack, pin_set, variant", VARIANTS)

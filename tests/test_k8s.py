@@ -154,3 +154,37 @@ def test_bad_resource_quantities_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         k8s.render(specs(), {"keras3-jax": IMAGE}, tmp_path, "r", 1, results_claim="c", gpu=False, namespace=None,
                    resources=k8s.PodResources(memory="lots\nof: it"))
+
+
+def test_a_model_files_cells_read_it_from_the_plan_configmap(tmp_path):
+    """`fwbench k8s render --model FILE`: the file's bytes go into the plan ConfigMap (key model-<sha256[:16]>.py,
+    mounted with the plan at /plan), and each cell names that path; a file edited after planning is refused."""
+    import hashlib
+
+    from fwbench.core import model_file
+    from fwbench.engines import model_files
+    from tests.conftest import REPO_ROOT
+
+    source = tmp_path / "mlp.py"
+    source.write_bytes((REPO_ROOT / "examples" / "mlp.py").read_bytes())
+    sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
+    base = CellSpec(stack="", task="", preset="tiny", compile_mode="", data_dir="/d", steps=5, threads=4)
+    planned = model_files.plan(model_file.read(source), ["keras3-jax"], ["predict", "fit"], 8, compile_modes=None,
+                               repeats=1, base=base)
+    files = k8s.render(planned, {"keras3-jax": IMAGE}, tmp_path / "k8s", "m", 1, results_claim="c", gpu=False,
+                       namespace=None)
+    configmap, job = yaml.safe_load_all(files[0].read_text())
+    deserialize(configmap, "V1ConfigMap")
+    key = f"model-{sha256[:16]}.py"
+    assert set(configmap["data"]) == {"cells.json", key}
+    assert configmap["data"][key] == source.read_text()
+    cells = json.loads(configmap["data"]["cells.json"])
+    assert [c["task"] for c in cells] == ["mlp.py-predict-bs8", "mlp.py-fit-bs8"]
+    assert {(c["model_file"], c["model_sha256"]) for c in cells} == {(f"/plan/{key}", sha256)}
+    mounts = job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "plan", "mountPath": "/plan", "readOnly": True} in mounts
+    source.write_text(source.read_text() + "# edited\n")
+    with pytest.raises(ValueError, match="changed while the cells were planned"):
+        k8s.render(planned, {"keras3-jax": IMAGE}, tmp_path / "k8s2", "m", 1, results_claim="c", gpu=False,
+                   namespace=None)
+    assert {cell.model_file for cell in planned} == {str(source.resolve())}  # the plan itself is left as it was

@@ -224,7 +224,6 @@ def fwbench(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     (["--model", "{tmp}/m.py", "--stack", KERAS3[0], "--compile", "default"], "no native stack is in this run"),
     (["--model", "{tmp}/m.py", "--compile", "xla"], "compile mode 'xla' is not available on stack"),
     (["--model", "{tmp}/m.py", "--batch", "0"], "--batch must be at least 1, got 0"),
-    (["--model", "{tmp}/m.py", "--engine", "docker"], "the docker engine does not mount a model file"),
     (["--stack", NATIVE, "--batch", "4"], "give --model FILE too"),
     ([], "Missing option '--stack'"),
 ])

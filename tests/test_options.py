@@ -21,8 +21,8 @@ OPT_IN = [name for name in ALL_OPTIONS if matrix.declaration(name).opt_in]
 EXPECTED = {
     ("run",): ((), {"stack", "task"}),
     ("demo",): (("preset", "compile"), {"stack", "steps", "parallel", "data"}),
-    ("slurm", "submit"): (("parallel",), {"threads", "device"}),
-    ("k8s", "render"): (("data", "device", "parallel"), {"threads"}),
+    ("slurm", "submit"): (("parallel",), {"threads", "device", "stack", "task"}),
+    ("k8s", "render"): (("data", "device", "parallel"), {"threads", "stack", "task"}),
     ("verify",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "repeats", "device")), {"task", "repeats"}),
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),
@@ -30,6 +30,8 @@ EXPECTED = {
     ("stability",): (("compile", "warmup", "repeats", "per_step_sync", "parallel", "jit", "devices", "global_batch"),
                      {"task", "precision", "steps"}),
 }
+# The commands that take `--model FILE` (the opt-in options) and its overrides (fwbench.cli.options.MODEL_FILE_OVERRIDES).
+MODEL_FILE_COMMANDS = {("run",), ("slurm", "submit"), ("k8s", "render")}
 # Options that only choose what to act on, which other commands (list, env, doctor, publish) take in their own sense.
 CHOOSING = {"stack", "task", "preset", "pin_set", "device"}
 
@@ -56,7 +58,7 @@ def test_only_the_expected_commands_take_matrix_options_and_only_through_the_one
         declared = command.callback.matrix_options  # set by matrix_options: not declared by hand
         omitted, overridden = EXPECTED[path]
         assert set(declared.overrides) - set(omitted) == overridden, path
-        opted_in = OPT_IN if path == ("run",) else []
+        opted_in = OPT_IN if path in MODEL_FILE_COMMANDS else []
         assert list(shown(command)) == [name for name in ALL_OPTIONS if name not in omitted
                                         and (name not in OPT_IN or name in opted_in)], path
 

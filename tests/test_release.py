@@ -323,3 +323,32 @@ def test_publish_with_an_unknown_pin_set_is_one_line_through_python_dash_m(tmp_p
     done = run_fwbench("publish", "--registry", "127.0.0.1:5000", "--pin-set", "nope")
     assert done.returncode == 2 and done.stderr.strip() == (
         "error: unknown pin set 'nope' (choose from: current, paper-2024)"), done.stderr
+
+
+def test_verify_reruns_a_model_files_cells_only_from_the_verifiers_own_copy(tmp_path):
+    """Rows of `fwbench run --model` carry the file's SHA-256 (signed with the rows); verify re-runs them only with a
+    file the verifier passes (--model) that has that SHA-256, never one from the bundle, and refuses otherwise."""
+    import hashlib
+
+    from fwbench.core.spec import CellSpec
+    from fwbench.release.bundle import VerificationRefused
+    from fwbench.release.verify import with_model_files
+
+    mine = tmp_path / "mlp.py"
+    mine.write_text("def build_model():\n    pass\n")
+    sha256 = hashlib.sha256(mine.read_bytes()).hexdigest()
+    published = CellSpec(stack="keras3-jax", task="bert-predict", preset="tiny", compile_mode="xla", data_dir="/d",
+                         steps=5)
+    model_cell = replace(published, task="mlp.py-fit-bs8", model_sha256=sha256)
+    specs = [("ref", published), ("ref", model_cell)]
+    rerun = with_model_files(specs, [mine])
+    assert [spec.model_file for _, spec in rerun] == [None, str(mine.resolve())]
+    assert with_model_files([("ref", published)], []) == [("ref", published)]
+    with pytest.raises(VerificationRefused, match=r"ran the model file mlp.py .*never runs a file from a bundle"):
+        with_model_files(specs, [])
+    other = tmp_path / "other.py"
+    other.write_text("def build_model():\n    return 1\n")
+    with pytest.raises(VerificationRefused, match="ran the model file mlp.py"):
+        with_model_files(specs, [other])  # another file: its SHA-256 is not the rows'
+    with pytest.raises(VerificationRefused, match="no published row to verify ran this file"):
+        with_model_files(specs, [mine, other])

@@ -237,3 +237,25 @@ def test_status_never_writes_where_files_in_the_results_folder_point(tmp_path, m
     (folder / "submission.json").write_text(json.dumps({"job_id": "42; rm -rf /"}))
     with pytest.raises(slurm.SlurmError, match="no valid job id"):
         slurm.task_states(folder)
+
+
+@pytest.mark.parametrize("in_container", [False, True])
+def test_a_model_files_cells_run_the_copy_in_the_submission_folder(tmp_path, in_container):
+    """`fwbench slurm submit --model FILE`: the array tasks run the bytes submitted (a copy in the submission folder,
+    which the nodes share and a container sees at /submission), one copy per file; an edited file is refused."""
+    import hashlib
+
+    source = tmp_path / "my_model.py"
+    source.write_text("def build_model():\n    pass\n")
+    sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
+    cell = replace(SPEC, task="my_model.py-fit-bs8", model_file=str(source), model_sha256=sha256)
+    folder = tmp_path / "submission"
+    frozen = slurm.freeze_model_files([cell, replace(cell, repeat=1), SPEC], folder, in_container)
+    copy = folder / "models" / sha256[:16] / "my_model.py"
+    assert copy.read_bytes() == source.read_bytes() and len(list((folder / "models").rglob("*.py"))) == 1
+    where = f"/submission/models/{sha256[:16]}/my_model.py" if in_container else str(copy)
+    assert [spec.model_file for spec in frozen] == [where, where, None]
+    assert frozen[0].identity == cell.identity  # the identity is the file's SHA-256, not its path
+    source.write_text("def build_model():\n    return 1\n")
+    with pytest.raises(slurm.SlurmError, match="changed while the cells were planned"):
+        slurm.freeze_model_files([cell], tmp_path / "another", in_container)

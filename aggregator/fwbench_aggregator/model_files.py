@@ -20,8 +20,8 @@ from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import document as d
 from fwbench_aggregator import stats
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms
+from fwbench_aggregator.marks import BUSY_MARK
 
-BUSY_MARK = "⚠"
 # Settings that do not split a model's table: a backend's jit_compile is its own (its label says it).
 _SAME_TABLE = ("jit",)
 

@@ -13,18 +13,15 @@ from fwbench_aggregator import physics_section, plots, provenance, published, sc
 from fwbench_aggregator import model_files, sweep, what_ran
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
+from fwbench_aggregator.marks import BUSY_MARK, CONCURRENT_MARK
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms  # in stats: scaling shares them without importing report
 from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, headline_rows, noise_warnings, summarise
 from fwbench_aggregator.variants import Variant
 
 
-# Marks an estimate that includes rows measured beside other cells of their run (fwbench run --parallel).
-CONCURRENT_MARK = "‡"
 CONCURRENT_NOTE = (f"{CONCURRENT_MARK} includes repeats that ran at the same time as other cells of their run "
                    "(`fwbench run --parallel`), each on CPU cores (and a GPU) of its own; memory bandwidth and "
                    "caches were still shared.")
-# Marks a number measured only while the machine was busy: shown, but ranked and compared nowhere.
-BUSY_MARK = "⚠"
 BUSY_NOTE = (f"{BUSY_MARK} measured only while something competed with the cell (see Busy rows): shown for "
              "orientation, left out of Keras 3 best, speed-ups, rankings and plots.")
 

@@ -28,10 +28,10 @@ from fwbench.core.identity import CellIdentity, describe, differing_settings, of
 from fwbench_aggregator import document as d
 from fwbench_aggregator import plots, stats
 from fwbench_aggregator.variants import Variant
+from fwbench_aggregator.marks import BUSY_MARK
 
 HEADERS = ["task", "stack", "preset", "settings", "devices", "per-device batch", "global batch",
            "ms/step [95% CI]", "samples/s [95% CI]", "speed-up [95% CI]", "efficiency [95% CI]", "comm", "device"]
-BUSY_MARK = "\u26a0"
 ONE_SAMPLE = "1 sample"  # why a value has no interval: its cell has a single timing to resample
 CHART = "scaling.png"  # a fixed name, never built from row content
 TASK_ORDER = tuple(registry.TASKS)

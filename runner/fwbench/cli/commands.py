@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fwbench.core import data, registry
+from fwbench.core import data, model_inputs, registry
 from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
@@ -21,7 +21,8 @@ from fwbench.core.usage import UsageError
 from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
                                  default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
                                  warn_if_busy)
-from fwbench.cli.options import MatrixOptions, Override, matrix_options
+from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+                                  require_stack_or_model)
 
 # -h as well as --help, in every command and group (Click passes context settings down to subcommands).
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -79,6 +80,9 @@ def data_cmd(
     """Write the shared synthetic inputs of every task once, with a SHA-256 manifest."""
     out = out or default_data_dir()
     manifest = data.generate(out, options.preset, options.seed, options.task or None)
+    # Where `run --model` cells make their inputs: made here, by the data's owner, so that a container given it
+    # writable over read-only data (compose's bench services) can write in it (Docker would make it root's).
+    (out / model_inputs.INPUTS_FOLDER).mkdir(exist_ok=True)
     table = Table(title=f"Shared data: {out / options.preset}")
     table.add_column("task")
     table.add_column("sha256")
@@ -88,11 +92,7 @@ def data_cmd(
 
 
 @app.command("run")
-@matrix_options(opt_in=("model", "batch"),
-                stack=Override(required=False, default_text="required, but for --model: the Keras 3 stacks, and "
-                                                            "native-torch when the file has a PyTorch twin"),
-                task=Override(help="Task id (repeatable); with --model, the kind: fit or predict.",
-                              default_text="all 12; with --model, fit and predict"))
+@matrix_options(opt_in=("model", "batch"), **MODEL_FILE_OVERRIDES)
 def run_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(..., "--out", "-o", help="Results directory (one Parquet file per cell)."),
@@ -104,11 +104,7 @@ def run_cmd(
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
-    if not options.stack and options.model is None:
-        raise UsageError("Missing option '--stack' (repeatable; or --model FILE: docs/your-model.md)")
-    if options.model is not None and engine == "docker":
-        raise UsageError("--model runs on the local and current engines: the docker engine does not mount a model "
-                         "file into its containers yet")
+    require_stack_or_model(options)
     cells_at_once = slot_plan.parse_parallel(options.parallel)
     base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
                              threads=options.threads or os.cpu_count() or 1)
@@ -178,7 +174,8 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
 
 
 def _summary_table(outcomes) -> Table:
-    from fwbench_aggregator.report import BUSY_MARK, CONCURRENT_MARK
+    # Light modules only: a stack image has no pandas, which the report needs.
+    from fwbench_aggregator.marks import BUSY_MARK, CONCURRENT_MARK
     from fwbench_aggregator.stats import median  # one definition of the median, shared with the report
 
     def variant_of(r) -> str:

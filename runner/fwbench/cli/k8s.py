@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from fwbench.cli.options import MatrixOptions, Override, matrix_options
+from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+                                  require_stack_or_model)
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes Indexed Jobs (one pod per cell).")
 
@@ -16,7 +17,7 @@ k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes I
 @k8s_app.command("render")
 # A pod's data is its own emptyDir and its device its image's variant; a pod cannot see the node's core count ahead.
 # A --devices N cell's pod requests N GPUs (nvidia.com/gpu: N), or on the CPU at least N CPUs (--cpu).
-@matrix_options(omit=("data", "device", "parallel"),
+@matrix_options(omit=("data", "device", "parallel"), opt_in=("model", "batch"), **MODEL_FILE_OVERRIDES,
                 threads=Override(default=8, help="CPU threads per cell (a pod cannot see the node's cores ahead)."))
 def render_cmd(
     options: MatrixOptions,
@@ -38,6 +39,7 @@ def render_cmd(
     from fwbench.core.usage import UsageError
     from fwbench.core.identity import SAFE_NAME
 
+    require_stack_or_model(options)
     if variant not in ("cpu", "gpu"):
         raise UsageError(f"--variant must be cpu or gpu, not {variant!r}")
     if parallelism < 1:

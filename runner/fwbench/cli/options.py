@@ -74,6 +74,21 @@ class Override:
     required: bool | None = None
 
 
+# The commands that take `--model FILE` (run, slurm submit): there --stack is optional and --task is a task kind.
+MODEL_FILE_OVERRIDES = {
+    "stack": Override(required=False, default_text="required, but for --model: the Keras 3 stacks, and native-torch "
+                                                   "when the file has a PyTorch twin"),
+    "task": Override(help="Task id (repeatable); with --model, the kind: fit or predict.",
+                     default_text="all 12; with --model, fit and predict"),
+}
+
+
+def require_stack_or_model(options: "MatrixOptions") -> None:
+    """A command with MODEL_FILE_OVERRIDES needs --stack unless it runs a model file."""
+    if not options.stack and options.model is None:
+        raise UsageError("Missing option '--stack' (repeatable; or --model FILE: docs/your-model.md)")
+
+
 def _declared(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={"option": Declaration(help, **declaration)})
 

@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
         cosign_identity: Optional[str] = typer.Option(None, "--cosign-identity", help="Check the release's keyless "
                                                       "cosign signature instead of an SSH one: a regexp of the signing "
                                                       "workflow, e.g. '^https://github.com/OWNER/fwbench/'."),
+        model_file: Optional[List[Path]] = typer.Option(None, "--model-file", help="Your copy of a model file the "
+                                                        "rows ran (`run --model`; repeatable): it must have the SHA-256 "
+                                                        "they name; verify never runs a file from the bundle."),
     ) -> None:
         """Check a published bundle's signature and images, re-run its cells in those images, compare, report."""
         from fwbench.release.verify import run_verify
@@ -134,7 +137,7 @@ def register(app: typer.Typer) -> None:
                               repeats=options.repeats, fail_above=fail_above, tolerance=tolerance, device=options.device,
                               cosign_key=cosign_key, cosign_identity=cosign_identity,
                               allow_inconclusive=allow_inconclusive, max_repeats=max_repeats,
-                              max_added_minutes=max_added_minutes)
+                              max_added_minutes=max_added_minutes, models=model_file or [])
         except (VerificationRefused, ReleaseError, SigningError) as exc:
             raise _fail(f"verification refused: {exc}") from None
         if code:

@@ -13,16 +13,17 @@ import typer
 from fwbench.core import registry
 from fwbench.engines import device as devices
 from fwbench.engines.local import local_variant
-from fwbench.cli.options import MatrixOptions, Override, matrix_options
+from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+                                  require_stack_or_model)
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
 
 
 @slurm_app.command("submit")
 # One cell per array task: no --parallel. A --devices N cell's task is given N GPUs (--gres) or N cores.
-@matrix_options(omit=("parallel",), threads=Override(default_text="--cpus-per-task"),
+@matrix_options(omit=("parallel",), opt_in=("model", "batch"), threads=Override(default_text="--cpus-per-task"),
                 device=Override(help="Device of every cell: auto (gpu when --gres gives the task a GPU, else cpu), "
-                                     "gpu or cpu."))
+                                     "gpu or cpu."), **MODEL_FILE_OVERRIDES)
 def submit_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(..., "--out", "-o", help="Results folder, on a filesystem the compute nodes share (--data too)."),
@@ -58,6 +59,7 @@ def submit_cmd(
     from fwbench.core.spec import CellSpec
     from fwbench.core.usage import UsageError
 
+    require_stack_or_model(options)
     for name, value in (("--cpus-per-task", cpus_per_task), ("--max-running", max_running)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, got {value}")

@@ -60,11 +60,44 @@ def object_name(prefix: str, stack: str) -> str:
     return f"{name[:MAX_NAME - len(digest) - 1].rstrip('-')}-{digest}"
 
 
+MAX_CONFIGMAP_BYTES = 1_000_000  # Kubernetes refuses a ConfigMap over 1 MiB
+
+
+def model_file_key(sha256: str) -> str:
+    """The plan ConfigMap's key holding a model file (`--model FILE`); the pod sees it at /plan/<key>."""
+    return f"model-{sha256[:16]}.py"
+
+
 def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: str | None) -> dict:
-    cells = [asdict(replace(spec, data_dir="/data", engine="current")) for spec in specs]
+    """The stack's cells, and the model files they run (`--model`), which the pods read from /plan: the bytes
+    rendered, checked against the SHA-256 the cells carry."""
+    data, cells = {}, []
+    for spec in specs:
+        if spec.model_file is not None:
+            key = model_file_key(spec.model_sha256)
+            if key not in data:
+                data[key] = _model_text(Path(spec.model_file), spec.model_sha256)
+            spec = replace(spec, model_file=f"/plan/{key}")
+        cells.append(asdict(replace(spec, data_dir="/data", engine="current")))
+    data = {PLAN_KEY: json.dumps(cells, indent=1, sort_keys=True), **data}
+    if sum(len(text.encode()) for text in data.values()) > MAX_CONFIGMAP_BYTES:
+        raise ValueError(f"the plan of {stack} is over the 1 MiB a ConfigMap may hold: render fewer cells or a "
+                         "smaller model file")
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _metadata(object_name(prefix, stack), stack, prefix, namespace),
-            "data": {PLAN_KEY: json.dumps(cells, indent=1, sort_keys=True)}}
+            "metadata": _metadata(object_name(prefix, stack), stack, prefix, namespace), "data": data}
+
+
+def _model_text(path: Path, sha256: str) -> str:
+    try:
+        payload = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"--model {path}: {exc.strerror or exc}") from None
+    if hashlib.sha256(payload).hexdigest() != sha256:
+        raise ValueError(f"--model {path} changed while the cells were planned: render again")
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--model {path} is not UTF-8 text") from None
 
 
 def indexed_job(prefix: str, stack: str, image: str, count: int, parallelism: int, *, results_claim: str,

@@ -11,6 +11,7 @@ Rows go to <out> in the usual one-file-per-cell layout, so `fwbench aggregate <o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -362,6 +363,11 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     (folder / "logs").mkdir(parents=True)
     (folder / "done").mkdir()
     planned = [replace(spec, data_dir=IN_CONTAINER["data"]) if in_container else spec for spec in todo]
+    try:
+        planned = freeze_model_files(planned, folder, in_container)
+    except SlurmError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     cellplan.write_plan(folder / "cells.json", planned)
     script = job_script(folder, out.resolve(), data_dir.resolve(), len(planned), options, image=image,
                         time_limit=options.time_limit)
@@ -375,6 +381,35 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
         "job_id": job_id, "cells": len(planned), "skipped": len(specs) - len(todo), "submitted_at": time.time(),
         "options": asdict(options), "image": image, "out": str(out.resolve())}, indent=1) + "\n")
     return Submission(folder, job_id, planned, len(specs) - len(todo))
+
+
+MODELS = "models"  # a submission's copies of its model files (fwbench slurm submit --model)
+
+
+def freeze_model_files(specs: list[CellSpec], folder: Path, in_container: bool) -> list[CellSpec]:
+    """The cells of a model file (`--model FILE`) run a copy of it in the submission folder, which the compute nodes
+    share (and a container sees at /submission): the bytes that were submitted, checked against the SHA-256 the
+    cells carry, whatever becomes of the user's file while the array waits in the queue."""
+    frozen = []
+    for spec in specs:
+        if spec.model_file is None:
+            frozen.append(spec)
+            continue
+        source = Path(spec.model_file)
+        relative = Path(MODELS) / spec.model_sha256[:16] / source.name
+        copy = folder / relative
+        if not copy.is_file():
+            try:
+                payload = source.read_bytes()
+            except OSError as exc:
+                raise SlurmError(f"--model {source}: {exc.strerror or exc}") from None
+            if hashlib.sha256(payload).hexdigest() != spec.model_sha256:
+                raise SlurmError(f"--model {source} changed while the cells were planned: submit again")
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(copy, payload)
+        inside = f"{IN_CONTAINER['submission']}/{relative.as_posix()}" if in_container else str(copy)
+        frozen.append(replace(spec, model_file=inside))
+    return frozen
 
 
 # -- in the array task -------------------------------------------------------------------------------

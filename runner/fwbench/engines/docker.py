@@ -4,6 +4,11 @@ The container gets the shared data read-only at /data and a per-cell directory a
 writes its record; it runs as the invoking user (so files on the host are theirs), without network,
 with the GPU requested when one is present. Exit status and the OOM-killed flag become the row's
 status; the container is removed afterwards whatever happened.
+
+A cell of a user's model file (`fwbench run --model FILE`) gets that file read-only at /model/<its name>, and
+the data's model-files folder writable at /data/model-files: the first cell of a file makes its inputs there (the
+file's own make_inputs, run by a framework the runner may lack), and every later cell, in any image, reads and
+checks those bytes (fwbench.core.model_inputs).
 """
 
 from __future__ import annotations
@@ -19,12 +24,31 @@ from fwbench.engines import CellOutcome, EngineError, cell_settings, write_spec
 from fwbench.engines.device import expected_model, hide_gpus, host_has_gpu  # noqa: F401 (also read as docker.host_has_gpu)
 from fwbench.engines.device import resolve as resolve_device
 from fwbench.engines.watchdog import WATCHDOG_LABEL, remove_containers
+from fwbench.core import model_inputs
 from fwbench.core.pins import DEFAULT_PIN_SET
 from fwbench.core.registry import IMAGE_TEMPLATE
 from fwbench.core.spec import CellSpec
 from fwbench.engines.docker_client import docker_client
 
 DEFAULT_IMAGE = IMAGE_TEMPLATE  # fwbench/<stack>:<pin set>-<variant>, e.g. fwbench/keras3-jax:paper-2024-gpu
+MODEL_DIR = "/model"  # where a --model cell's file is mounted
+
+
+def cell_mounts(spec: CellSpec, cell_dir: Path) -> tuple[CellSpec, dict[str, dict[str, str]]]:
+    """The spec as the container sees it, and its bind mounts: the data read-only, the cell's folder, and for a
+    model file's cell the file (read-only) and the data's model-files folder (writable, made here: a folder Docker
+    would make for a missing mount source belongs to root)."""
+    inner = replace(spec, data_dir="/data")
+    volumes = {str(Path(spec.data_dir).resolve()): {"bind": "/data", "mode": "ro"},
+               str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}}
+    if spec.model_file is not None:
+        model_path = Path(spec.model_file).resolve()
+        inner = replace(inner, model_file=f"{MODEL_DIR}/{model_path.name}")
+        volumes[str(model_path)] = {"bind": inner.model_file, "mode": "ro"}
+        inputs = Path(spec.data_dir) / model_inputs.INPUTS_FOLDER
+        inputs.mkdir(parents=True, exist_ok=True)
+        volumes[str(inputs.resolve())] = {"bind": f"/data/{model_inputs.INPUTS_FOLDER}", "mode": "rw"}
+    return inner, volumes
 
 
 def docker_device_request(gpus: int | tuple[int, ...] | None, count: int = 1):
@@ -131,7 +155,7 @@ class DockerEngine:
         if spec.stack not in self._images:
             self.prepare(spec.stack)
         cell_dir = record_path.parent
-        inner = replace(spec, data_dir="/data")
+        inner, volumes = cell_mounts(spec, cell_dir)
         spec_path = write_spec(inner, cell_dir)
         environment = self.container_environment(spec)
         device_requests = [docker_device_request(spec.gpus, spec.devices)] if self.use_gpu else None
@@ -150,9 +174,8 @@ class DockerEngine:
                     self.image_name(spec.stack),
                     entrypoint=["python", "-m", "fwbench.harness.cell"],
                     command=[f"/cell/{spec_path.name}", f"/cell/{record_path.name}"],
-                    volumes={str(Path(spec.data_dir).resolve()): {"bind": "/data", "mode": "ro"},
-                             str(cell_dir.resolve()): {"bind": "/cell", "mode": "rw"}},
-                    environment=environment, user=f"{os.getuid()}:{os.getgid()}", network_mode="none",
+                    volumes=volumes, environment=environment, user=f"{os.getuid()}:{os.getgid()}",
+                    network_mode="none",
                     device_requests=device_requests, mem_limit=self.memory,
                     # The slot's cores (fwbench.engines.slots); None: every core, as without --parallel.
                     cpuset_cpus=spec.cpu_set,

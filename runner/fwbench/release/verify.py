@@ -9,6 +9,7 @@ Inconclusive cells get more re-run repeats (new repeat indices, through run_matr
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from dataclasses import replace
@@ -82,7 +83,7 @@ def check_published_settings(frame, repeats: int) -> None:
         for stack, task, preset, mode in ok[["stack", "task", "preset", "compile_mode"]].drop_duplicates().itertuples(
                 index=False):
             registry.check_compile_mode(registry.get_stack(stack), mode)
-            registry.get_task(task)
+            registry.model_file_task(task) or registry.get_task(task)
             registry.get_preset(preset)
     except registry.RegistryError as exc:
         raise VerificationRefused(f"published rows name {exc}") from None
@@ -130,6 +131,31 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
         for repeat in range(repeats or count):
             specs.append((reference, replace(base, repeat=repeat)))
     return specs
+
+
+def with_model_files(specs: list[tuple[str, CellSpec]], models: list[Path]) -> list[tuple[str, CellSpec]]:
+    """The published cells of model files (`fwbench run --model`) re-run the verifier's own copies, never a file from
+    the bundle: each must be given (`--model-file FILE`) and have the SHA-256 the signed rows name; else refused before
+    anything runs."""
+    given: dict[str, Path] = {}
+    for path in models:
+        try:
+            given[hashlib.sha256(path.read_bytes()).hexdigest()] = path.resolve()
+        except OSError as exc:
+            raise VerificationRefused(f"--model-file {path}: {exc.strerror or exc}") from None
+    wanted = {spec.model_sha256: registry.model_file_task(spec.task).model for _, spec in specs if spec.model_sha256}
+    for sha256, name in wanted.items():
+        if sha256 not in given:
+            raise VerificationRefused(
+                f"the rows ran the model file {name} (SHA-256 {sha256[:12]}...), and verify never runs a file from a "
+                "bundle: pass your copy with --model-file FILE (it must have that SHA-256), or leave its cells out "
+                "with --task")
+    unused = [str(path) for sha256, path in given.items() if sha256 not in wanted]
+    if unused:
+        raise VerificationRefused(f"--model-file {unused[0]}: no published row to verify ran this file (its SHA-256 "
+                                  "differs from every row's)")
+    return [(reference, replace(spec, model_file=str(given[spec.model_sha256])) if spec.model_sha256 else spec)
+            for reference, spec in specs]
 
 
 MARKER = "verification.json"  # ties a verification folder to one bundle (by its SHA-256)
@@ -228,7 +254,8 @@ def rerun_and_judge(published, specs: list[tuple[str, CellSpec]], results_dir: P
 def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsigned: bool, tasks: list[str] | None,
                *, repeats: int | None, fail_above: float | None, tolerance: float, device: str,
                cosign_key: Path | None = None, cosign_identity: str | None = None, allow_inconclusive: bool = False,
-               max_repeats: int | None = None, max_added_minutes: float | None = None) -> int:
+               max_repeats: int | None = None, max_added_minutes: float | None = None,
+               models: list[Path] | None = None) -> int:
     """Exit code: 0 only when every verified cell is reproduced (inconclusive ones too with allow_inconclusive)."""
     from fwbench.release import images, signing
     from fwbench.engines.docker import DockerEngine
@@ -248,7 +275,7 @@ def run_verify(bundle: Path, out: Path, allowed_signers: Path | None, allow_unsi
     except AggregateError as exc:
         raise VerificationRefused(f"the bundle's rows are not readable: {' '.join(str(exc).split())}") from None
     check_published_settings(published.frame(), max(repeats or 1, max_repeats or 1))
-    specs = published_specs(published.frame(), tasks, repeats, out / "data")
+    specs = with_model_files(published_specs(published.frame(), tasks, repeats, out / "data"), models or [])
     _warn_about_short_published_cells(published.frame(), tasks)
     if not specs:
         raise VerificationRefused("the bundle has no ok rows" + (f" for {', '.join(tasks)}" if tasks else ""))
