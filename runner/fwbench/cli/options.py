@@ -74,7 +74,7 @@ class Override:
     required: bool | None = None
 
 
-# The commands that take `--model FILE` (run, slurm submit): there --stack is optional and --task is a task kind.
+# The commands that take `--model FILE` (run, slurm submit, k8s render): there --stack is optional and --task is a task kind.
 MODEL_FILE_OVERRIDES = {
     "stack": Override(required=False, default_text="required, but for --model: the Keras 3 stacks, and native-torch "
                                                    "when the file has a PyTorch twin"),

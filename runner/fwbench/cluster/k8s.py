@@ -18,6 +18,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from fwbench.core import model_file
 from fwbench.core.spec import CellSpec
 
 PLAN_KEY = "cells.json"
@@ -89,11 +90,11 @@ def plan_configmap(prefix: str, stack: str, specs: list[CellSpec], namespace: st
 
 def _model_text(path: Path, sha256: str) -> str:
     try:
-        payload = path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"--model {path}: {exc.strerror or exc}") from None
-    if hashlib.sha256(payload).hexdigest() != sha256:
-        raise ValueError(f"--model {path} changed while the cells were planned: render again")
+        payload = model_file.planned_bytes(path, sha256)
+    except model_file.ModelFileChanged:
+        raise ValueError(f"--model {path} changed while the cells were planned: render again") from None
+    except model_file.ModelFileError as exc:
+        raise ValueError(f"--model {exc}") from None
     try:
         return payload.decode("utf-8")
     except UnicodeDecodeError:

@@ -11,7 +11,6 @@ Rows go to <out> in the usual one-file-per-cell layout, so `fwbench aggregate <o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from fwbench.cluster import cellplan
-from fwbench.core import results
+from fwbench.core import model_file, results
 from fwbench.core.atomic import write_atomically
 from fwbench.harness.cell import base_record
 from fwbench.core.identity import CellIdentity
@@ -400,11 +399,11 @@ def freeze_model_files(specs: list[CellSpec], folder: Path, in_container: bool) 
         copy = folder / relative
         if not copy.is_file():
             try:
-                payload = source.read_bytes()
-            except OSError as exc:
-                raise SlurmError(f"--model {source}: {exc.strerror or exc}") from None
-            if hashlib.sha256(payload).hexdigest() != spec.model_sha256:
-                raise SlurmError(f"--model {source} changed while the cells were planned: submit again")
+                payload = model_file.planned_bytes(source, spec.model_sha256)
+            except model_file.ModelFileChanged:
+                raise SlurmError(f"--model {source} changed while the cells were planned: submit again") from None
+            except model_file.ModelFileError as exc:
+                raise SlurmError(f"--model {exc}") from None
             copy.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(copy, payload)
         inside = f"{IN_CONTAINER['submission']}/{relative.as_posix()}" if in_container else str(copy)

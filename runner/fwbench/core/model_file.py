@@ -78,6 +78,23 @@ def read(path: str | Path) -> ModelFile:
     return ModelFile(path.resolve(), hashlib.sha256(payload).hexdigest(), top_level_names(payload))
 
 
+class ModelFileChanged(ModelFileError):
+    """The file's SHA-256 is no longer the one its cells were planned with."""
+
+
+def planned_bytes(path: str | Path, sha256: str) -> bytes:
+    """The bytes of a model file its cells were planned with: ModelFileError ("<path>: <why>") when it cannot be
+    read, ModelFileChanged when its SHA-256 is no longer `sha256` (each caller says what to do then)."""
+    path = Path(path)
+    try:
+        payload = path.read_bytes()
+    except OSError as exc:
+        raise ModelFileError(f"{path}: {exc.strerror or type(exc).__name__}") from None
+    if hashlib.sha256(payload).hexdigest() != sha256:
+        raise ModelFileChanged(f"{path} is no longer the file planned (SHA-256 {str(sha256)[:12]}...)")
+    return payload
+
+
 def top_level_names(source: bytes) -> frozenset[str]:
     """Functions, classes and assignments at the file's top level (none when it does not parse)."""
     try:

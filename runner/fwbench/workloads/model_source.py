@@ -7,7 +7,6 @@ where in the file, and on which stack: the cell's row then carries it, and the o
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 import traceback
@@ -61,12 +60,10 @@ def load(spec: CellSpec) -> ModelSource:
     """Import the spec's model file, after checking it is still the file the run was planned with."""
     path = Path(spec.model_file or "")
     try:
-        payload = path.read_bytes()
-    except OSError as exc:
-        raise ModelFileError(f"{path}: {exc.strerror or type(exc).__name__}") from None
-    if hashlib.sha256(payload).hexdigest() != spec.model_sha256:
+        model_file.planned_bytes(path, spec.model_sha256)
+    except model_file.ModelFileChanged:
         raise ModelFileError(f"{path.name} changed after the run was planned (its SHA-256 is no longer "
-                             f"{str(spec.model_sha256)[:12]}...): run again to measure the new file")
+                             f"{str(spec.model_sha256)[:12]}...): run again to measure the new file") from None
     name = f"fwbench_model_file_{spec.model_sha256[:16]}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
