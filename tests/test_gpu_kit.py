@@ -67,6 +67,53 @@ def test_plan_gives_the_most_published_ratios_first_and_every_cell_once_before_a
     assert len(units) == 3 * (12 * 4 - 4)
 
 
+def test_model_files_run_after_the_predict_cells_on_every_backend_and_ask_for_their_own_cells(tmp_path,
+                                                                                            monkeypatch):
+    import argparse
+
+    from fwbench.core.results import write_row
+
+    twinless = tmp_path / "keras_only.py"
+    twinless.write_text("def build_model(): pass\ndef make_inputs(batch_size, rng): pass\n"
+                        "def keras_loss(): pass\n")
+    models = ["examples/mlp.py", str(twinless)]
+    assert kit_plan.parse_models(",".join(models)) == models
+    with pytest.raises(ValueError, match="no-such.py"):
+        kit_plan.parse_models("examples/no-such.py")
+    units, _ = kit_plan.plan_units(kit_plan.parse_variants(None), ["bert-predict", "bert-fit"], 2, models=models)
+    first = [unit.key for unit in units if unit.repeat == 0]
+    mlp_sha = hashlib.sha256((REPO / "examples" / "mlp.py").read_bytes()).hexdigest()[:12]
+    # After the predict cells (uncompiled and compiled), before the fits; fits first, the Keras stacks before the twin,
+    # none for a file without one; each file's cell names its SHA-256 (an edited file is another cell) and tf32.
+    assert first[4:9] == [f"keras3-jax/xla/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
+                          f"keras3-torch/none/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
+                          f"native-torch/none/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
+                          "keras3-jax/xla/keras_only.py-fit-bs256@tf32@file-"
+                          f"{hashlib.sha256(twinless.read_bytes()).hexdigest()[:12]}/r0",
+                          "keras3-torch/none/keras_only.py-fit-bs256@tf32@file-"
+                          f"{hashlib.sha256(twinless.read_bytes()).hexdigest()[:12]}/r0"]
+    assert "predict-bs256" in first[9] and first[14].startswith("native-torch/none/bert-fit")
+    assert len(units) == 2 * (2 * 4 + 2 * 5)
+
+    unit = units[4]
+    commands = []
+    monkeypatch.setattr(run_kit.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
+    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", site=tmp_path / "site")
+    run_kit.run_unit(unit, args, 100)
+    argv = commands[0]
+    assert argv[argv.index("--model") + 1] == str(REPO / "examples" / "mlp.py")
+    assert [argv[argv.index(flag) + 1] for flag in ("--stack", "--task", "--batch", "--precision")] == [
+        "keras3-jax", "fit", "256", "tf32"]
+    assert "--compile" not in argv  # a Keras stack's mode is its own; `--compile` with --model is the twin's
+    # Its row, found among another file's cell of the same name and the same cell at another precision.
+    folder = tmp_path / "rows" / "tiny" / "keras3-jax"
+    for name, precision in (("mlp.py-fit-bs256.compile-xla.file-0123456789ab.r0.parquet", "published"),
+                            (f"mlp.py-fit-bs256.compile-xla.file-{mlp_sha}.tf32.r0.parquet", "tf32")):
+        write_row({"schema_version": 12, "stack": "keras3-jax", "task": unit.task, "status": "ok",
+                   "precision": precision, "repeat": 0, "model_sha256": mlp_sha + "0" * 52}, folder / name)
+    assert run_kit.unit_row(tmp_path / "rows", "tiny", unit)["precision"] == "tf32"
+
+
 def test_a_window_shortens_the_timed_steps_of_a_task_alike_for_every_stack():
     from fwbench.core import registry
 

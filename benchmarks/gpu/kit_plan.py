@@ -51,6 +51,10 @@ class Unit:
     precision: str = "published"
     devices: int = 1  # fwbench run --devices: data-parallel on this many GPUs
     steps: int | None = None  # fwbench run --steps: a shortened timed window; None: the preset's default
+    # A model file's unit (task is then its task id, `<file>.py-<kind>-bs<batch>`): the file's path from the
+    # repository, and its SHA-256's first 12 hex digits (an edited file is another cell, as in fwbench).
+    model: str | None = None
+    model_sha12: str | None = None
 
     @property
     def key(self) -> str:
@@ -63,6 +67,7 @@ class Unit:
         at = "" if self.precision == "published" else f"@{self.precision}"
         at += "" if self.devices == 1 else f"@devices-{self.devices}"
         at += "" if self.steps is None else f"@steps-{self.steps}"
+        at += "" if self.model is None else f"@file-{self.model_sha12}"
         return f"{self.stack}/{self.compile_mode}/{self.task}{at}"
 
 
@@ -132,6 +137,52 @@ def scaling_note(gpus: int, variants: list[tuple[str, str]], tasks: list[str]) -
             + ", ".join(f"{stack} [{mode}]" for stack, mode in scaling_variants(variants)))
 
 
+# -- users' model files (docs/your-model.md) ----------------------------------------------------------------
+# The model-file variants, Keras stacks first (the twin's row checks its parameter count against the Keras model's,
+# which a Keras cell leaves beside the inputs). Keras 3 on TensorFlow is not on such a host; the twin runs eager.
+MODEL_VARIANTS = (("keras3-jax", "xla"), ("keras3-torch", "none"), ("native-torch", "none"))
+DEFAULT_MODEL_BATCH = 256
+DEFAULT_MODEL_PRECISION = "tf32"
+# Between the BERT/SAM predict cells (priority 0 and 1) and the fits (2).
+MODEL_PRIORITY = 1.5
+
+
+def model_path(path: str) -> Path:
+    """A --models path: from the repository's root unless absolute (the kit runs from anywhere)."""
+    return Path(__file__).resolve().parents[2] / path
+
+
+def parse_models(text: str | None) -> list[str]:
+    """'examples/mlp.py,examples/mobilenet_v2.py' -> the files, each checked to be a model file fwbench can read
+    (ValueError: one line)."""
+    from fwbench.core import model_file
+
+    files = [part.strip() for part in text.split(",") if part.strip()] if text else []
+    for path in files:
+        try:
+            model_file.read(model_path(path))
+        except model_file.ModelFileError as exc:
+            raise ValueError(str(exc)) from None
+    return files
+
+
+def model_units(models: list[str], batch: int, precision: str, repeat: int) -> list[Unit]:
+    """One repeat of every model file's cells: by kind (fits first), then file, then variant (Keras first); the
+    twin only where the file defines one."""
+    from fwbench.core import model_file
+
+    units = []
+    for kind in model_file.KINDS:
+        for path in models:
+            read = model_file.read(model_path(path))
+            for stack, mode in MODEL_VARIANTS:
+                if stack == "native-torch" and not read.has_twin:
+                    continue
+                units.append(Unit(stack, mode, model_file.task_id(read.name, kind, batch), repeat, precision,
+                                  model=path, model_sha12=read.sha256[:12]))
+    return units
+
+
 # -- order ------------------------------------------------------------------------------------------
 
 def priority(task: str, stack: str, compile_mode: str) -> int:
@@ -151,13 +202,17 @@ def priority(task: str, stack: str, compile_mode: str) -> int:
 def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
                broken_stacks: dict[str, str] | None = None,
                precisions: list[str] | tuple[str, ...] = ("published",), gpus: int = 1, *,
-               steps: dict[str, int | None] | None = None) -> tuple[list[Unit], list[str]]:
+               steps: dict[str, int | None] | None = None, models: list[str] | None = None,
+               model_batch: int = DEFAULT_MODEL_BATCH,
+               model_precision: str = DEFAULT_MODEL_PRECISION) -> tuple[list[Unit], list[str]]:
     """Every unit in run order, and a line per cell left out (with the reason). broken_stacks: stack -> why it
     cannot run on this host (its imports fail): its cells are left out, the others run. Within one precision and
     repeat, units go by `priority`, then task, then variant, in the order given; each precision's units come after
     the previous precision's, all repeats included. gpus: the host's usable GPUs; with more than one, the
     data-parallel fits also run on all of them, at the first precision, right after its one-device units.
-    steps: task -> its shortened timed steps (`window_steps`), None or absent for the preset's."""
+    steps: task -> its shortened timed steps (`window_steps`), None or absent for the preset's. models: model files
+    whose cells (`model_units`, at model_batch and model_precision, the preset's steps) run after the BERT and SAM
+    predict cells of each repeat of the first precision."""
     broken_stacks, steps = broken_stacks or {}, steps or {}
     units, left_out = [], []
     for stack, mode in variants:
@@ -175,7 +230,12 @@ def plan_units(variants: list[tuple[str, str]], tasks: list[str], repeats: int,
                    key=lambda cell: priority(*cell))  # stable: task, then variant order within a priority
     for index, precision in enumerate(precisions):
         for repeat in range(repeats):
-            units += [Unit(stack, mode, task, repeat, precision, 1, steps.get(task)) for task, stack, mode in cells]
+            ordered = [Unit(stack, mode, task, repeat, precision, 1, steps.get(task)) for task, stack, mode in cells]
+            if index == 0 and models:
+                before = [unit for unit in ordered
+                          if priority(unit.task, unit.stack, unit.compile_mode) < MODEL_PRIORITY]
+                ordered = before + model_units(models, model_batch, model_precision, repeat) + ordered[len(before):]
+            units += ordered
         if index == 0 and gpus > 1:
             for repeat in range(repeats):
                 for task in scaling_tasks(variants, tasks):
@@ -199,6 +259,8 @@ COMPILE_S = {"none": 0.0, "reduce-overhead": 60.0, "default": 60.0, "max-autotun
 BUILD_S = {"bert": 5.0, "sam": 15.0, "stable_diffusion": 25.0, "gemma": 60.0, "mistral": 90.0}
 # Off `paper` (the CPU test's `tiny`): no published times to scale; a step is taken as this long.
 OTHER_PRESET_STEP_S = 0.05
+# Building a model file's model (and, for its first cell, making its inputs).
+MODEL_FILE_BUILD_S = 10.0
 MIN_TIMED_STEPS = 5
 DEFAULT_TIMED_WINDOW_S = 15.0
 
@@ -241,7 +303,9 @@ def estimate_s(unit: Unit, preset: str) -> float:
 
     steps = unit.steps or registry.default_steps(unit.task, preset)
     warmup = registry.get_preset(preset).warmup
-    if preset == "paper":
+    if unit.model is not None:  # a user's model: no published time; small models, a step taken as OTHER_PRESET's
+        step_s, build_s = OTHER_PRESET_STEP_S, MODEL_FILE_BUILD_S
+    elif preset == "paper":
         published = published_step_s(unit.task)
         step_s = published.get(f"{unit.stack}/{unit.compile_mode}", max(published.values(), default=1.0))
         step_s *= H100_PER_A100

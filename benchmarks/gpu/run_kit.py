@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(HERE)]
 
+from fwbench.core import model_file  # noqa: E402
 from fwbench.core.atomic import write_atomically  # noqa: E402
 
 import kit_install  # noqa: E402
@@ -102,8 +103,12 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
     libraries); --repeats r+1 with --resume runs just repeat r when the earlier ones have ok rows."""
     rows, preset = rows or args.out / "rows", preset or args.preset
     steps = unit.steps
+    # A model file's cell: its kind and batch from the task id; the stack's own mode (the twin's eager).
+    model_task = model_file.parse_task(unit.task) if unit.model else None
+    cell = (["--model", str(kit_plan.model_path(unit.model)), "--task", model_task.kind, "--batch", str(model_task.batch)]
+            if model_task else ["--compile", unit.compile_mode, "--task", unit.task])
     argv = [sys.executable, "-m", "fwbench.cli", "run", "--engine", "current", "--pin-set", "current",
-            "--stack", unit.stack, "--compile", unit.compile_mode, "--task", unit.task, "--preset", preset,
+            "--stack", unit.stack, *cell, "--preset", preset,
             "--repeats", str(unit.repeat + 1), "--resume", "--timeout", f"{timeout_s:.0f}",
             "--out", str(rows), "--data", str(args.data), *(["--steps", str(steps)] if steps else []),
             *([] if unit.precision == "published" else ["--precision", unit.precision]),
@@ -115,6 +120,11 @@ def run_unit(unit: Unit, args, timeout_s: float, extra: list[str] | None = None,
         output.flush()
         subprocess.run(argv, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
     return unit_row(rows, preset, unit)
+
+
+def model_plan(args) -> dict:
+    """plan_units' model-file arguments from the command line (--models, --model-batch, --model-precision)."""
+    return {"models": args.models, "model_batch": args.model_batch, "model_precision": args.model_precision}
 
 
 def needed_s(state: KitState, unit: Unit, preset: str) -> float:
@@ -322,7 +332,7 @@ def window(args) -> int:
             if args.steps:
                 steps = {task: args.steps for task in args.tasks}
             units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, unrunnable,
-                                                  args.precisions, gpus=gpus, steps=steps)
+                                                  args.precisions, gpus=gpus, steps=steps, **model_plan(args))
             for line in left_out:
                 log(f"left out: {line}")
             log(kit_plan.scaling_note(gpus, args.variants, args.tasks))
@@ -464,7 +474,7 @@ def status(args) -> int:
     gpus = usable_gpu_count()
     steps = {task: kit_plan.window_steps(task, args.preset, args.timed_window_s) for task in args.tasks}
     units, left_out = kit_plan.plan_units(args.variants, args.tasks, args.repeats, precisions=args.precisions,
-                                          gpus=gpus, steps=steps)
+                                          gpus=gpus, steps=steps, **model_plan(args))
     state = KitState(args.out / "kit-state.json", kit_install.source_revision().get("git_revision"))
     counts: dict[str, int] = {}
     for unit in units:
@@ -557,6 +567,16 @@ def parser() -> argparse.ArgumentParser:
                          default=kit_plan.parse_precisions(None),
                          help="comma-separated fwbench --precision values, each after the one before, all "
                               "repeats included (default: published,bf16: bf16 when the time allows)")
+        sub.add_argument("--models", type=_argument(kit_plan.parse_models), default=[],
+                         help="comma-separated model files (docs/your-model.md), paths from the repository: their "
+                              "fit and predict on keras3-jax, keras3-torch and the twin, after the BERT and SAM "
+                              "predict cells (default: none)")
+        sub.add_argument("--model-batch", type=int, default=kit_plan.DEFAULT_MODEL_BATCH,
+                         help=f"--models' batch (default {kit_plan.DEFAULT_MODEL_BATCH})")
+        sub.add_argument("--model-precision", type=_argument(lambda text: kit_plan.parse_precisions(text)[0]),
+                         default=kit_plan.DEFAULT_MODEL_PRECISION,
+                         help=f"--models' precision (default {kit_plan.DEFAULT_MODEL_PRECISION}: every backend's "
+                              "float32 matmuls on TF32, like with like)")
         sub.add_argument("--export", type=Path, help="copy the 8 files worth bringing back here")
 
     run = commands.add_parser("window", help="one GPU window: checks, then cells within --budget-s; resumes")
