@@ -420,6 +420,20 @@ def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tm
     published = tmp_path / "results" / "2026-11-24-nvidia-h100-80gb-hbm3"
     assert (published / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").is_file()
     assert (published / "host.json").is_file()
+    # A later window went on from that folder (its state holds the folder's units): its export brings back only its
+    # own host facts, of a later date, and it joins the folder; the earlier host facts stay beside them.
+    (published / "kit-state.json").write_text(json.dumps({"units": {"a/none/bert-fit/r0": {"status": "ok"}}}))
+    (out / "kit-state.json").write_text(json.dumps({"units": {"a/none/bert-fit/r0": {"status": "ok"},
+                                                              "a/none/sam-fit/r0": {"status": "ok"}}}))
+    (out / "host.json").write_text(json.dumps({**host, "recorded_at": "2026-11-27T02:00:00+00:00"}))
+    assert run_kit.main(argv) == 0
+    assert sorted(path.name for path in (tmp_path / "results").iterdir()) == [published.name]
+    assert json.loads((published / "host.json").read_text())["recorded_at"].startswith("2026-11-27")
+    assert json.loads((published / "host-2026-11-24T190000.json").read_text())["recorded_at"].startswith("2026-11-24")
+    # A state that did not go on from it (it lacks the folder's ok unit) is another series: a folder of its own.
+    (out / "kit-state.json").write_text(json.dumps({"units": {"a/none/sam-fit/r0": {"status": "ok"}}}))
+    assert run_kit.main(argv) == 0
+    assert (tmp_path / "results" / "2026-11-27-nvidia-h100-80gb-hbm3").is_dir()
 
 
 def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path, capsys):
@@ -688,6 +702,8 @@ def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_br
 
 
 def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
+    from datetime import datetime, timezone
+
     """TF32 per setting, one GPU by UUID (NVML mocked) and energy, on a GPU (mocked) over stand-in rows."""
     from fwbench.harness import nvml
 
@@ -733,6 +749,17 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
     assert checks.lines[-1].startswith("FAIL") and all(w in checks.lines[-1] for w in (
         "cpu ran on cpu", "two saw 2 GPUs, asked for 1", "x: gpu_uuid GPU-0", "one-of-two saw 1 GPUs, asked for 2",
         "shared: --devices 2 but gpu_indices [1, 1]")), checks.lines[-1]
+    # A restored row of an earlier window ran on another machine, whose GPU this host's NVML does not know: only
+    # this window's rows are held to this host's UUIDs (the earlier window checked its own).
+    since = datetime(2026, 11, 27, 2, 0, tzinfo=timezone.utc)
+    earlier = {**good, "cell_id": "earlier", "gpu_uuid": "GPU-of-another-machine",
+               "started_at": datetime(2026, 11, 26, 14, 0, tzinfo=timezone.utc)}
+    now = {**good, "started_at": "2026-11-27T02:05:00+00:00"}
+    checks.gpus_by_uuid([earlier, now], since)
+    assert checks.lines[-1].startswith("PASS") and "1 of 1 ok rows of this window (1 rows of earlier" in \
+        checks.lines[-1], checks.lines[-1]
+    checks.gpus_by_uuid([earlier, {**now, "gpu_uuid": "GPU-0"}], since)
+    assert checks.lines[-1].startswith("FAIL") and "earlier" not in checks.lines[-1].split(": ", 2)[-1]
     checks.lines, checks.failed = [], False
     checks.energy([good, short])
     assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]

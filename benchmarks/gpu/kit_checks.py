@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
@@ -71,6 +72,21 @@ def on_gpu() -> bool:
 
 class OutOfTime(Exception):
     """A check's cell was cut by the window's time, not by anything it measured."""
+
+
+def started_since(row: dict, since: datetime) -> bool:
+    """Whether the row's cell started at or after `since` (a row without a start time counts as this window's:
+    checked rather than passed over)."""
+    started = row.get("started_at")
+    if started is None or (isinstance(started, float) and started != started):
+        return True
+    if isinstance(started, str):
+        started = datetime.fromisoformat(started)
+    if hasattr(started, "to_pydatetime"):  # a pandas Timestamp
+        started = started.to_pydatetime()
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=timezone.utc)
+    return started >= since
 
 
 class Checks:
@@ -139,11 +155,12 @@ class Checks:
             except Exception as exc:  # noqa: BLE001 - a broken check is a FAIL line, never a lost window
                 self.say("FAIL", name, f"the check itself raised {type(exc).__name__}: {str(exc)[:300]}")
 
-    def run_row_checks(self, kit_rows: list[dict]) -> None:
-        """The checks over rows: this window's check cells and every row of the kit's cells."""
+    def run_row_checks(self, kit_rows: list[dict], since: datetime | None = None) -> None:
+        """The checks over rows: this window's check cells and every row of the kit's cells (the GPU identity only
+        of the rows that started at or after `since`, this window's start: see gpus_by_uuid)."""
         rows = self.rows + kit_rows
         for name, check in (("compiled kit rows replay CUDA graphs", lambda: self.cuda_graphs(kit_rows)),
-                            ("each row ran on its own GPUs", lambda: self.gpus_by_uuid(rows)),
+                            ("each row ran on its own GPUs", lambda: self.gpus_by_uuid(rows, since)),
                             ("peak memory filled", lambda: self.peak_memory(rows)),
                             ("energy columns", lambda: self.energy(rows))):
             try:
@@ -237,12 +254,16 @@ class Checks:
         self.say("PASS" if row.get("compile_took_effect") is True else "FAIL", name, detail)
         return row
 
-    def gpus_by_uuid(self, rows: list[dict]) -> None:
+    def gpus_by_uuid(self, rows: list[dict], since: datetime | None = None) -> None:
         """No CPU fallback, exactly the GPUs the cell asked for (one, or its --devices N, each its own), and the GPU
-        the row names is NVML's GPU of that index."""
+        the row names is NVML's GPU of that index. Only rows that started at or after `since` (this window's): an
+        earlier window's rows ran on another machine, whose GPUs this host's NVML does not know; that window
+        checked them."""
         name = "each row ran on its own GPUs (one, or --devices N), named by UUID"
         if not self.gpu:
             return self.say("SKIP", name, "no GPU")
+        earlier = [row for row in rows if since is not None and not started_since(row, since)]
+        rows = [row for row in rows if since is None or started_since(row, since)]
         from fwbench.core.identity import CellIdentity
         from fwbench.harness.nvml import nvml_query
 
@@ -269,7 +290,9 @@ class Checks:
             elif row.get("gpu_index") is None or row.get("gpu_uuid") != uuid_of(row["gpu_index"]):
                 problems.append(f"{where}: gpu_uuid {row.get('gpu_uuid')} is not NVML's for index "
                                 f"{row.get('gpu_index')} ({uuid_of(row.get('gpu_index') or 0)})")
-        detail = f"{len(ok) - len(problems)} of {len(ok)} ok rows" + (": " + "; ".join(problems[:5]) if problems else "")
+        detail = (f"{len(ok) - len(problems)} of {len(ok)} ok rows of this window"
+                  + (f" ({len(earlier)} rows of earlier windows were checked by theirs)" if earlier else "")
+                  + (": " + "; ".join(problems[:5]) if problems else ""))
         self.say("FAIL" if problems or not ok else "PASS", name, detail)
 
     @staticmethod

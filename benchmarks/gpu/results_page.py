@@ -20,6 +20,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(Path(__file__).resolve().parent)]
 
+from fwbench.core import model_file  # noqa: E402
 from fwbench.core.atomic import write_atomically  # noqa: E402
 from fwbench.core.results import read_row  # noqa: E402
 from fwbench_aggregator import stats  # noqa: E402
@@ -144,9 +145,61 @@ def not_run_section(cells: dict[tuple, list[dict]]) -> list[str]:
             + ".", "", "Cannot run on this host (no TensorFlow, so no KerasCV): " + ", ".join(left_out) + "."]
 
 
+def is_model_file_row(row: dict) -> bool:
+    return model_file.parse_task(row.get("task")) is not None
+
+
+def models_section(rows: list[dict]) -> list[str]:
+    """Users' model files (the kit's --models): per file and task kind, the backends fastest first with the
+    interval of the median and how many times slower than the fastest each is, and what the physics columns say."""
+    cells: dict[tuple, dict[str, list[dict]]] = {}
+    for row in rows:
+        backend = f"{row['stack']} [{row['compile_mode']}]"
+        key = (row["task"], row.get("model_sha256"), row.get("precision"), row.get("timed_steps"))
+        cells.setdefault(key, {}).setdefault(backend, []).append(row)
+    if not cells:
+        return ["No model files ran."]
+    out = []
+    for (task, sha, precision, steps), backends in sorted(cells.items(), key=lambda item: item[0][0]):
+        parsed = model_file.parse_task(task)
+        ok = {backend: [row for row in found if row["status"] == "ok"] for backend, found in backends.items()}
+        estimates = {backend: stats.estimate([samples(row) for row in found]) for backend, found in ok.items() if found}
+        ranked = sorted(estimates, key=lambda backend: estimates[backend].median)
+        repeats = sorted({len(found) for found in ok.values() if found})
+        out += [f"**{parsed.model}, {parsed.kind}, batch {parsed.batch}** (file SHA-256 {(sha or '?')[:12]}…, "
+                f"precision {precision}, {steps} timed steps, {'/'.join(map(str, repeats))} repeat(s): "
+                f"{interval_kind([{}] * min(repeats or [0]))} intervals)", "",
+                "| rank | backend | ms/step (median) [95% interval] | × fastest [95% interval] | TFLOP/s | % of peak "
+                "(matmul precision) | first step s | peak memory GB | twin's parameters |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for rank, backend in enumerate(ranked, 1):
+            found, estimate = ok[backend], estimates[backend]
+            if rank == 1:
+                versus = "fastest"
+            else:
+                ratio = stats.ratio_estimate([samples(r) for r in found], [samples(r) for r in ok[ranked[0]]])
+                versus = f"{ratio.ratio:.2f} [{ratio.low:.2f}–{ratio.high:.2f}]"
+            mean = lambda column: float(np.mean([row[column] for row in found])) if all(  # noqa: E731
+                row.get(column) is not None for row in found) else None
+            twin = found[0].get("twin_params_match")
+            twin_text = "—" if twin is None else ("the Keras model's" if twin else
+                                                  f"differ (Keras {found[0].get('twin_params_keras')})")
+            out.append(f"| {rank} | {backend} | {stats.fmt_ms(estimate.median)} [{stats.fmt_ms(estimate.low)}–"
+                       f"{stats.fmt_ms(estimate.high)}] | {versus} | {fmt(mean('achieved_tflops'), 2)} | "
+                       f"{fmt(mean('pct_of_peak'))} ({found[0].get('matmul_compute_precision') or '?'}) | "
+                       f"{fmt(mean('first_step_s'))} | {fmt(mean('peak_mem_bytes'), 2, 1e-9)} | {twin_text} |")
+        for backend, found in sorted(backends.items()):
+            if not ok.get(backend):
+                message = (found[-1].get("error_message") or "").splitlines()[0][:120].replace("|", "/")
+                out.append(f"| — | {backend} | — | — | — | — | — | — | {found[-1]['status']}: {message} |")
+        out.append("")
+    return out
+
+
 def generate(folder: Path) -> str:
     rows = load_rows(folder)
-    cells = group([row for row in rows if row.get("preset") == "paper"])
+    models = [row for row in rows if is_model_file_row(row)]
+    cells = group([row for row in rows if row.get("preset") == "paper" and not is_model_file_row(row)])
     lines = [BEGIN, "", "### What ran", "", *header(folder, rows), "", "### GPU checks", "", *checks_section(folder),
              "", "### Cells", "",
              "Each cell at the published sizes and precision (`--preset paper`), timed steps as the kit gave them "
@@ -159,7 +212,12 @@ def generate(folder: Path) -> str:
              "PyTorch eager), with the bootstrap interval (step-to-step where a side has fewer than 3 repeats), "
              "beside the same ratio in the published A100 table; another GPU, other library versions and shortened "
              "timed windows stand between the two, so a differing ratio is a finding to explain, not an error.", "",
-             *ratios_section(cells), "", *not_run_section(cells), "", END]
+             *ratios_section(cells), "", *not_run_section(cells), "",
+             "### Your models", "",
+             "Model files (`run_kit.py window --models`, [your-model.md](your-model.md)) on every backend that ran "
+             "them, fastest first: the median's interval and the ratio to the fastest are the report's bootstrap "
+             "(step-to-step with fewer than 3 repeats); the first step (trace and compile) is apart.", "",
+             *models_section(models), END]
     return "\n".join(lines) + "\n"
 
 

@@ -293,7 +293,7 @@ def window(args) -> int:
     """One GPU window: restore, preflight, cell checks, units, row checks, report, export. Whatever fails, the
     report is tried and the files are exported; exit 0 when the window ran to its end (cells may have failed:
     their rows say so), 1 when a step of the kit itself failed."""
-    started = time.monotonic()
+    started, began_at = time.monotonic(), datetime.now(timezone.utc)
     args.out.mkdir(parents=True, exist_ok=True)
     kit_install.LOG_PATH = args.out / "kit.log"
     # Units and checks stop starting at this point; the reserve is for the report and the export.
@@ -355,7 +355,7 @@ def window(args) -> int:
             try:
                 import kit_checks
 
-                checks.run_row_checks(kit_checks.kit_rows(args.out))
+                checks.run_row_checks(kit_checks.kit_rows(args.out), since=began_at)
             except Exception as exc:  # noqa: BLE001
                 code = 1
                 log(f"row checks failed: {type(exc).__name__}: {exc}")
@@ -451,7 +451,10 @@ def publish(args) -> int:
         raise KitError("host.json names no GPU: these rows are not GPU results")
     earlier = sorted(args.out.glob("host-*.json"))
     first = json.loads(earlier[0].read_text()).get("recorded_at", host["recorded_at"]) if earlier else host["recorded_at"]
-    dest = args.dest / f"{first[:10]}-{slug}"
+    # A window that went on from a published folder joins it (its export brings back this window's host facts
+    # only, so the first window's date is that folder's).
+    dest = continued_folder(args.dest, slug, args.out / "kit-state.json") or args.dest / f"{first[:10]}-{slug}"
+    keep_earlier_host(dest / "host.json", host)
     try:
         aggregate(args)  # the report from every row there is (a restored folder has none yet)
     except KitError as exc:
@@ -468,6 +471,34 @@ def publish(args) -> int:
             shutil.copy2(source, dest / name)
     log(f"published {sum(1 for _ in (dest / 'rows').rglob('*.parquet'))} rows and the report to {dest}")
     return 0
+
+
+def continued_folder(results: Path, slug: str, state_path: Path) -> Path | None:
+    """The newest published folder of this GPU whose units this kit state holds, each with the same status (the
+    state went on from it), or None."""
+    if not state_path.is_file() or not results.is_dir():
+        return None
+    units = json.loads(state_path.read_text()).get("units", {})
+    for folder in sorted(results.glob(f"*-{slug}"), reverse=True):
+        published = folder / "kit-state.json"
+        if not published.is_file():
+            continue
+        earlier = json.loads(published.read_text()).get("units", {})
+        if earlier and all(key in units and (units[key].get("status") == entry.get("status") or entry.get("status")
+                                             != "ok") for key, entry in earlier.items()):
+            return folder
+    return None
+
+
+def keep_earlier_host(published_host: Path, host: dict) -> None:
+    """A published host.json of an earlier window stays beside the new one, as host-<its time>.json."""
+    if not published_host.is_file():
+        return
+    recorded = json.loads(published_host.read_text()).get("recorded_at", "earlier")
+    if recorded != host.get("recorded_at"):
+        kept = published_host.with_name(f"host-{recorded[:19].replace(':', '')}.json")
+        if not kept.exists():
+            published_host.replace(kept)
 
 
 def status(args) -> int:
