@@ -765,3 +765,37 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
     assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]
     checks.energy([good, {**short, "energy_status": "nvml_unavailable"}])
     assert checks.lines[-1].startswith("FAIL")
+
+
+def test_the_results_page_ranks_model_file_cells_apart_from_the_published_cells(tmp_path):
+    import results_page
+
+    from fwbench.core.results import write_row
+
+    folder = tmp_path / "2026-11-27-nvidia-h100-80gb-hbm3"
+    (folder / "host.json").parent.mkdir(parents=True)
+    (folder / "host.json").write_text(json.dumps({"recorded_at": "2026-11-27T02:00:00+00:00",
+                                                  "nvml": {"gpu_names": ["NVIDIA H100 80GB HBM3"]}}))
+    sha = "ab" * 32
+
+    def row(stack, mode, task, ms, **more):
+        steps = [ms * (1 + 0.01 * (i % 3)) for i in range(20)]
+        write_row({"schema_version": 12, "stack": stack, "compile_mode": mode, "task": task, "status": "ok",
+                   "preset": "paper", "repeat": 0, "timed_steps": 20, "precision": "tf32", "ms_per_step": ms,
+                   "step_ms": steps, **more},
+                  folder / "rows" / "paper" / stack / f"{task}.{mode}.{ms}.r0.parquet")
+
+    row("native-torch", "none", "bert-predict", 500.0, precision="published")
+    row("keras3-jax", "xla", "mlp.py-fit-bs256", 2.0, model_sha256=sha, matmul_compute_precision="tf32")
+    row("native-torch", "none", "mlp.py-fit-bs256", 1.0, model_sha256=sha, twin_params_match=True)
+    row("keras3-torch", "none", "mlp.py-fit-bs256", 8.0, model_sha256=sha)
+    page = results_page.generate(folder)
+    models = page.split("### Your models", 1)[1]
+    assert "**mlp.py, fit, batch 256** (file SHA-256 abababababab…, precision tf32" in models
+    ranked = [line.split(" | ")[1] for line in models.splitlines() if line.startswith("| 1 ") or
+              line.startswith("| 2 ") or line.startswith("| 3 ")]
+    assert ranked == ["native-torch [none]", "keras3-jax [xla]", "keras3-torch [none]"]
+    assert "| 2 | keras3-jax [xla] | 2.02 [" in models and "| 2.00 [" in models and "| the Keras model's |" in models
+    # The published cells' tables and the not-yet-run list hold no model-file cell.
+    published = page.split("### Your models", 1)[0]
+    assert "mlp.py" not in published and "| bert-predict | native-torch [none] |" in published
