@@ -111,6 +111,32 @@ def test_every_backend_reads_the_same_inputs_and_counts_the_same_model(examples_
                          for r in twins)
 
 
+def test_a_model_files_fit_runs_data_parallel_where_the_stack_has_data_parallelism(examples_run, tmp_path):
+    """--devices 2: keras3-jax splits the global batch over two CPU devices (keras.distribution.DataParallel), the
+    twin trains in two DistributedDataParallel ranks; keras3-torch, which has no data parallelism, says so."""
+    _, data, _ = examples_run
+    out = tmp_path / "data-parallel"
+    done = run_fwbench("run", "--model", str(EXAMPLES / "mlp.py"), "--task", "fit", "--devices", "2",
+                       "--stack", "keras3-jax", "--stack", "keras3-torch", "--stack", "native-torch", *SMALL,
+                       "--out", str(out), "--data", str(data))
+    assert "Traceback" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
+    by_stack = {row["stack"]: row for row in rows(out)}
+    assert set(by_stack) == {"keras3-jax", "keras3-torch", "native-torch"}
+    for stack, comm, how in (("keras3-jax", "xla-collectives", "keras.distribution.DataParallel"),
+                             ("native-torch", "gloo", "2 ranks")):
+        row = by_stack[stack]
+        assert row["status"] == "ok", (stack, row["error_message"])
+        assert (row["devices"], row["per_device_batch"], row["global_batch"], row["batch_size"]) == (2, 2, 4, 4)
+        extra = json.loads(row["extra"])
+        assert row["comm_backend"] == comm and how in extra["data_parallel"], (stack, extra)
+        assert extra["physics"].startswith("not computed for data-parallel rows")
+        assert row["model_flops_per_step"] is None
+    assert by_stack["native-torch"]["twin_params_match"] is True
+    assert by_stack["keras3-torch"]["status"] == "unsupported"
+    assert "keras.distribution is implemented for the JAX and TensorFlow backends only" in \
+        by_stack["keras3-torch"]["error_message"]
+
+
 def test_the_report_ranks_the_backends_of_each_model(examples_run, tmp_path):
     out, _, _ = examples_run
     done = run_fwbench("aggregate", *[str(out / stack) for stack in KERAS3 + NATIVE], "-o", str(tmp_path),

@@ -107,6 +107,10 @@ def test_every_fit_task_has_a_data_parallel_variant_on_every_stack_with_data_par
         assert set(stack.data_parallel.tasks) == fits, stack.id
         for task_id in fits:
             assert scaling.unsupported_reason(stack.id, task_id, "fit", 2) is None, (stack.id, task_id)
+        # A model file's fit too (docs/your-model.md); its predict, as every predict, has no data-parallel variant.
+        assert scaling.unsupported_reason(stack.id, "my_model.py-fit-bs32", "fit", 2) is None, stack.id
+        assert scaling.NOT_A_FIT in scaling.unsupported_reason(stack.id, "my_model.py-predict-bs32", "predict", 2)
+    assert "keras.distribution" in scaling.unsupported_reason("keras3-torch", "my_model.py-fit-bs32", "fit", 2)
 
 
 def test_one_device_has_no_unsupported_reason():
@@ -245,3 +249,15 @@ def test_an_unsupported_keras2_scaling_row_names_the_keras_it_runs(monkeypatch):
     versions.pop("tf-keras")  # TensorFlow 2.15 (paper-2024) bundles Keras 2 as `keras`
     versions["keras"] = "2.15.0"
     assert cell._keras_installed(2) == "Keras 2.15.0"
+
+
+def test_a_model_files_data_parallel_fit_runs_as_ranks_on_native_torch_and_in_one_process_on_jax():
+    from fwbench.harness import cell
+
+    def spec(stack, task, devices):
+        return CellSpec(stack, task, "tiny", registry.get_stack(stack).compile_modes[0], "/d", 5, devices=devices)
+
+    assert cell.in_processes(spec("native-torch", "my_model.py-fit-bs32", 2))
+    assert not cell.in_processes(spec("native-torch", "my_model.py-fit-bs32", 1))
+    assert not cell.in_processes(spec("native-torch", "my_model.py-predict-bs32", 2))  # unsupported: not a fit
+    assert not cell.in_processes(spec("keras3-jax", "my_model.py-fit-bs32", 2))  # one process drives N devices

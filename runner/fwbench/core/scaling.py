@@ -41,7 +41,8 @@ def unsupported_reason(stack_id: str, task_id: str, task_kind: str, devices: int
     stack = registry.get_stack(stack_id)
     if stack.data_parallel is None:
         return f"{asked}: " + (stack.no_data_parallel or f"no data-parallel variant of stack {stack_id} in fwbench")
-    if task_id not in stack.data_parallel.tasks:
+    # A model file's fit (docs/your-model.md) runs data-parallel as the registry's fits do.
+    if task_id not in stack.data_parallel.tasks and registry.model_file_task(task_id) is None:
         return (f"{asked}: a data-parallel {task_id} on {stack_id} is not yet implemented in fwbench "
                 f"(it has: {', '.join(stack.data_parallel.tasks)})")
     return None

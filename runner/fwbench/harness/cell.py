@@ -165,16 +165,16 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     phases.done("build_and_steps")  # setup_s, first_step_s and the timed steps are on the row
     result, extra = describe(built, timed)
     phases.done("describe")
-    if spec.model_file is not None and built.ctx.step_cost is None:
+    if spec.devices > 1:
+        # The ceiling is one device's (or one rank's cores'), the step's FLOPs all devices': not comparable yet.
+        extra["physics"] = "not computed for data-parallel rows (the ceiling is per device)"
+    elif spec.model_file is not None and built.ctx.step_cost is None:
         pass  # a model file's layers fwbench could not count: extra.physics (the workload's) says why
-    elif spec.devices == 1:
+    else:
         # After the timed window: the CPU ceiling (a GEMM) must not run inside it.
         result.update(ceiling.physics_row({**base_record(spec), **result}, built.backend.on_gpu, work_dir,
                                           mig_slice=bool(timed.known_gpu and timed.known_gpu.mig),
                                           gemm=getattr(built.backend, "gemm_tflops", None), cost=built.ctx.step_cost))
-    else:
-        # The ceiling is one device's (or one rank's cores'), the step's FLOPs all devices': not comparable yet.
-        extra["physics"] = "not computed for data-parallel rows (the ceiling is per device)"
     phases.done("ceiling")
     # Where the cell process's time went besides the measurement (first_contact.py reads it).
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
@@ -493,7 +493,8 @@ def _check_precision(spec: CellSpec, model: str, result: dict[str, Any]) -> None
 def in_processes(spec: CellSpec) -> bool:
     """Whether the cell runs as N processes (native-torch DistributedDataParallel, one rank per device) rather
     than in this one (one device, or one process driving N devices: JAX SPMD)."""
-    stack, task = registry.STACKS.get(spec.stack), registry.TASKS.get(spec.task)
+    stack = registry.STACKS.get(spec.stack)
+    task = registry.TASKS.get(spec.task) or registry.model_file_task(spec.task)  # a model file's fit too
     return (spec.devices > 1 and stack is not None and task is not None and stack.data_parallel is not None
             and stack.data_parallel.process_per_device
             and scaling.unsupported_reason(stack.id, task.id, task.kind, spec.devices) is None)

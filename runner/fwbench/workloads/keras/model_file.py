@@ -11,8 +11,8 @@ from __future__ import annotations
 from fwbench.core import model_file, model_inputs
 from fwbench.core.model_file import ModelFileError
 from fwbench.workloads import Unsupported
-from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, keras, report_model,
-                                            set_precision_policy)
+from fwbench.workloads.keras.common import (KERAS3, FitCell, PredictCell, check_stack, data_parallel, keras,
+                                            report_model, set_precision_policy)
 from fwbench.workloads.keras.layer_flops import FlopProbe
 from fwbench.workloads.model_source import describe
 
@@ -23,21 +23,28 @@ def build(ctx):
     if not KERAS3:
         raise Unsupported("a model file holds a Keras 3 model: Keras 2 (tf.keras) cannot run it")
     check_stack(ctx)
-    source = ctx.model_source
     set_precision_policy(ctx)
     keras.utils.set_random_seed(ctx.spec.seed)  # the same random weights on every run of the file
+    with data_parallel(ctx):  # --devices N (fits): the model's variables are made, and it is compiled, in its scope
+        return _build(ctx)
+
+
+def _build(ctx):
+    source = ctx.model_source
     model = source.call(model_file.BUILD_MODEL)
     if not isinstance(model, keras.Model):
         raise ModelFileError(f"{source.name}: {model_file.BUILD_MODEL}() returned a {type(model).__name__}, "
                              "not a keras.Model")
-    x, y = model_file.split_inputs(ctx.arrays)
+    # A fit reads the global batch (all devices' rows; the file's batch itself on one device).
+    x, y = model_file.split_inputs(ctx.global_arrays() if ctx.kind == "fit" else ctx.arrays)
     if not model.built:  # a subclassed model builds on its first call: on one row of the inputs, before counting
         _build_on_one_row(source, model, x)
     report_model(ctx, model)
     trainable = int(ctx.reported["params_trainable"])
     model_inputs.write_keras_params(model_inputs.model_folder(ctx.spec.data_dir, ctx.spec.model_sha256),
                                     trainable, ctx.spec.stack)
-    FlopProbe(ctx, model)
+    if ctx.devices == 1:  # a data-parallel row has no physics columns (its ceiling is one device's)
+        FlopProbe(ctx, model)
     if ctx.kind == "fit":
         loss = source.call(model_file.KERAS_LOSS, why=" (fit needs the Keras loss)")
         model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=ctx.jit_compile)

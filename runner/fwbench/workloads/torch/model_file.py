@@ -18,8 +18,8 @@ import torch
 from fwbench.core import model_file, model_inputs
 from fwbench.core.model_file import ModelFileError
 from fwbench.workloads import StepCell, Unsupported
-from fwbench.workloads.torch.common import (autocast, backward_and_step, count_params, maybe_compile,
-                                            report_compiled, report_model, with_autocast)
+from fwbench.workloads.torch.common import (autocast, backward_and_step, count_params, data_parallel,
+                                            maybe_compile, report_compiled, report_model, with_autocast)
 from fwbench.workloads.torch.layer_flops import FlopProbe
 
 
@@ -82,13 +82,18 @@ def build(ctx):
     module = module.to(device)
     report_model(ctx, module)
     _check_twin(ctx, module)
-    x, y = model_file.split_inputs(ctx.arrays)
-    x = {name: _tensor(array, device) for name, array in x.items()} if isinstance(x, dict) else _tensor(x, device)
-    FlopProbe(ctx, module)
+    rows = slice(None)
+    if ctx.kind == "fit":  # --devices N: this rank's rows of the global batch, the module in DistributedDataParallel
+        trained, rows = data_parallel(ctx, module)
+    x, y = model_file.split_inputs(ctx.global_arrays() if ctx.kind == "fit" else ctx.arrays)
+    x = {name: _tensor(array[rows], device) for name, array in x.items()} if isinstance(x, dict) \
+        else _tensor(x[rows], device)
+    if ctx.devices == 1:  # a data-parallel row has no physics columns (its ceiling is one device's)
+        FlopProbe(ctx, module)
     if ctx.kind == "fit":
         loss_fn = source.function(model_file.TORCH_LOSS, " (a fit of the twin needs its loss)")
         module.train()
-        return TwinTrainStep(ctx, module, x, _tensor(y, device), loss_fn)
+        return TwinTrainStep(ctx, trained, x, _tensor(y[rows], device), loss_fn)
     module.eval()
     forward = maybe_compile(module, ctx.spec.compile_mode)
     report_compiled(ctx, "module forward")
