@@ -113,7 +113,8 @@ def test_every_backend_reads_the_same_inputs_and_counts_the_same_model(examples_
 
 def test_a_model_files_fit_runs_data_parallel_where_the_stack_has_data_parallelism(examples_run, tmp_path):
     """--devices 2: keras3-jax splits the global batch over two CPU devices (keras.distribution.DataParallel), the
-    twin trains in two DistributedDataParallel ranks; keras3-torch, which has no data parallelism, says so."""
+    twin trains in two DistributedDataParallel ranks; keras3-torch, which has no data parallelism, says so (its
+    reason is checked in tests/test_scaling.py; here that its row is written and the other stacks still run)."""
     _, data, _ = examples_run
     out = tmp_path / "data-parallel"
     done = run_fwbench("run", "--model", str(EXAMPLES / "mlp.py"), "--task", "fit", "--devices", "2",
