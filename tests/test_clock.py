@@ -94,3 +94,15 @@ def test_too_many_steps_is_an_error():
 def test_bad_arguments():
     with pytest.raises(ClockError):
         StepClock(lambda out: None, warmup=0, steps=0)
+
+
+def test_steps_per_call_counts_calls_and_charges_each_step_its_share():
+    """Keras's steps_per_execution: callbacks come once per call of N steps; the clock times calls."""
+    clock = StepClock(lambda output: None, warmup=3, steps=6, steps_per_call=3)
+    assert (clock.total_steps, clock.warmup) == (1 + 1 + 2, 1)  # first call, warm-up of 3 steps in 1, 2 timed calls
+    run_loop(clock, lambda: time.sleep(0.006))
+    assert clock.ms_per_step() == pytest.approx(1000 * clock.window_s() / 6)
+    per_step = clock.step_ms()
+    assert len(per_step) == 2 and all(1.5 < ms < 20 for ms in per_step)  # a call's 6+ ms over its 3 steps
+    with pytest.raises(ClockError, match="must divide --steps"):
+        StepClock(lambda output: None, warmup=2, steps=5, steps_per_call=2)

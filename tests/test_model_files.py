@@ -5,6 +5,7 @@ report's "Your models" section. The real frameworks run in tests/test_model_file
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -210,6 +211,25 @@ def test_the_plan_runs_keras_3_first_and_the_twin_eager_and_compiled(tmp_path):
                                               base=base())} == set(KERAS3)
 
 
+def test_steps_per_execution_is_a_keras_cells_identity_and_the_twin_runs_one_step_a_call(tmp_path):
+    from dataclasses import replace
+
+    from fwbench.core import results
+    from fwbench.core.spec import CellSpec
+
+    twin = model_file.read(write(tmp_path, "twin.py", TWIN))
+    specs = model_files.plan(twin, None, ["predict"], 8, compile_modes=None, repeats=1,
+                             base=replace(base(), steps=4, steps_per_execution=2))
+    assert {s.stack: s.steps_per_execution for s in specs} == {**{stack: 2 for stack in KERAS3}, NATIVE: 1}
+    keras = next(s for s in specs if s.stack == KERAS3[0])
+    assert keras.identity != replace(keras, steps_per_execution=1).identity
+    assert results.readable_path(keras, tmp_path).name.endswith(".spe-2.r0.parquet")
+    assert CellSpec.from_json(keras.to_json()) == keras
+    assert "steps_per_execution" not in json.loads(replace(keras, steps_per_execution=1).to_json())  # as before v13
+    assert CellIdentity.of_row({"stack": "s", "task": "t", "preset": "tiny", "compile_mode": "none"}).setting(
+        "steps_per_execution") == 1  # an older row: one step a call
+
+
 def fwbench(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     monkeypatch.setattr(sys, "argv", ["fwbench", *args])
     with pytest.raises(SystemExit) as done:
@@ -225,6 +245,9 @@ def fwbench(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     (["--model", "{tmp}/m.py", "--compile", "xla"], "compile mode 'xla' is not available on stack"),
     (["--model", "{tmp}/m.py", "--batch", "0"], "--batch must be at least 1, got 0"),
     (["--stack", NATIVE, "--batch", "4"], "give --model FILE too"),
+    (["--stack", NATIVE, "--steps-per-execution", "2"], "--steps-per-execution sets Keras's steps_per_execution"),
+    (["--model", "{tmp}/m.py", "--steps-per-execution", "2"], "--steps-per-execution 2 must divide the timed steps (5"),
+    (["--model", "{tmp}/m.py", "--steps-per-execution", "0"], "--steps-per-execution must be at least 1, got 0"),
     ([], "Missing option '--stack'"),
 ])
 def test_bad_model_options_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):

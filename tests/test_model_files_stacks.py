@@ -138,6 +138,30 @@ def test_a_model_files_fit_runs_data_parallel_where_the_stack_has_data_paralleli
         by_stack["keras3-torch"]["error_message"]
 
 
+def test_steps_per_execution_runs_n_steps_a_call_where_keras_can_and_the_report_keeps_the_twin_beside(
+        examples_run, tmp_path):
+    """--steps-per-execution 2: keras3-jax's predict calls its compiled step once per 2 steps (the clock times the
+    calls); Keras on PyTorch refuses steps_per_execution > 1, an unsupported row in Keras's words; the twin runs one
+    step a call, and the report ranks it beside the Keras cells."""
+    _, data, _ = examples_run
+    out = tmp_path / "per-call"
+    done = run_fwbench("run", "--model", str(EXAMPLES / "mlp.py"), "--task", "predict", "--stack", "keras3-jax",
+                       "--stack", "keras3-torch", "--stack", "native-torch", "--batch", "2", "--steps", "4",
+                       "--warmup", "1", "--threads", "1", "--steps-per-execution", "2", "--out", str(out),
+                       "--data", str(data))
+    assert "Traceback" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
+    by_stack = {row["stack"]: row for row in rows(out)}
+    jax, torch_backend, twin = by_stack["keras3-jax"], by_stack["keras3-torch"], by_stack["native-torch"]
+    assert jax["status"] == "ok" and jax["steps_per_execution"] == 2, jax["error_message"]
+    assert jax["timed_steps"] == 4 and len(jax["step_ms"]) == 2  # two calls of two steps
+    assert torch_backend["status"] == "unsupported" and "steps_per_execution" in torch_backend["error_message"]
+    assert twin["status"] == "ok" and twin["steps_per_execution"] == 1 and len(twin["step_ms"]) == 4
+    report = tmp_path / "report"
+    assert run_fwbench("aggregate", str(out), "-o", str(report), "--include-busy").returncode == 0
+    table = report.joinpath("report.md").read_text().split("### mlp.py: predict, batch 2", 1)[1].split("###", 1)[0]
+    assert "keras3-jax (XLA, 2 steps/execution)" in table and "native-torch (eager)" in table
+
+
 def test_the_report_ranks_the_backends_of_each_model(examples_run, tmp_path):
     out, _, _ = examples_run
     done = run_fwbench("aggregate", *[str(out / stack) for stack in KERAS3 + NATIVE], "-o", str(tmp_path),

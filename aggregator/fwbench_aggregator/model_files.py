@@ -22,8 +22,9 @@ from fwbench_aggregator import stats
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms
 from fwbench_aggregator.marks import BUSY_MARK
 
-# Settings that do not split a model's table: a backend's jit_compile is its own (its label says it).
-_SAME_TABLE = ("jit",)
+# Settings that do not split a model's table: a backend's jit_compile and steps_per_execution are its own (its
+# label says them; the twin runs one step a call).
+_SAME_TABLE = ("jit", "steps_per_execution")
 
 
 def is_model_row(frame: pd.DataFrame) -> pd.Series:
@@ -74,11 +75,15 @@ class ModelTable:
 
 
 def backend_label(row: dict) -> str:
-    """'keras3-jax (XLA)', 'keras3-torch (eager)', 'native-torch (eager)', 'native-torch (reduce-overhead)'."""
+    """'keras3-jax (XLA)', 'keras3-jax (XLA, 4 steps/execution)', 'keras3-torch (eager)', 'native-torch (eager)',
+    'native-torch (reduce-overhead)'."""
     stack = registry.STACKS.get(row["stack"])
     if stack is not None and stack.family == "keras":
         jit = row.get("jit_compile")
         how = "XLA" if jit is True else "eager" if jit is False else row["compile_mode"]
+        per_call = row.get("steps_per_execution")
+        if isinstance(per_call, (int, float)) and per_call == per_call and per_call > 1:  # not missing (NaN)
+            how += f", {int(per_call)} steps/execution"
     else:
         how = "eager" if row["compile_mode"] == "none" else row["compile_mode"]
     return f"{row['stack']} ({how})"

@@ -21,7 +21,7 @@ from fwbench.core.usage import UsageError
 from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
                                  default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
                                  warn_if_busy)
-from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
                                   require_stack_or_model)
 
 # -h as well as --help, in every command and group (Click passes context settings down to subcommands).
@@ -92,7 +92,7 @@ def data_cmd(
 
 
 @app.command("run")
-@matrix_options(opt_in=("model", "batch"), **MODEL_FILE_OVERRIDES)
+@matrix_options(opt_in=MODEL_FILE_OPTIONS, **MODEL_FILE_OVERRIDES)
 def run_cmd(
     options: MatrixOptions,
     out: Path = typer.Option(..., "--out", "-o", help="Results directory (one Parquet file per cell)."),

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
                                   require_stack_or_model)
 
 k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes Indexed Jobs (one pod per cell).")
@@ -17,7 +17,7 @@ k8s_app = typer.Typer(no_args_is_help=True, help="Run the matrix as Kubernetes I
 @k8s_app.command("render")
 # A pod's data is its own emptyDir and its device its image's variant; a pod cannot see the node's core count ahead.
 # A --devices N cell's pod requests N GPUs (nvidia.com/gpu: N), or on the CPU at least N CPUs (--cpu).
-@matrix_options(omit=("data", "device", "parallel"), opt_in=("model", "batch"), **MODEL_FILE_OVERRIDES,
+@matrix_options(omit=("data", "device", "parallel"), opt_in=MODEL_FILE_OPTIONS, **MODEL_FILE_OVERRIDES,
                 threads=Override(default=8, help="CPU threads per cell (a pod cannot see the node's cores ahead)."))
 def render_cmd(
     options: MatrixOptions,

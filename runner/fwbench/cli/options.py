@@ -74,7 +74,9 @@ class Override:
     required: bool | None = None
 
 
-# The commands that take `--model FILE` (run, slurm submit, k8s render): there --stack is optional and --task is a task kind.
+# The commands that take `--model FILE` (run, slurm submit, k8s render) show these options (each defined once, below);
+# there --stack is optional and --task is a task kind.
+MODEL_FILE_OPTIONS = ("model", "batch", "steps_per_execution")
 MODEL_FILE_OVERRIDES = {
     "stack": Override(required=False, default_text="required, but for --model: the Keras 3 stacks, and native-torch "
                                                    "when the file has a PyTorch twin"),
@@ -194,6 +196,10 @@ class MatrixOptions:
                                       "stack and its PyTorch twin, if it has one, on native-torch.", opt_in=True)
     batch: Optional[int] = _declared(None, "Batch size of --model's cells.", check=_at_least("--batch", 1),
                                      default_text=f"{model_file.DEFAULT_BATCH}", parse=_integer("--batch"), opt_in=True)
+    steps_per_execution: int = _declared(1, "Keras compile(steps_per_execution=N) for --model's Keras cells: N steps per "
+                                            "call of the compiled step (must divide --steps; the twin runs one a call).",
+                                         check=_at_least("--steps-per-execution", 1), opt_in=True,
+                                         spec_field="steps_per_execution", parse=_integer("--steps-per-execution"))
 
     def check(self) -> None:
         """Every value, in the order of the fields; a bad one raises a one-line error."""
@@ -208,6 +214,14 @@ class MatrixOptions:
             model_files.check(self.stack, self.task, self.compile)
         elif self.batch is not None:
             raise UsageError("--batch sets the batch size of --model's cells: give --model FILE too")
+        elif self.steps_per_execution != 1:
+            raise UsageError("--steps-per-execution sets Keras's steps_per_execution for --model's cells: give --model "
+                             "FILE too")
+        if self.steps_per_execution > 1:
+            steps = self.steps or registry.get_preset(self.preset).steps  # a model file's fit and predict
+            if steps % self.steps_per_execution:
+                raise UsageError(f"--steps-per-execution {self.steps_per_execution} must divide the timed steps "
+                                 f"({steps}: --steps, or the preset's)")
         else:
             for stack_id in self.stack or ():
                 for mode in self.compile or ():

@@ -13,7 +13,7 @@ import typer
 from fwbench.core import registry
 from fwbench.engines import device as devices
 from fwbench.engines.local import local_variant
-from fwbench.cli.options import (MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
+from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
                                   require_stack_or_model)
 
 slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm job array (one array task per cell).")
@@ -21,7 +21,7 @@ slurm_app = typer.Typer(no_args_is_help=True, help="Run the matrix as a Slurm jo
 
 @slurm_app.command("submit")
 # One cell per array task: no --parallel. A --devices N cell's task is given N GPUs (--gres) or N cores.
-@matrix_options(omit=("parallel",), opt_in=("model", "batch"), threads=Override(default_text="--cpus-per-task"),
+@matrix_options(omit=("parallel",), opt_in=MODEL_FILE_OPTIONS, threads=Override(default_text="--cpus-per-task"),
                 device=Override(help="Device of every cell: auto (gpu when --gres gives the task a GPU, else cpu), "
                                      "gpu or cpu."), **MODEL_FILE_OVERRIDES)
 def submit_cmd(

@@ -40,6 +40,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     # A user's model file (fwbench run --model, fwbench.core.model_file): its SHA-256, so an edited file is a new
     # cell; None: a registry task.
     "model_sha256": ("model_sha256", "model_sha256"),
+    # Keras steps_per_execution (fwbench run --model --steps-per-execution): steps per call of the compiled step.
+    "steps_per_execution": ("steps_per_execution", "steps_per_execution"),
 }
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 
@@ -55,6 +57,7 @@ OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "devices": lambda row: 1,  # before schema v9 every cell ran on one device
     "global_batch": lambda row: None,  # ... with the task's batch (weak scaling's)
     "model_sha256": lambda row: None,  # before schema v12 every row was a registry task
+    "steps_per_execution": lambda row: 1,  # before schema v13 every step was one call
 }
 # Settings read through their OLD_ROWS_READ_AS entry even when the row has the column (a `published` row beside a
 # --tf32 on/off is the same one-axis precision).
@@ -64,7 +67,8 @@ ALWAYS_READ_AS = ("precision",)
 # only when they differ from it.
 FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
                                   "per_step_sync": True, "data_seed": 0, "sweep_point": None,
-                                  "devices": 1, "global_batch": None, "model_sha256": None}
+                                  "devices": 1, "global_batch": None, "model_sha256": None,
+                                  "steps_per_execution": 1}
 # Axes with a report section of their own (the version sweep; data-parallel scaling): the headline (the report's
 # main tables, Keras 3 best, speed-ups, rankings, the published comparison) holds each at its FIXED_DEFAULTS value
 # (no sweep point, one device, the task's batch); their other values are compared in their own section.
@@ -74,6 +78,7 @@ _TOKEN = {
     "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
     "steps": "steps-{}", "data_seed": "seed-{}", "sweep_point": "at-{}",
     "devices": "devices-{}", "global_batch": "gbatch-{}", "model_sha256": "file-{:.12}",
+    "steps_per_execution": "spe-{}",
 }
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 

@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -37,9 +37,11 @@ ADDED_IN_V11 = ("initial_weights_sha256",)
 # v12: a user's model file as a cell source (fwbench run --model): its SHA-256 (an identity setting) and path, and
 # whether its PyTorch twin has the Keras model's trainable parameters.
 ADDED_IN_V12 = ("model_sha256", "model_file", "twin_params_keras", "twin_params_match")
+# v13: Keras steps_per_execution (an identity setting): steps per call of the compiled step.
+ADDED_IN_V13 = ("steps_per_execution",)
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
             8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10, 11: ADDED_IN_V11,
-            12: ADDED_IN_V12}
+            12: ADDED_IN_V12, 13: ADDED_IN_V13}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -90,7 +92,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("warmup_steps", "int64", "Untimed warm-up steps after the first step."),
     ("timed_steps", "int64", "Steps in the timed window."),
     ("ms_per_step", "float64", "Timed window wall time / timed_steps, milliseconds, synced at both ends."),
-    ("step_ms", "list<float64>", "Per-step times in the window (null if per_step_sync is false)."),
+    ("step_ms", "list<float64>", "Per-step times in the window (null if per_step_sync is false; with "
+                                 "steps_per_execution N, one per call of N steps, each its mean per step)."),
     ("per_step_sync", "bool", "True if the device was synced after every timed step."),
     ("samples_per_s", "float64", "batch_size / seconds per step (data-parallel rows: the global batch's)."),
     ("peak_mem_bytes", "int64", "Peak memory: device allocator peak on GPU, process peak RSS on CPU. Data-parallel "
@@ -264,6 +267,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("twin_params_match", "bool", "native-torch rows of a model file: True if the twin has as many trainable "
                                   "parameters as the Keras model, False if not (then it is not the same model), null "
                                   "when not checked."),
+    ("steps_per_execution", "int64", "Identity: Keras compile(steps_per_execution=N) (--steps-per-execution, model "
+                                     "files): N steps per call of the compiled step; the clock is read around each "
+                                     "call, so step_ms holds one entry per call (its mean per step). 1: one a call."),
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "

@@ -74,6 +74,9 @@ class CellSpec:
     # (part of the identity; the cell refuses a file that no longer has it). None: a registry task.
     model_file: str | None = None
     model_sha256: str | None = None
+    # Keras compile(steps_per_execution=N) (fwbench run --model --steps-per-execution; part of the identity): N steps
+    # per call of the compiled step, the clock read around each call (fwbench.harness.clock). 1: one step a call.
+    steps_per_execution: int = 1
 
     @property
     def cell_id(self) -> str:
@@ -107,6 +110,8 @@ class CellSpec:
             del fields["precision"]
         if fields["devices"] == 1:  # as a spec written before --devices existed
             del fields["devices"]
+        if fields["steps_per_execution"] == 1:  # as a spec written before --steps-per-execution existed
+            del fields["steps_per_execution"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod

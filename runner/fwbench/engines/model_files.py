@@ -65,6 +65,9 @@ def plan(model: ModelFile, stacks: list[str] | None, kinds: list[str] | None, ba
                 for repeat in range(repeats):
                     specs.append(replace(base, stack=stack_id, task=task, compile_mode=mode, repeat=repeat,
                                          jit=base.jit if stack.family == "keras" else "published",
+                                         # Keras's own option; a twin's step is one call whatever it says.
+                                         steps_per_execution=base.steps_per_execution if stack.family == "keras"
+                                         else 1,
                                          steps=base.steps or registry.default_steps(task, base.preset),
                                          model_file=str(model.path), model_sha256=model.sha256))
     return specs

@@ -116,6 +116,7 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
     if jit_compile is not None:  # Keras stacks: XLA or eager, per the stack definition
         record["jit_compile"] = jit_compile
     record["devices"] = spec.devices
+    record["steps_per_execution"] = spec.steps_per_execution
     record["global_batch_setting"] = spec.global_batch
     if task and spec.preset in registry.PRESETS:
         try:
@@ -242,6 +243,9 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
                                                 spec.global_batch)
     if not reason and scaling_reason and stack.family == "keras":
         scaling_reason += f" (this environment: {_keras_installed(stack.keras_version)})"
+    if not reason and spec.steps_per_execution > 1 and (stack.family != "keras" or spec.model_file is None):
+        reason = (f"--steps-per-execution {spec.steps_per_execution}: Keras's compile(steps_per_execution=N), for a "
+                  "model file's Keras cells (docs/your-model.md); a native step is one call")
     if reason or scaling_reason:
         raise Unsupported(reason or scaling_reason)
 
@@ -341,7 +345,8 @@ def time_cell(built: Built) -> Timed:
             # Data-parallel ranks: the clock is read only once every rank has finished the step.
             device_sync(output)
             backend.barrier()
-    clock = StepClock(sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes))
+    clock = StepClock(sync, spec.warmup, spec.steps, spec.per_step_sync, Probes(*window_probes),
+                      steps_per_call=spec.steps_per_execution)
     if isinstance(built.cell, DrivenCell):
         built.cell.drive(clock)
     else:

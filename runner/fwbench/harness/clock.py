@@ -8,12 +8,19 @@ cannot make a step look shorter than it is.
 Two ways to drive it, the same numbers either way:
   * the harness loops: `begin()`, run the step, `end(output)` (see `run_loop`);
   * a framework loops (HF Trainer, Keras `fit`): its per-step callbacks call `begin()` / `end()`.
+
+With Keras's `steps_per_execution` N, a framework call runs N steps and its callbacks come once per call: the clock
+then counts calls (`steps_per_call`): the first call (N steps, the compile among them) is `first_step_s`, warm-up is
+the fewest calls that hold `warmup` steps, and the timed window is `steps / N` calls (N must divide `steps`), its
+time per step the window's over `steps`, `step_ms` one entry per call (its mean per step).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
+
+from fwbench.core.execution import ExecutionError, calls
 
 SyncFn = Callable[[Any], None]
 
@@ -23,14 +30,20 @@ class ClockError(RuntimeError):
 
 
 class StepClock:
-    def __init__(self, sync: SyncFn, warmup: int, steps: int, per_step_sync: bool = True, probe: Any = None):
+    def __init__(self, sync: SyncFn, warmup: int, steps: int, per_step_sync: bool = True, probe: Any = None,
+                 steps_per_call: int = 1):
         if steps < 1 or warmup < 0:
             raise ClockError(f"need steps >= 1 and warmup >= 0, got steps={steps} warmup={warmup}")
         self._sync = sync
-        self.warmup = warmup
+        self.steps_per_call = steps_per_call
+        # Counted in calls from here on (one step a call unless steps_per_call says otherwise); steps stays in steps.
+        try:
+            self.warmup, self._timed_calls = calls(warmup, steps, steps_per_call)
+        except ExecutionError as exc:
+            raise ClockError(str(exc)) from None
         self.steps = steps
         self.per_step_sync = per_step_sync
-        self.total_steps = 1 + warmup + steps
+        self.total_steps = 1 + self.warmup + self._timed_calls
         self._index = 0  # index of the step in progress (or next to begin)
         self._first_begin: float | None = None
         self.first_step_s: float | None = None
@@ -86,12 +99,12 @@ class StepClock:
         self._check_complete()
         if not self.per_step_sync:
             return None
-        return [1000.0 * (b - a) for a, b in zip(self._marks, self._marks[1:])]
+        return [1000.0 * (b - a) / self.steps_per_call for a, b in zip(self._marks, self._marks[1:])]
 
     def _check_complete(self) -> None:
-        if len(self._marks) != self.steps + 1:
+        if len(self._marks) != self._timed_calls + 1:
             raise ClockError(
-                f"timed window incomplete: {max(len(self._marks) - 1, 0)} of {self.steps} steps recorded "
+                f"timed window incomplete: {max(len(self._marks) - 1, 0)} of {self._timed_calls} steps recorded "
                 f"(the framework ran {self._index} of {self.total_steps} planned steps)")
 
 

@@ -55,9 +55,9 @@ NOT_RERUNNABLE = {"sweep_point": "a version-sweep point, measured in an environm
 # The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
 SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
                   "data_seed": (0, 2**31 - 1)}
-# Scaling settings (absent or null in rows before schema v9: one device, weak scaling): each device a process or
-# logical device of the re-run.
-SCALING_BOUNDS = {"devices": (1, 64), "global_batch_setting": (1, 1_000_000)}
+# Settings absent or null in older rows: scaling (before schema v9: one device, weak scaling; each device a process
+# or logical device of the re-run) and Keras's steps per call (before v13: one).
+SCALING_BOUNDS = {"devices": (1, 64), "global_batch_setting": (1, 1_000_000), "steps_per_execution": (1, 100_000)}
 MAX_PUBLISHED_REPEATS = 100
 MAX_RERUNS = 5_000
 

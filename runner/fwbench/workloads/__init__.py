@@ -24,6 +24,7 @@ from typing import Any, Callable, ClassVar, Iterable
 import numpy as np
 
 from fwbench.core import models, registry, scaling
+from fwbench.core.execution import steps_run
 from fwbench.core.schema import COLUMN_NAMES
 from fwbench.core.spec import CellSpec
 
@@ -209,7 +210,8 @@ class CellContext:
 
     @property
     def total_steps(self) -> int:
-        return 1 + self.spec.warmup + self.spec.steps
+        """Every step the cell runs (the clock's calls times the steps each: fwbench.harness.clock)."""
+        return steps_run(self.spec.warmup, self.spec.steps, self.spec.steps_per_execution)
 
     @property
     def precision(self) -> str:

@@ -47,10 +47,24 @@ def _build(ctx):
         FlopProbe(ctx, model)
     if ctx.kind == "fit":
         loss = source.call(model_file.KERAS_LOSS, why=" (fit needs the Keras loss)")
-        model.compile(optimizer=keras.optimizers.Adam(), loss=loss, jit_compile=ctx.jit_compile)
+        _compile(ctx, model, optimizer=keras.optimizers.Adam(), loss=loss)
         return FitCell(model, x, y, ctx.total_steps, ctx=ctx)
-    model.compile(jit_compile=ctx.jit_compile)
+    _compile(ctx, model)
     return PredictCell(model, x, ctx.total_steps)
+
+
+def _compile(ctx, model, **compile_args) -> None:
+    """model.compile with the stack's jit_compile and --steps-per-execution; a Keras that refuses steps_per_execution
+    on this backend (Keras on PyTorch: "must be 1", when it makes the step function) makes the row unsupported, in
+    Keras's words, before anything is timed."""
+    try:
+        model.compile(jit_compile=ctx.jit_compile, steps_per_execution=ctx.spec.steps_per_execution, **compile_args)
+        if ctx.spec.steps_per_execution > 1:  # the step function fit/predict would make (and then reuse)
+            model.make_train_function() if ctx.kind == "fit" else model.make_predict_function()
+    except ValueError as exc:
+        if ctx.spec.steps_per_execution > 1 and "steps_per_execution" in str(exc):
+            raise Unsupported(f"--steps-per-execution {ctx.spec.steps_per_execution}: {exc}") from exc
+        raise
 
 
 def _build_on_one_row(source, model, x) -> None:
