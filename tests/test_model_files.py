@@ -230,6 +230,15 @@ def test_steps_per_execution_is_a_keras_cells_identity_and_the_twin_runs_one_ste
         "steps_per_execution") == 1  # an older row: one step a call
 
 
+def test_with_a_model_compile_modes_are_the_twins_whatever_keras_stacks_run_beside_it(tmp_path):
+    from fwbench.cli.options import MatrixOptions
+
+    path = write(tmp_path, "twin.py", TWIN)
+    for per_call in (1, 5):
+        MatrixOptions(stack=[KERAS3[0], NATIVE], compile=["reduce-overhead"], model=path,
+                      steps_per_execution=per_call).check()  # no error: reduce-overhead is the twin's
+
+
 def fwbench(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     monkeypatch.setattr(sys, "argv", ["fwbench", *args])
     with pytest.raises(SystemExit) as done:

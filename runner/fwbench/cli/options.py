@@ -217,15 +217,15 @@ class MatrixOptions:
         elif self.steps_per_execution != 1:
             raise UsageError("--steps-per-execution sets Keras's steps_per_execution for --model's cells: give --model "
                              "FILE too")
+        else:
+            for stack_id in self.stack or ():
+                for mode in self.compile or ():
+                    registry.check_compile_mode(registry.get_stack(stack_id), mode)
         if self.steps_per_execution > 1:
             steps = self.steps or registry.get_preset(self.preset).steps  # a model file's fit and predict
             if steps % self.steps_per_execution:
                 raise UsageError(f"--steps-per-execution {self.steps_per_execution} must divide the timed steps "
                                  f"({steps}: --steps, or the preset's)")
-        else:
-            for stack_id in self.stack or ():
-                for mode in self.compile or ():
-                    registry.check_compile_mode(registry.get_stack(stack_id), mode)
         self.resolved_precision()
         try:
             scaling.check(self.devices, self.global_batch)
