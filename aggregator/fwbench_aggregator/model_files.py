@@ -89,13 +89,18 @@ def backend_label(row: dict) -> str:
     return f"{row['stack']} ({how})"
 
 
+def table_key(row: dict) -> tuple:
+    """The rows of one model table: the same task (file, kind, batch), preset and every identity setting but those
+    a backend has of its own (_SAME_TABLE); the stack and compile mode are the table's rows."""
+    identity = CellIdentity.of_row(row)
+    return identity.task, identity.preset, tuple((k, v) for k, v in identity.settings if k not in _SAME_TABLE)
+
+
 def tables(frame: pd.DataFrame, include_busy: bool = False) -> list[ModelTable]:
     rows = frame[is_model_row(frame)]
     groups: dict[tuple, list[dict]] = {}
     for row in rows.to_dict("records"):
-        identity = CellIdentity.of_row(row)
-        settings = tuple((k, v) for k, v in identity.settings if k not in _SAME_TABLE)
-        groups.setdefault((identity.task, identity.preset, settings), []).append(row)
+        groups.setdefault(table_key(row), []).append(row)
     found = []
     for (task, _, _), members in groups.items():
         first = members[0]

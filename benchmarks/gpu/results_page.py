@@ -23,7 +23,7 @@ sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(Path(__file_
 from fwbench.core import model_file  # noqa: E402
 from fwbench.core.atomic import write_atomically  # noqa: E402
 from fwbench.core.results import read_row  # noqa: E402
-from fwbench_aggregator import stats  # noqa: E402
+from fwbench_aggregator import model_files, stats  # noqa: E402
 
 import kit_plan  # noqa: E402
 
@@ -153,14 +153,15 @@ def models_section(rows: list[dict]) -> list[str]:
     """Users' model files (the kit's --models): per file and task kind, the backends fastest first with the
     interval of the median and how many times slower than the fastest each is, and what the physics columns say."""
     cells: dict[tuple, dict[str, list[dict]]] = {}
-    for row in rows:
+    for row in rows:  # one table per the report's rule: every identity setting held equal but a backend's own
         backend = f"{row['stack']} [{row['compile_mode']}]"
-        key = (row["task"], row.get("model_sha256"), row.get("precision"), row.get("timed_steps"))
-        cells.setdefault(key, {}).setdefault(backend, []).append(row)
+        cells.setdefault(model_files.table_key(row), {}).setdefault(backend, []).append(row)
     if not cells:
         return ["No model files ran."]
     out = []
-    for (task, sha, precision, steps), backends in sorted(cells.items(), key=lambda item: item[0][0]):
+    for key, backends in sorted(cells.items(), key=lambda item: item[0][0]):
+        first = next(iter(backends.values()))[0]
+        task, sha, precision, steps = key[0], first.get("model_sha256"), first.get("precision"), first.get("timed_steps")
         parsed = model_file.parse_task(task)
         ok = {backend: [row for row in found if row["status"] == "ok"] for backend, found in backends.items()}
         estimates = {backend: stats.estimate([samples(row) for row in found]) for backend, found in ok.items() if found}

@@ -189,10 +189,7 @@ def preflight(args) -> tuple[dict[str, str], int]:
 
 def record_window_host(args) -> None:
     """This window's host.json (an earlier window's, restored, is kept as host-<its time>.json beside it)."""
-    current = args.out / "host.json"
-    if current.is_file():
-        earlier = json.loads(current.read_text()).get("recorded_at", "earlier")
-        current.replace(args.out / f"host-{earlier[:19].replace(':', '')}.json")
+    keep_earlier_host(args.out / "host.json", {})
     facts = record_host(args.out, args.site)
     log(f"host recorded: {', '.join((facts.get('nvml') or {}).get('gpu_names') or ['no GPU'])}, commit "
         f"{(facts.get('git_revision') or 'unknown')[:12]} ({facts.get('git_revision_from')})")
@@ -490,15 +487,16 @@ def continued_folder(results: Path, slug: str, state_path: Path) -> Path | None:
     return None
 
 
-def keep_earlier_host(published_host: Path, host: dict) -> None:
-    """A published host.json of an earlier window stays beside the new one, as host-<its time>.json."""
-    if not published_host.is_file():
+def keep_earlier_host(host_path: Path, host: dict) -> None:
+    """An earlier window's host.json (restored into a window's folder, or published) stays beside the new host facts
+    `host`, as host-<its time>.json; one recorded at host's time is that window's own."""
+    if not host_path.is_file():
         return
-    recorded = json.loads(published_host.read_text()).get("recorded_at", "earlier")
+    recorded = json.loads(host_path.read_text()).get("recorded_at", "earlier")
     if recorded != host.get("recorded_at"):
-        kept = published_host.with_name(f"host-{recorded[:19].replace(':', '')}.json")
+        kept = host_path.with_name(f"host-{recorded[:19].replace(':', '')}.json")
         if not kept.exists():
-            published_host.replace(kept)
+            host_path.replace(kept)
 
 
 def status(args) -> int:
