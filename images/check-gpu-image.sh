@@ -35,7 +35,7 @@ for target in "${targets[@]}"; do
   image="fwbench/$stack:$pin_set-gpu"
   echo "== check-gpu-image: $image ($dockerfile)"
   start=$(date +%s)
-  docker build -q -f "$dockerfile" --build-arg STACK="$stack" --build-arg PIN_SET="$pin_set" --build-arg VARIANT=gpu \
+  docker build -q --force-rm -f "$dockerfile" --build-arg STACK="$stack" --build-arg PIN_SET="$pin_set" --build-arg VARIANT=gpu \
     --build-arg GIT_REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
     ${FWBENCH_BASE_IMAGE:+--build-arg FWBENCH_BASE_IMAGE="$FWBENCH_BASE_IMAGE"} -t "$image" . >/dev/null
   echo "built in $(( $(date +%s) - start )) s, $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')"

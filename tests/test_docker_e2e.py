@@ -64,7 +64,18 @@ def compose_env(tmp_path_factory):
            "FWBENCH_DATA": str(work / "data"), "FWBENCH_RESULTS": str(work / "results"),
            "FWBENCH_REPORT": str(work / "report"), "FWBENCH_PIN_SET": PIN_SET,
            "COMPOSE_PROJECT_NAME": "fwbench-e2e"}
-    return work, env
+    clear_project(env)
+    yield work, env
+    clear_project(env)
+
+
+def clear_project(env) -> None:
+    """Remove the test project's containers: an earlier run's (a reused machine keeps them, CI's included, while CI's
+    cleanup removes their images) and this module's (`compose run` leaves the services it depends on). Over a
+    container whose image is gone, docker-compose 1.29 asks "Continue with the new image? [yN]" and, with no
+    terminal to answer, fails `up`. `down` finds containers by the project's label, needing no image."""
+    done = compose(env, "down", "--remove-orphans", timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def buildkit_usable(env) -> bool:
@@ -94,6 +105,30 @@ def images(compose_env):
 
 def rows_under(path: Path) -> list[dict]:
     return [results.read_row(p) for p in sorted(path.rglob("*.parquet"))]
+
+
+def test_compose_starts_over_a_container_left_by_an_earlier_run_whose_image_is_gone(compose_env, images):
+    """What CI met on a reused machine (the earlier run's data container, its image removed by that run's cleanup):
+    the fixture's clearing lets `up` start afresh."""
+    _work, env = compose_env
+    client = docker_client()
+    runner = client.images.get("fwbench/runner:current")
+    scratch = client.containers.create(runner.id, command=["true"])
+    stale = scratch.commit(repository="fwbench-e2e-stale", tag="runner")  # an image id of its own, to remove
+    scratch.remove()
+    try:
+        stale.tag("fwbench/runner", "current")
+        planted = compose(env, "up", "--no-start", "data")
+        assert planted.returncode == 0, planted.stdout[-2000:] + planted.stderr[-2000:]
+    finally:
+        runner.tag("fwbench/runner", "current")
+    client.images.remove(stale.id, force=True)
+    [container] = client.containers.list(all=True, filters={"label": "com.docker.compose.project=fwbench-e2e"})
+    assert container.attrs["Image"] == stale.id  # the earlier run's container, its image gone
+
+    clear_project(env)
+    up = compose(env, "up", "data")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
 
 
 def test_compose_up_bench_jax_end_to_end(compose_env, images):
