@@ -1,0 +1,78 @@
+"""CI's choice of the CPU images it builds and runs (.ci/docker-stacks.sh), in a throwaway git repository."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OTHERS = ["keras3-tensorflow", "keras3-torch", "keras2-tensorflow", "native-torch"]
+ALL = ["keras3-jax", *OTHERS]
+EDITS = itertools.count()
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo: Path, *paths: str) -> str:
+    for path in paths:
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(f"edit {next(EDITS)}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "change")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def picked(repo: Path, rev: str = "HEAD") -> list[str]:
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "docker-stacks.sh"), rev], cwd=repo, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    git(tmp_path, "init", "-q")
+    commit(tmp_path, "README.md", "images/Dockerfile", "images/keras3-jax/apt-packages.txt")
+    return tmp_path
+
+
+def test_a_root_commit_builds_every_image(repo):
+    assert picked(repo) == ALL
+
+
+def test_a_commit_that_touches_no_image_builds_keras3_jax_and_one_more_by_rotation(repo):
+    head = commit(repo, "runner/fwbench/cli.py")
+    assert picked(repo) == ["keras3-jax", OTHERS[int(head[:7], 16) % len(OTHERS)]]
+
+
+def test_successive_commits_cover_every_image(repo):
+    seen = set()
+    for n in range(40):
+        commit(repo, f"docs/page{n}.md")
+        seen.update(picked(repo))
+    assert seen == set(ALL)
+
+
+def test_a_stacks_own_files_put_that_stack_in(repo):
+    commit(repo, "images/keras2-tensorflow/paper-2024/requirements-cpu.lock", "images/native-torch/apt-packages.txt")
+    assert picked(repo) == ["keras3-jax", "keras2-tensorflow", "native-torch"]
+
+
+@pytest.mark.parametrize("path", ["images/Dockerfile", "images/Dockerfile.classic", "images/install.sh",
+                                  "images/entrypoint.sh", "images/compose.services.yaml", "images/tools/sbom.lock",
+                                  "compose.cpu.yaml", "compose.yaml", "pyproject.toml"])
+def test_what_every_image_is_built_from_puts_all_five_in(repo, path):
+    commit(repo, path)
+    assert picked(repo) == ALL
+
+
+def test_the_script_names_only_stacks_the_e2e_tests_know():
+    from tests.test_docker_e2e import SERVICES
+
+    assert set(ALL) == set(SERVICES)
