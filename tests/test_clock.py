@@ -84,6 +84,17 @@ def test_incomplete_window_is_an_error_not_a_number():
         clock.ms_per_step()
 
 
+def test_an_incomplete_window_of_calls_counts_calls_of_n_steps():
+    """With steps_per_execution the clock counts calls: the error says so, not "steps" (it said "1 of 2 steps" for a
+    window of 2 calls of 4 steps, i.e. 8 steps)."""
+    clock = StepClock(lambda out: None, warmup=0, steps=8, steps_per_call=4)
+    for _ in range(2):
+        clock.begin()
+        clock.end()
+    with pytest.raises(ClockError, match=r"1 of 2 calls of 4 steps recorded \(the framework ran 2 of 3 planned calls\)"):
+        clock.ms_per_step()
+
+
 def test_too_many_steps_is_an_error():
     clock = StepClock(lambda out: None, warmup=0, steps=1)
     run_loop(clock, lambda: None)
