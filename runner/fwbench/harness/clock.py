@@ -103,8 +103,8 @@ class StepClock:
 
     def _check_complete(self) -> None:
         if len(self._marks) != self._timed_calls + 1:
-            unit = "steps" if self.steps_per_call == 1 else f"calls of {self.steps_per_call} steps"
-            planned = "steps" if self.steps_per_call == 1 else "calls"
+            unit, planned = (("steps", "steps") if self.steps_per_call == 1
+                             else (f"calls of {self.steps_per_call} steps", "calls"))
             raise ClockError(
                 f"timed window incomplete: {max(len(self._marks) - 1, 0)} of {self._timed_calls} {unit} recorded "
                 f"(the framework ran {self._index} of {self.total_steps} planned {planned})")
