@@ -76,3 +76,19 @@ def test_the_script_names_only_stacks_the_e2e_tests_know():
     from tests.test_docker_e2e import SERVICES
 
     assert set(ALL) == set(SERVICES)
+
+
+def test_ci_prunes_dangling_images_only_before_its_builds_start():
+    """A classic build (CI's GPU image check) keeps its intermediate layers as dangling images until it tags the
+    result: CI pruned dangling images once the CPU images were built, while the GPU check was still building, and it
+    failed with "No such image" on its next step. A prune is safe only before any build starts, and nothing that
+    runs beside the builds (the image scripts, the Docker tests) prunes images."""
+    code = [line.split("#", 1)[0] for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    prunes = [n for n, line in enumerate(code) if "image prune" in line or "system prune" in line]
+    builds = [n for n, line in enumerate(code) if "bash images/check-gpu-image.sh" in line
+              or "docker-compose -f" in line or "bash .ci/make-base-image.sh" in line]
+    assert prunes and builds and max(prunes) < min(builds)
+    beside = [*(ROOT / "images").glob("*.sh"), *(ROOT / ".ci").glob("*.sh"),
+              *(path for path in (ROOT / "tests").glob("*.py") if path.name != Path(__file__).name)]
+    assert not [path.name for path in beside
+                if "image prune" in path.read_text() or "system prune" in path.read_text()]
