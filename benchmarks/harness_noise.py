@@ -43,7 +43,6 @@ CANDIDATES = {
     "threads": "a fwbench cell's thread settings on every core apply: its variables (OMP_NUM_THREADS, MKL_NUM_THREADS, "
                "TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and its backend's configure()",
 }
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 def fwbench_ms(stack: str, task: str, args, data: Path, out: Path) -> tuple[float, bool]:
@@ -74,6 +73,7 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
     if candidate == "gc-freeze":
         command.append("--gc-freeze")
     if candidate == "threads":
+        from fwbench.core.cpusets import THREAD_VARIABLES
         from fwbench.core.spec import CellSpec
         from fwbench.engines import cell_settings
 

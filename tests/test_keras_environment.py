@@ -64,3 +64,27 @@ def test_keras2_rows_record_the_jit_compile_the_cell_uses(task, policy, jit):
     row = base_record(CellSpec(stack="keras2-tensorflow", task=task, preset="tiny", compile_mode="xla",
                                data_dir="/d", steps=1, jit=policy))
     assert row["jit_compile"] is jit and row["jit_policy"] == policy
+
+
+def test_a_cell_records_the_thread_variables_its_engine_set_and_the_collectors_state(monkeypatch):
+    """Issue 40: the row says what the process ran under beyond the identity (the thread pools' variables, the
+    garbage collector), read in the cell process, so that a plain script can be set up the same way."""
+    import gc
+
+    from fwbench.harness.cell import process_settings
+
+    env = cell_environment(CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none",
+                                    data_dir="/d", steps=1, threads=3))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        settings = process_settings()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert settings["thread_variables"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3",
+                                            "TF_NUM_INTRAOP_THREADS": "3", "TF_NUM_INTEROP_THREADS": "1"}
+    assert settings["gc"] == {"enabled": False, "thresholds": list(gc.get_threshold()),
+                              "frozen_objects": gc.get_freeze_count()}

@@ -10,6 +10,7 @@ tasks' code at batch 1 (tests/test_docker_e2e.py runs all twelve on keras3-jax, 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +75,11 @@ def test_every_task_has_a_row_with_the_expected_status(stack, stack_results, sha
         assert row["jit_compile"] is (stack != "keras3-torch" and not (
             stack == "keras2-tensorflow" and task in ("sam-predict", "stable_diffusion-fit")))
         assert row["family"] == "keras" and row["device"] == "cpu" and row["threads"] >= 1
+        # What the process ran under beside the identity: the runner's thread variables, Python's collector as is.
+        settings = json.loads(row["extra"])["process_settings"]
+        assert settings["thread_variables"] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                                "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+        assert settings["gc"]["enabled"] is True and settings["gc"]["frozen_objects"] == 0
         # Same bytes as every other stack (native-torch included) read for this task.
         _arrays, digest, _seed = data.load(shared_data, "tiny", task)
         assert row["input_sha256"] == digest
@@ -96,8 +102,6 @@ def test_keras3_llm_rows(stack, stack_results):
 
 
 def test_backend_switches_are_recorded(stack_results):
-    import json
-
     out, _codes = stack_results
     expected = {"keras3-tensorflow": "tensorflow", "keras3-jax": "jax", "keras3-torch": "torch",
                 "keras2-tensorflow": None}

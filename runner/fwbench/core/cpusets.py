@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+# The thread pools' variables the engines set for a cell (engines.cell_settings) and the cell records on its row.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
 
 def format_cpu_set(cpus) -> str:
     """CPU ids as the kernel's list format: {0,1,2,3} -> "0-3", {0,2} -> "0,2", {0,1,4} -> "0-1,4"."""

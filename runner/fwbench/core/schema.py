@@ -273,7 +273,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "
-     "energy_reason: why such a row has no energy)."),
+     "energy_reason: why such a row has no energy; process_settings: the thread pools' variables the cell process "
+     "found and the garbage collector's state in its timed window)."),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)

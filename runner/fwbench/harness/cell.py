@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import gc
 import importlib
 import json
 import os
@@ -28,7 +29,7 @@ from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.core.atomic import write_atomically
 from fwbench.core.schema import SCHEMA_VERSION
-from fwbench.core.cpusets import own_cpu_set
+from fwbench.core.cpusets import THREAD_VARIABLES, own_cpu_set
 from fwbench.core.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, check_cell, model_source
 
@@ -410,6 +411,7 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     extra: dict[str, Any] = {"gpu_found_by": timed.known_gpu.found_by} if timed.known_gpu else {}
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
+    extra["process_settings"] = process_settings()
     manifest = envinfo.image_manifest()
     if manifest:
         extra["image_manifest"] = manifest
@@ -532,6 +534,15 @@ def _rank_main(spec_json: str, rank: int, *, world: int, port: int, cores: list[
         results.put((rank, "ok", json.loads(json.dumps(fields, default=str))))
     except BaseException as exc:  # noqa: BLE001 - the launcher records it
         results.put((rank, classify_failure(exc), f"{type(exc).__name__}: {str(exc).strip()[:3000]}"))
+
+
+def process_settings() -> dict[str, Any]:
+    """What the cell process ran under beyond the identity's settings: the thread pools' variables as it found them
+    (the engine sets them), and the garbage collector as the timed window met it (fwbench leaves Python's defaults:
+    freezing it before the window changed nothing measurable, benchmarks/harness_noise.py --candidate gc-freeze)."""
+    return {"thread_variables": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+            "gc": {"enabled": gc.isenabled(), "thresholds": list(gc.get_threshold()),
+                   "frozen_objects": gc.get_freeze_count()}}
 
 
 class PhaseTimer:
