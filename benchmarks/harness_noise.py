@@ -15,6 +15,12 @@ a row of fwbench's that met competition is counted and said (busy), and the figu
 
 --candidate NAME measures one thing a harness does that a plain script does not (CANDIDATES), one at a time: the
 plain script with it against the plain script, in the same alternating rounds.
+
+--extend FILE adds --runs rounds to the cells of an earlier run's --json file and judges all its rounds together. Each
+such look at the same rounds is one more chance of a verdict by luck, so the k-th look's intervals are at
+1 - 0.05/2^(k-1) (95%, 97.5%, 98.75%, ...): a wrong "meets" (or "misses") at a target's boundary, 2.5% of cells
+judged once, stays under 5% over any number of looks (their levels sum so), and simulated, 3.2% over two looks and
+3.5% over three, against 4.1% and 5.6% had each look been at 95% (benchmarks/harness_noise_looks.py).
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ sys.path.insert(0, str(BENCHMARKS.parent / "runner"))
 STACKS = ("native-torch", "keras3-jax", "keras3-tensorflow", "keras3-torch", "keras2-tensorflow")
 TASKS = ("bert-predict", "bert-fit")
 CV_TARGET, RATIO_TARGET = 1.5, 1.02
+ALPHA = 0.05  # the first look's two-sided level; later looks (--extend) halve it each time
+
+
+def look_confidence(look: int) -> float:
+    """The intervals' level at the look-th look at a cell's rounds: 95%, 97.5%, 98.75%, ..."""
+    return 1 - ALPHA / 2 ** (look - 1)
 # What a harness does that a plain script does not, measured one at a time (--candidate): the plain script with it.
 CANDIDATES = {
     "parent-poll": "its parent waits by polling (Popen.wait with a timeout: a wake-up every 50 ms at most), as "
@@ -94,28 +106,52 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
         return float(json.loads(out.read().strip().splitlines()[-1])["ms_per_step"])
 
 
+def read_earlier(parser, args) -> dict[tuple[str, str], dict]:
+    """The cells of an earlier --json file, by (stack, task); a clear error where they cannot be extended as asked."""
+    try:
+        rows = json.loads(args.extend.read_text())
+        found = {(row["stack"], row["task"]): row for row in rows}
+        for row in rows:
+            if len(row["fwbench_runs_ms"]) != len(row["plain_runs_ms"]) or not row["fwbench_runs_ms"]:
+                raise ValueError(f"{row['stack']} {row['task']} has no paired rounds")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--extend {args.extend}: not a --json file of this benchmark ({exc})")
+    for row in rows:  # the added rounds must time what the earlier ones did (older files: the defaults then)
+        for name in ("candidate", "steps", "warmup"):
+            was = row.get(name, parser.get_default(name))
+            if was != getattr(args, name):
+                parser.error(f"--extend {args.extend}: its {row['stack']} {row['task']} rounds ran with --{name} "
+                             f"{was}, not {getattr(args, name)}")
+    if args.stack or args.task:
+        parser.error("--extend runs the cells of its file: give no --stack or --task")
+    return found
+
+
 def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else math.nan
 
 
-def ratio_interval(harness: list[float], plain: list[float]) -> tuple[float, float, float]:
-    """Geometric mean of the paired rounds' ratios, with a 95% t interval on their logs."""
+def ratio_interval(harness: list[float], plain: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of the paired rounds' ratios, with a t interval on their logs (95% unless said)."""
     logs = [math.log(h / p) for h, p in zip(harness, plain)]
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(mean), math.nan, math.nan
     from scipy import stats as sps  # the aggregator's t quantiles (compare, verify)
 
-    half = float(sps.t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = float(sps.t.ppf(1 - (1 - confidence) / 2, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
-def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Path) -> dict:
+def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Path, *,
+                 earlier: dict | None = None) -> dict:
     """args.runs rounds of the two sides, alternating which goes first. The first side is fwbench's cell, or, with
-    --candidate, the plain script with that candidate."""
-    harness, plain, busy = [], [], 0
+    --candidate, the plain script with that candidate. With `earlier` (a row of an earlier --json), its rounds come
+    first and the new ones are added: one more look at them."""
+    harness, plain = list(earlier["fwbench_runs_ms"]) if earlier else [], list(earlier["plain_runs_ms"]) if earlier else []
+    busy, looks = (earlier["busy_rows"], earlier.get("looks", 1) + 1) if earlier else (0, 1)  # older files: 1 look
     label = args.candidate or "fwbench"
-    for round_index in range(args.runs):
+    for round_index in range(len(harness), len(harness) + args.runs):
         sides = ("first", "plain") if round_index % 2 == 0 else ("plain", "first")
         for side in sides:
             if side == "plain":
@@ -128,25 +164,30 @@ def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Pa
                 busy += was_busy
         print(f"  {stack} {task} round {round_index + 1}: {label} {harness[-1]:.3f}  plain {plain[-1]:.3f} ms/step",
               file=sys.stderr, flush=True)
-    ratio, low, high = ratio_interval(harness, plain)
-    spread, spread_low, spread_high = spread_ratio_interval(harness, plain)
-    return {"stack": stack, "task": task, "runs": args.runs, "fwbench_ms": statistics.fmean(harness),
+    confidence = look_confidence(looks)
+    ratio, low, high = ratio_interval(harness, plain, confidence)
+    spread, spread_low, spread_high = spread_ratio_interval(harness, plain, confidence)
+    return {"stack": stack, "task": task, "runs": len(harness), "looks": looks, "confidence": confidence,
+            "candidate": args.candidate, "steps": args.steps, "warmup": args.warmup,
+            "fwbench_ms": statistics.fmean(harness),
             "plain_ms": statistics.fmean(plain), "fwbench_cv": cv(harness), "plain_cv": cv(plain),
             "ratio": ratio, "ratio_low": low, "ratio_high": high, "spread_ratio": spread,
             "spread_ratio_low": spread_low, "spread_ratio_high": spread_high, "busy_rows": busy,
             "fwbench_runs_ms": harness, "plain_runs_ms": plain}
 
 
-def spread_ratio_interval(harness: list[float], plain: list[float]) -> tuple[float, float, float]:
+def spread_ratio_interval(harness: list[float], plain: list[float],
+                          confidence: float = 0.95) -> tuple[float, float, float]:
     """The ratio of the two sides' process-to-process spreads (standard deviations of log ms/step, which is the CV
-    for spreads this small) with its 95% interval, from the F distribution: with 5 runs a side it spans about 3x
-    either way, so a CV ratio is decided only from many runs."""
+    for spreads this small) with its interval (95% unless said), from the F distribution: with 5 runs a side a 95%
+    interval spans about 3x either way, so a CV ratio is decided only from many runs."""
     from scipy import stats as sps
 
     logs_h, logs_p = [math.log(v) for v in harness], [math.log(v) for v in plain]
     ratio = statistics.stdev(logs_h) / statistics.stdev(logs_p)
-    low = ratio / math.sqrt(float(sps.f.ppf(0.975, len(logs_h) - 1, len(logs_p) - 1)))
-    high = ratio * math.sqrt(float(sps.f.ppf(0.975, len(logs_p) - 1, len(logs_h) - 1)))
+    upper = 1 - (1 - confidence) / 2
+    low = ratio / math.sqrt(float(sps.f.ppf(upper, len(logs_h) - 1, len(logs_p) - 1)))
+    high = ratio * math.sqrt(float(sps.f.ppf(upper, len(logs_p) - 1, len(logs_h) - 1)))
     return ratio, low, high
 
 
@@ -164,9 +205,11 @@ def verdict(row: dict) -> str:
 
 
 def table_lines(rows: list[dict], label: str) -> list[str]:
+    levels = {row.get("confidence", 1 - ALPHA) for row in rows}
+    level = f"{100 * levels.pop():.4g}%" if len(levels) == 1 else "CI"  # mixed looks: each row's in the JSON
     lines = [f"targets: {label}'s CV at most {CV_TARGET}x plain's (spread), {label}/plain within {RATIO_TARGET} (ratio)",
              f"{'stack':<18} {'task':<13} {label + ' ms':>14} {'plain ms':>9} {label + ' CV':>14} {'plain CV':>8} "
-             f"{'spread [95% CI]':>19} {'ratio [95% CI]':>22}  verdict"]
+             f"{'spread [' + level + ']':>19} {'ratio [' + level + ']':>22}  verdict"]
     for row in rows:
         lines.append(f"{row['stack']:<18} {row['task']:<13} {row['fwbench_ms']:>14.3f} {row['plain_ms']:>9.3f} "
                      f"{row['fwbench_cv']:>14.1%} {row['plain_cv']:>8.1%} "
@@ -186,9 +229,13 @@ def main() -> int:
                         "fwbench: the plain script with it against the plain script (" + "; ".join(
                             f"{name}: {what}" for name, what in CANDIDATES.items()) + ")")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--extend", type=Path, metavar="FILE",
+                        help="add --runs rounds to the cells of this earlier --json file and judge them all together "
+                        "(its intervals widened for the repeated look)")
     args = parser.parse_args()
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a spread needs two runs)")
+    earlier = read_earlier(parser, args) if args.extend else {}
 
     import platform
     from datetime import datetime, timezone
@@ -197,18 +244,24 @@ def main() -> int:
     from fwbench.engines.local import StackEnvironment
 
     work = Path(tempfile.mkdtemp(prefix="fwbench-noise-"))
-    tasks = args.task or list(TASKS)
-    shared_data.generate(work / "data", "tiny", tasks=tasks)
+    cells = list(earlier) or [(stack, task) for stack in args.stack or STACKS for task in args.task or TASKS]
+    shared_data.generate(work / "data", "tiny", tasks=sorted({task for _, task in cells}))
     rows = []
-    for stack in args.stack or STACKS:
+    for stack in dict.fromkeys(stack for stack, _ in cells):
         environment = StackEnvironment(stack)
         environment.build()
-        for task in tasks:
-            rows.append(measure_cell(stack, task, environment.python, args, work / "data", work))
+        for task in [task for cell_stack, task in cells if cell_stack == stack]:
+            rows.append(measure_cell(stack, task, environment.python, args, work / "data", work,
+                                     earlier=earlier.get((stack, task))))
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
+    runs = f"{rows[0]['runs']} rounds" if len({row["runs"] for row in rows}) == 1 else "the rounds below"
     print(f"harness noise, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu}, {os.cpu_count()} cores; "
-          f"tiny, {args.runs} rounds of one fresh process a side, {args.warmup} warm-up + {args.steps} timed steps")
+          f"tiny, {runs} of one fresh process a side, {args.warmup} warm-up + {args.steps} timed steps")
+    if earlier:
+        looks = max(row["looks"] for row in rows)
+        print(f"extends {args.extend} ({args.runs} new rounds a cell): look {looks} at these rounds, its intervals at "
+              f"{look_confidence(looks):.4g} (each look halves the level's error: see --help)")
     label = args.candidate or "fwbench"
     if args.candidate:
         print(f"candidate {args.candidate}: the plain script where {CANDIDATES[args.candidate]}")
