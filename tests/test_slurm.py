@@ -259,3 +259,26 @@ def test_a_model_files_cells_run_the_copy_in_the_submission_folder(tmp_path, in_
     source.write_text("def build_model():\n    return 1\n")
     with pytest.raises(slurm.SlurmError, match="changed while the cells were planned"):
         slurm.freeze_model_files([cell], tmp_path / "another", in_container)
+
+
+def test_a_cell_that_died_of_the_schedulers_signal_names_its_log_on_the_stopped_row(tmp_path):
+    """Slurm signals every process of the task: when the cell dies of SIGUSR1 first, its row (read back from its file,
+    `extra` as JSON text) says crashed, and run_planned_cell rewrites it as stopped, naming the cell's log. It read
+    `extra` as a dict and ended in a traceback (CI, 2026-11-27, on a loaded machine); the task then left no row and
+    `status` recorded a lost task under another identity beside the crashed row."""
+    import signal
+
+    from fwbench.cluster import cellplan
+    from fwbench.core import results
+    from fwbench.core.spec import CellSpec
+    from fwbench.engines import CellOutcome, matrix
+
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="none",
+                    data_dir=str(tmp_path / "data"), steps=5, repeat=1)
+    log = tmp_path / "cell.log"
+    log.write_text("killed\n")
+    record = matrix.outcome_record(spec, CellOutcome(-signal.SIGUSR1, False, log, tmp_path / "record.json"))
+    row = results.read_row(results.write_new_row(spec, tmp_path / "out", record))
+    assert row["error_type"] == "CellCrashed" and isinstance(row["extra"], str)
+    assert cellplan.log_of(row) == str(log)
+    assert cellplan.log_of({"extra": None}) is None and cellplan.log_of({"extra": "not json"}) is None

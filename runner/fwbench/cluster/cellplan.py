@@ -112,8 +112,19 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
     # The scheduler signals every process of the task: the cell itself may have died of it first, and its
     # row then reads "crashed". Say who stopped it.
     if state["stop"] is not None and row.get("status") == "error" and row.get("error_type") == "CellCrashed":
-        return _write_stopped(state["spec"], out, state["stop"], log=(row.get("extra") or {}).get("log"))
+        return _write_stopped(state["spec"], out, state["stop"], log=log_of(row))
     return result
+
+
+def log_of(row: dict) -> str | None:
+    """The cell's log path a row names (extra.log). A row read back from its file holds `extra` as JSON text."""
+    extra = row.get("extra") or {}
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            return None
+    return extra.get("log") if isinstance(extra, dict) else None
 
 
 def complete(spec: CellSpec, engine) -> CellSpec:
