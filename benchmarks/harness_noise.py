@@ -42,11 +42,6 @@ STACKS = ("native-torch", "keras3-jax", "keras3-tensorflow", "keras3-torch", "ke
 TASKS = ("bert-predict", "bert-fit")
 CV_TARGET, RATIO_TARGET = 1.5, 1.02
 ALPHA = 0.05  # the first look's two-sided level; later looks (--extend) halve it each time
-
-
-def look_confidence(look: int) -> float:
-    """The intervals' level at the look-th look at a cell's rounds: 95%, 97.5%, 98.75%, ..."""
-    return 1 - ALPHA / 2 ** (look - 1)
 # What a harness does that a plain script does not, measured one at a time (--candidate): the plain script with it.
 CANDIDATES = {
     "parent-poll": "its parent waits by polling (Popen.wait with a timeout: a wake-up every 50 ms at most), as "
@@ -106,6 +101,11 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
         return float(json.loads(out.read().strip().splitlines()[-1])["ms_per_step"])
 
 
+def look_confidence(look: int) -> float:
+    """The intervals' level at the look-th look at a cell's rounds: 95%, 97.5%, 98.75%, ..."""
+    return 1 - ALPHA / 2 ** (look - 1)
+
+
 def read_earlier(parser, args) -> dict[tuple[str, str], dict]:
     """The cells of an earlier --json file, by (stack, task); a clear error where they cannot be extended as asked."""
     try:
@@ -148,8 +148,10 @@ def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Pa
     """args.runs rounds of the two sides, alternating which goes first. The first side is fwbench's cell, or, with
     --candidate, the plain script with that candidate. With `earlier` (a row of an earlier --json), its rounds come
     first and the new ones are added: one more look at them."""
-    harness, plain = list(earlier["fwbench_runs_ms"]) if earlier else [], list(earlier["plain_runs_ms"]) if earlier else []
-    busy, looks = (earlier["busy_rows"], earlier.get("looks", 1) + 1) if earlier else (0, 1)  # older files: 1 look
+    earlier = earlier or {}
+    harness, plain = list(earlier.get("fwbench_runs_ms", [])), list(earlier.get("plain_runs_ms", []))
+    busy = earlier.get("busy_rows", 0)
+    looks = earlier.get("looks", 1) + 1 if earlier else 1  # an older file's rounds had one look
     label = args.candidate or "fwbench"
     for round_index in range(len(harness), len(harness) + args.runs):
         sides = ("first", "plain") if round_index % 2 == 0 else ("plain", "first")
@@ -261,7 +263,7 @@ def main() -> int:
     if earlier:
         looks = max(row["looks"] for row in rows)
         print(f"extends {args.extend} ({args.runs} new rounds a cell): look {looks} at these rounds, its intervals at "
-              f"{look_confidence(looks):.4g} (each look halves the level's error: see --help)")
+              f"{look_confidence(looks):.4g} (each look halves the level's error: this file's docstring says why)")
     label = args.candidate or "fwbench"
     if args.candidate:
         print(f"candidate {args.candidate}: the plain script where {CANDIDATES[args.candidate]}")

@@ -117,13 +117,11 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
 
 
 def log_of(row: dict) -> str | None:
-    """The cell's log path a row names (extra.log). A row read back from its file holds `extra` as JSON text."""
-    extra = row.get("extra") or {}
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            return None
+    """The cell's log path a row names (extra.log), whether `extra` is still a dict or JSON text read back."""
+    try:
+        extra = results.extra_of(row.get("extra"))
+    except ValueError:
+        return None
     return extra.get("log") if isinstance(extra, dict) else None
 
 

@@ -34,12 +34,16 @@ SCHEMA = pa.schema(
 _JSON_COLUMNS = ("library_versions", "extra")
 
 
+def extra_of(value: Any) -> Any:
+    """A row's `extra` as an object: a row read back from its file holds it as JSON text, a record being written as a
+    dict (ValueError for text that is not JSON)."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
 def normalise(record: dict[str, Any]) -> dict[str, Any]:
     """Fit a cell's record to the schema: known columns typed, anything else kept under `extra`."""
     record = dict(record)
-    extra = record.pop("extra", None) or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra)
+    extra = extra_of(record.pop("extra", None))
     for key in list(record):
         if key not in SCHEMA.names:
             extra[key] = record.pop(key)

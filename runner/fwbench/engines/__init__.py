@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fwbench.core import registry
-from fwbench.core.cpusets import THREAD_VARIABLES, parse_cpu_set
+from fwbench.core.cpusets import parse_cpu_set
 from fwbench.core.spec import CellSpec
 from fwbench.engines.device import hide_gpus
 
@@ -60,7 +60,10 @@ def cell_settings(spec: CellSpec) -> dict[str, str]:
     threads = str(spec.threads)
     return {
         # Oversubscribed OpenMP pools made steps 10-25x slower here: pin every pool we know of.
-        **{name: threads for name in THREAD_VARIABLES},
+        # (core.cpusets.THREAD_VARIABLES names these four for the row; TensorFlow's inter-op pool gets one thread.)
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TF_NUM_INTRAOP_THREADS": threads,
         "TF_NUM_INTEROP_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         # Random weights only: fail loudly rather than download anything.
