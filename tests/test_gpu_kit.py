@@ -799,3 +799,40 @@ def test_the_results_page_ranks_model_file_cells_apart_from_the_published_cells(
     # The published cells' tables and the not-yet-run list hold no model-file cell.
     published = page.split("### Your models", 1)[0]
     assert "mlp.py" not in published and "| bert-predict | native-torch [none] |" in published
+
+
+def test_the_results_page_sets_only_published_precision_ratios_beside_the_published_table(tmp_path):
+    """A bf16 ratio was listed beside the published A100 ratio (measured at the published precision) with a
+    'measured ÷ published' of 5.2, and the cells table did not say which row ran at which precision."""
+    import results_page
+
+    from fwbench.core.results import write_row
+
+    folder = tmp_path / "2026-11-27-nvidia-h100-80gb-hbm3"
+    (folder / "host.json").parent.mkdir(parents=True)
+    (folder / "host.json").write_text(json.dumps({"recorded_at": "2026-11-27T13:00:00+00:00",
+                                                  "nvml": {"gpu_names": ["NVIDIA H100 80GB HBM3"]}}))
+
+    def row(stack, mode, precision, ms):
+        steps = [ms * (1 + 0.01 * (i % 3)) for i in range(13)]
+        write_row({"schema_version": 12, "stack": stack, "compile_mode": mode, "task": "bert-predict",
+                   "status": "ok", "preset": "paper", "repeat": 0, "timed_steps": 13, "precision": precision,
+                   "ms_per_step": ms, "step_ms": steps},
+                  folder / "rows" / "paper" / stack / f"bert-predict.{precision}.r0.parquet")
+
+    row("native-torch", "none", "published", 566.0)
+    row("keras3-jax", "xla", "published", 180.0)
+    row("native-torch", "none", "bf16", 80.0)
+    row("keras3-jax", "xla", "bf16", 94.0)
+    page = results_page.generate(folder)
+    cells = page.split("### Cells", 1)[1].split("### Ratios", 1)[0]
+    assert "| bert-predict | keras3-jax [xla] | bf16 | 13 | 1 |" in cells
+    assert "| bert-predict | keras3-jax [xla] | published | 13 | 1 |" in cells
+    ratios = page.split("### Ratios between stacks", 1)[1].split("Not yet run", 1)[0]
+    published_part, bf16_part = ratios.split("At `--precision bf16`", 1)
+    published_ratio = 0.226  # the published A100 table's keras3-jax / native-torch for bert-predict
+    lines = [line for line in published_part.splitlines() if line.startswith("| bert-predict | keras3-jax")]
+    assert len(lines) == 1 and lines[0].split(" | ")[3] == f"{published_ratio:.3f}" and "0.318 [" in lines[0]
+    bf16_lines = [line for line in bf16_part.splitlines() if line.startswith("| bert-predict | keras3-jax")]
+    assert len(bf16_lines) == 1 and "1.175 [" in bf16_lines[0] and str(published_ratio) not in bf16_lines[0]
+    assert bf16_lines[0].rstrip(" |").endswith("]") and "0.318 [" in bf16_lines[0].split(" | ")[3]
