@@ -1,9 +1,9 @@
-"""`fwbench run --model`: the example model files on the three Keras 3 stacks and their PyTorch twins on native-torch,
-in the real environments, at small batches and few steps (integration); and bad model files, one row per backend.
+"""`fwbench run --model`: the example model files on Keras 3 stacks and their PyTorch twins on native-torch, in the
+real environments, at small batches and few steps (integration); and bad model files, one row per backend.
 
-One fixture run serves every assertion: each Keras 3 stack runs the examples in its own `fwbench run` processes, the
-three at once (most of a cell is single-threaded imports and XLA compilation on a 2-core machine), then native-torch
-runs the twins, so that they are checked against the Keras models' parameter counts. Every run shares one data
+One fixture run serves every assertion: keras3-jax and one other Keras 3 stack by rotation (tests/rotation.py; CI
+time) run the examples in their own `fwbench run` processes, at once (most of a cell is single-threaded imports and
+XLA compilation on a 2-core machine), then native-torch runs the twins, so that they are checked against the Keras models' parameter counts. Every run shares one data
 folder: the first cell of a file makes its inputs, the others read those bytes. One task kind per example (CI time):
 the fit path is the Transformer's (compiling MobileNetV2's training step with XLA takes minutes on a small CPU), the
 predict path the MLP's and MobileNetV2's; tests/test_model_files.py checks that every example defines the whole
@@ -22,10 +22,13 @@ import pytest
 
 from fwbench.core import registry, results
 from tests.conftest import REPO_ROOT, run_fwbench
+from tests.rotation import rotated
 
 pytestmark = pytest.mark.integration
 
 KERAS3 = [s for s in registry.REPORT_ORDER if registry.STACKS[s].keras_version == 3]
+# The examples run on keras3-jax every run and on one other Keras 3 backend by rotation (CI time; tests/rotation.py).
+KERAS3_RUN = rotated(KERAS3, always=("keras3-jax",), per_run=1)
 NATIVE = [s for s in registry.REPORT_ORDER if registry.STACKS[s].family == "torch"]
 EXAMPLES = REPO_ROOT / "examples"
 SMALL = ["--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1"]
@@ -62,7 +65,7 @@ def run_all(stacks: list[str], out: Path, data: Path) -> dict[str, tuple[list[in
 @pytest.fixture(scope="module")
 def examples_run(tmp_path_factory):
     out, data = tmp_path_factory.mktemp("model-files"), tmp_path_factory.mktemp("model-files-data")
-    logs = run_all(KERAS3, out, data)
+    logs = run_all(KERAS3_RUN, out, data)
     logs.update(run_all(NATIVE, out, data))  # after the Keras models: the twins are checked against them
     return out, data, logs
 
@@ -79,7 +82,7 @@ def test_every_example_runs_ok_on_every_stack_with_no_traceback(examples_run):
     got = rows(out)
     cells = {(r["stack"], r["task"], r["compile_mode"]) for r in got}
     expected = {(stack, f"{example.removesuffix('.py')}.py-{kind}-bs2", mode)
-                for example, kinds in RUNS for kind in kinds for stack in KERAS3 + NATIVE
+                for example, kinds in RUNS for kind in kinds for stack in KERAS3_RUN + NATIVE
                 for mode in [registry.STACKS[stack].compile_modes[0]]}
     assert cells == expected
     for row in got:
@@ -164,7 +167,7 @@ def test_steps_per_execution_runs_n_steps_a_call_where_keras_can_and_the_report_
 
 def test_the_report_ranks_the_backends_of_each_model(examples_run, tmp_path):
     out, _, _ = examples_run
-    done = run_fwbench("aggregate", *[str(out / stack) for stack in KERAS3 + NATIVE], "-o", str(tmp_path),
+    done = run_fwbench("aggregate", *[str(out / stack) for stack in KERAS3_RUN + NATIVE], "-o", str(tmp_path),
                        "--include-busy")
     assert done.returncode == 0, done.stderr[-2000:]
     report = (tmp_path / "report.md").read_text()
@@ -175,7 +178,7 @@ def test_the_report_ranks_the_backends_of_each_model(examples_run, tmp_path):
             assert "Fastest: " in table
             ranks = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and
                      line.split("|")[1].strip().isdigit()]
-            assert ranks == ["1", "2", "3", "4"], table  # the three Keras 3 backends and the twin
+            assert ranks == [str(rank) for rank in range(1, len(KERAS3_RUN) + 2)], table  # Keras 3 backends, twin
     assert "## Preset tiny" not in report  # model-file rows stay out of the published cells' tables
 
 

@@ -282,3 +282,49 @@ def test_a_cell_that_died_of_the_schedulers_signal_names_its_log_on_the_stopped_
     assert row["error_type"] == "CellCrashed" and isinstance(row["extra"], str)
     assert cellplan.log_of(row) == str(log)
     assert cellplan.log_of({"extra": None}) is None and cellplan.log_of({"extra": "not json"}) is None
+
+
+def test_a_task_killed_outright_is_recorded_under_the_identity_its_row_would_have_had(tmp_path, monkeypatch):
+    """A task killed outright (SIGKILL) writes no row; `status` records it lost. That row took the plan's identity,
+    without what the node decides (the device model), so it was a cell of its own beside the resubmission's ok row.
+    The task now notes its completed spec as the cell starts (started/<index>.json), and status takes from it only
+    the fields the node decides."""
+    from fwbench.core import data
+    from fwbench.core.identity import CellIdentity
+
+    data.generate(tmp_path / "data", "tiny", 0, ["bert-predict"])
+    spec = replace(SPEC, data_dir=str(tmp_path / "data"), engine="current", image_variant="host", fault="sleep:120")
+    folder = tmp_path / "out" / slurm.SUBMISSIONS / "sub"
+    plan = folder / "cells.json"
+    cellplan.write_plan(plan, [spec])
+    (folder / "done").mkdir()
+    (folder / "logs").mkdir()
+    (folder / "logs" / "0.out").write_text("the task's output\n")
+    (folder / "submission.json").write_text(json.dumps({"job_id": "42"}))
+    out = tmp_path / "out"
+    task = subprocess.Popen([*FWBENCH, "slurm", "run-cell", str(plan), "--out", str(out), "--submission",
+                             str(folder)], env={**os.environ, "SLURM_ARRAY_TASK_ID": "0"}, start_new_session=True)
+    marker = folder / "started" / "0.json"
+    deadline = time.monotonic() + 60
+    while not marker.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(task.pid, signal.SIGKILL)  # the task and its cell: no row
+    task.wait(timeout=30)
+    assert marker.is_file() and not list(out.rglob("*.parquet"))
+    started = CellSpec.from_json(marker.read_text())
+    assert started.device_model and started.device == "cpu"
+    monkeypatch.setattr(slurm, "queued", lambda job_id: {})  # Slurm no longer lists the task
+    [state] = slurm.task_states(folder)
+    assert state.state == "error"
+    [row] = [results.read_row(path) for path in out.rglob("*.parquet")]
+    assert row["error_type"] == "SlurmTaskKilled" and row["device_model"] == started.device_model
+    assert CellIdentity.of_row(row) == started.identity  # one cell with the rerun's row, not a second one
+
+    # Only the node-decided fields are taken from the marker (it sits in a folder others may write).
+    marker.write_text(replace(started, stack="keras3-jax", device_model="../../etc").to_json())
+    assert slurm.started_spec(folder, 0, spec) == spec
+    marker.write_text(replace(started, stack="keras3-jax").to_json())
+    taken = slurm.started_spec(folder, 0, spec)
+    assert taken.stack == spec.stack and taken.device_model == started.device_model
+    marker.write_text("{not json")
+    assert slurm.started_spec(folder, 0, spec) == spec

@@ -181,7 +181,8 @@ def run_cell_cmd(
     engine = (local_engine(spec.pin_set, device=device) if spec.engine == "local"
               else current_engine(spec.pin_set, device))
     print(f"fwbench slurm: task {index} on {os.uname().nodename}: {spec.cell_id} r{spec.repeat}", file=sys.stderr)
-    result = cellplan.run_planned_cell(spec, out, engine, slurm.explain_stop)
+    result = cellplan.run_planned_cell(spec, out, engine, slurm.explain_stop,
+                                       on_started=lambda started: slurm.mark_started(submission, index, started))
     if result.path.is_file():
         slurm.mark_done(submission, index, result.path, out)
     report_planned_cell(spec, result)

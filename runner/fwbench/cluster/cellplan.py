@@ -68,9 +68,11 @@ class StopReason:
     detail: str  # one sentence: who stopped the task and why
 
 
-def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, str], str]) -> matrix.CellResult:
+def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, str], str], *,
+                     on_started: Callable[[CellSpec], None] | None = None) -> matrix.CellResult:
     """Run one planned cell into `out` (resuming). `explain(kind, signal_name)` words the row of a cell
-    stopped by the scheduler, e.g. "Slurm's time limit of the array task was reached"."""
+    stopped by the scheduler, e.g. "Slurm's time limit of the array task was reached". `on_started` gets the cell's
+    completed spec (the fields the engine and the host decide filled in) as its process starts."""
     state = {"phase": "preparing", "spec": complete(spec, engine), "stop": None}
 
     def on_signal(signum, _frame) -> None:
@@ -97,6 +99,8 @@ def run_planned_cell(spec: CellSpec, out: Path, engine, explain: Callable[[str, 
 
     def on_start(started: CellSpec) -> None:
         state["spec"] = started
+        if on_started is not None:
+            on_started(started)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:

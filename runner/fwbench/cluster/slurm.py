@@ -361,6 +361,7 @@ def submit(specs: list[CellSpec], out: Path, data_dir: Path, options: SlurmOptio
     folder = out.resolve() / SUBMISSIONS / f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     (folder / "logs").mkdir(parents=True)
     (folder / "done").mkdir()
+    (folder / "started").mkdir()
     planned = [replace(spec, data_dir=IN_CONTAINER["data"]) if in_container else spec for spec in todo]
     try:
         planned = freeze_model_files(planned, folder, in_container)
@@ -417,6 +418,34 @@ def mark_done(folder: Path, index: int, row_path: Path, out: Path) -> None:
     row = results.read_row(row_path) or {}
     write_atomically(folder / "done" / f"{index}.json", json.dumps(
         {"row": str(row_path.relative_to(out)), "status": row.get("status")}) + "\n")
+
+
+def mark_started(folder: Path, index: int, started: CellSpec) -> None:
+    """The cell's completed spec as its process starts: if the task is then killed outright (no row), `status` records
+    the lost task under the identity its row would have had (the device model is the node's to say), not as a cell
+    of its own beside the rerun's row. A marker that cannot be written costs only that."""
+    try:
+        write_atomically(folder / "started" / f"{index}.json", started.to_json() + "\n")
+    except OSError as exc:
+        print(f"fwbench slurm: cannot write the started marker of task {index}: {exc}", file=sys.stderr)
+
+
+# The fields of a started marker that status takes (those the engine and the node decide); the rest of the lost row's
+# identity is the plan's, which the submitter wrote (a marker sits in a folder others may write).
+NODE_DECIDED = ("engine", "pin_set", "image_variant", "device", "device_model")
+
+
+def started_spec(folder: Path, index: int, planned: CellSpec) -> CellSpec:
+    """The planned spec with the node-decided fields of the task's started marker, if it left a readable one."""
+    try:
+        started = CellSpec.from_json((folder / "started" / f"{index}.json").read_text())
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return planned
+    taken = {name: getattr(started, name) for name in NODE_DECIDED}
+    if not all(value is None or (isinstance(value, str) and re.fullmatch(r"[^/\\\x00-\x1f]{1,200}", value))
+               for value in taken.values()):
+        return planned
+    return replace(planned, **taken)
 
 
 def explain_stop(kind: str, signal_name: str) -> str:
@@ -532,6 +561,7 @@ def _record_lost(folder: Path, out: Path, index: int, spec: CellSpec, log: Path)
     else:
         status, kind = "cancelled", "SlurmTaskNotStarted"
         message = "the Slurm array task never started (cancelled while pending)"
+    spec = started_spec(folder, index, spec)
     record = {**base_record(replace(spec, run_id=folder.name)), "status": status, "error_type": kind,
               "error_message": message}
     path = results.write_new_row(spec, out, record)

@@ -1,0 +1,52 @@
+"""Which stacks of a slow integration matrix a test run covers (CI time; docs/development.md#ci).
+
+A few integration fixtures run the same check on every stack, each cell a real framework process. Those fixtures run
+some stacks every time (`always`) and the others by rotation, `per_run` at a time, chosen from the commit hash as
+.ci/run chooses its images: successive commits cover every stack, and one commit always runs the same ones.
+FWBENCH_TEST_ROTATION=all runs every stack; an integer picks that rotation; unset, the commit's (0 outside git).
+A test whose stack a run leaves out skips, naming the stacks that ran and how to run them all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+VARIABLE = "FWBENCH_TEST_ROTATION"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def rotation_index() -> int | None:
+    """This run's rotation: None for every stack (FWBENCH_TEST_ROTATION=all), else an integer."""
+    value = os.environ.get(VARIABLE, "").strip()
+    if value == "all":
+        return None
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{VARIABLE}={value!r}: expected 'all' or an integer") from None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                text=True, timeout=30).stdout.strip()
+        return int(commit, 16)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def rotated(stacks: Sequence[str], *, always: Sequence[str] = (), per_run: int = 1,
+            index: int | None | str = "environment") -> list[str]:
+    """`always`, plus `per_run` of the other stacks by rotation (every stack with no rotation), in `stacks`' order."""
+    if index == "environment":
+        index = rotation_index()
+    others = [stack for stack in stacks if stack not in always]
+    if index is None or per_run >= len(others):
+        return list(stacks)
+    picked = {others[(index + offset) % len(others)] for offset in range(per_run)}
+    return [stack for stack in stacks if stack in always or stack in picked]
+
+
+def skip_reason(stack: str, ran: Sequence[str]) -> str:
+    return (f"{stack} is not in this run's rotation (ran: {', '.join(ran)}; {VARIABLE}=all runs every stack)")

@@ -1,0 +1,40 @@
+"""The rotation of the slow integration matrices (tests/rotation.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import rotation
+
+STACKS = ["keras3-tensorflow", "keras3-jax", "keras3-torch", "keras2-tensorflow", "native-torch"]
+
+
+def test_every_stack_runs_within_as_many_commits_as_there_are_rotating_stacks():
+    always = ("native-torch",)
+    runs = [rotation.rotated(STACKS, always=always, per_run=1, index=index) for index in range(4)]
+    assert all(len(run) == 2 and "native-torch" in run for run in runs)
+    assert set().union(*runs) == set(STACKS)
+    assert all(run == [stack for stack in STACKS if stack in run] for run in runs)  # the matrix's order kept
+    two = rotation.rotated(STACKS, always=always, per_run=2, index=3)
+    assert two == ["keras3-tensorflow", "keras2-tensorflow", "native-torch"]
+
+
+def test_all_or_a_number_in_the_environment_overrides_the_commit(monkeypatch):
+    monkeypatch.setenv(rotation.VARIABLE, "all")
+    assert rotation.rotation_index() is None and rotation.rotated(STACKS, per_run=1) == STACKS
+    monkeypatch.setenv(rotation.VARIABLE, "6")
+    assert rotation.rotated(STACKS, per_run=1) == ["keras3-jax"]  # 6 % 5
+    monkeypatch.setenv(rotation.VARIABLE, "most")
+    with pytest.raises(ValueError, match="expected 'all' or an integer"):
+        rotation.rotation_index()
+    monkeypatch.delenv(rotation.VARIABLE)
+    assert isinstance(rotation.rotation_index(), int)  # the commit's (0 outside git)
+
+
+def test_the_rotating_fixtures_keep_what_they_need_every_run():
+    from tests import test_keras_stacks, test_precision, test_stability
+
+    assert len(test_keras_stacks.FULL_MATRIX) == 1
+    assert test_precision.PRECISION_STACKS[-1] == "native-torch" and len(test_precision.PRECISION_STACKS) == 2
+    assert set(test_stability.OTHER_SEED_STACKS) < set(test_stability.SEEDED_STACKS)
+    assert len(test_stability.SEEDED_STACKS) == 3
