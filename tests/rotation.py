@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
+
+from tests.conftest import REPO_ROOT
 
 VARIABLE = "FWBENCH_TEST_ROTATION"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def rotation_index() -> int | None:
@@ -36,11 +36,10 @@ def rotation_index() -> int | None:
         return 0
 
 
-def rotated(stacks: Sequence[str], *, always: Sequence[str] = (), per_run: int = 1,
-            index: int | None | str = "environment") -> list[str]:
-    """`always`, plus `per_run` of the other stacks by rotation (every stack with no rotation), in `stacks`' order."""
-    if index == "environment":
-        index = rotation_index()
+def rotated(stacks: Sequence[str], *, always: Sequence[str] = (), per_run: int = 1) -> list[str]:
+    """`always`, plus `per_run` of the other stacks by this run's rotation (every stack with none), in `stacks`'
+    order."""
+    index = rotation_index()
     others = [stack for stack in stacks if stack not in always]
     if index is None or per_run >= len(others):
         return list(stacks)

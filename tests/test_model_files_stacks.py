@@ -3,11 +3,11 @@ real environments, at small batches and few steps (integration); and bad model f
 
 One fixture run serves every assertion: keras3-jax and one other Keras 3 stack by rotation (tests/rotation.py; CI
 time) run the examples in their own `fwbench run` processes, at once (most of a cell is single-threaded imports and
-XLA compilation on a 2-core machine), then native-torch runs the twins, so that they are checked against the Keras models' parameter counts. Every run shares one data
-folder: the first cell of a file makes its inputs, the others read those bytes. One task kind per example (CI time):
-the fit path is the Transformer's (compiling MobileNetV2's training step with XLA takes minutes on a small CPU), the
-predict path the MLP's and MobileNetV2's; tests/test_model_files.py checks that every example defines the whole
-contract (fit included).
+XLA compilation on a 2-core machine), then native-torch runs the twins, so that they are checked against the Keras
+models' parameter counts. Every run shares one data folder: the first cell of a file makes its inputs, the others read
+those bytes. One task kind per example (CI time): the fit path is the Transformer's (compiling MobileNetV2's training
+step with XLA takes minutes on a small CPU), the predict path the MLP's and MobileNetV2's; tests/test_model_files.py
+checks that every example defines the whole contract (fit included).
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ def test_fp16_rows_are_ok_or_unsupported_with_a_reason(tmp_path, shared_data):
             continue
         assert row["status"] == "ok", (key, row["error_message"])
         assert row["compute_dtype"] == "float16", key
-    assert sorted(got) == sorted([(stack, "bert-fit") for stack in PRECISION_STACKS] + [("native-torch", "bert-predict")])
+    assert sorted(got) == sorted([(stack, "bert-fit") for stack in PRECISION_STACKS]
+                                 + [("native-torch", "bert-predict")])
     for stack in PRECISION_STACKS:
         fit = got[(stack, "bert-fit")]
         if stack != "native-torch":  # the Keras stacks' fp16 bert-fit runs on a CPU (docs/workloads.md#precision)

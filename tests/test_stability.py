@@ -363,9 +363,10 @@ SEEDED_STACKS = tuple(rotated(("keras3-jax", "keras3-tensorflow", "keras3-torch"
 
 @pytest.fixture(scope="module")
 def seeded_fits(tmp_path_factory, shared_data):
-    """bert-fit on every Keras backend and native-torch: one `fwbench stability --precision published` (for bert-fit
-    the same float32 arithmetic as its fp32 baseline: two fits at seed 0) and one timed `fwbench run` at seed 1 (its
-    own data folder: a folder holds one seed's data) on one stack of each seeding idiom. 8 fit processes."""
+    """bert-fit on SEEDED_STACKS (this run's Keras backends and native-torch): one `fwbench stability --precision
+    published` (for bert-fit the same float32 arithmetic as its fp32 baseline: two fits at seed 0) and one timed
+    `fwbench run` at seed 1 (its own data folder: a folder holds one seed's data) on one stack of each seeding idiom.
+    8 fit processes."""
     out = tmp_path_factory.mktemp("seeded-fits")
     stacks = [argument for stack in SEEDED_STACKS for argument in ("--stack", stack)]
     common = ["--task", "bert-fit", "--preset", "tiny", "--threads", "1", "--device", "cpu"]

@@ -114,9 +114,14 @@ def cells_section(cells: dict[tuple, list[dict]]) -> list[str]:
     return out
 
 
+def is_published(precision: str | None) -> bool:
+    """Rows written before --precision existed ran at the published precision."""
+    return precision in (None, PUBLISHED)
+
+
 def precision_rank(precision: str | None) -> tuple:
     """The published precision first, then the others by name."""
-    return (precision not in (None, PUBLISHED), precision or "")
+    return (not is_published(precision), precision or "")
 
 
 def order(item) -> tuple:
@@ -139,10 +144,9 @@ def ratios_section(cells: dict[tuple, list[dict]]) -> list[str]:
     """One table per precision. Only the published precision's ratios stand beside the published A100 ratios: the
     published table has no row at another precision, so a bf16 ratio set against it would compare two precisions.
     Another precision's table shows instead the same cell's ratio at the published precision measured here."""
-    out = []
+    out, ordered = [], [key for key, _rows in sorted(cells.items(), key=order)]
     for precision in sorted({key[4] for key in cells}, key=precision_rank):
-        keys = [key for key, _rows in sorted(cells.items(), key=order) if key[4] == precision]
-        if precision in (None, PUBLISHED):
+        if is_published(precision):
             out += [f"At the published precision (`--precision {PUBLISHED}`):", "",
                     "| task | stack [compile] / native-torch [none] | measured ratio [95% interval] | "
                     "published A100 ratio | measured ÷ published |", "|---|---|---|---|---|"]
@@ -151,13 +155,13 @@ def ratios_section(cells: dict[tuple, list[dict]]) -> list[str]:
                     "published table has no such rows, so there is nothing published to set them beside):", "",
                     "| task | stack [compile] / native-torch [none] | measured ratio [95% interval] | "
                     "same cells at the published precision, measured here |", "|---|---|---|---|"]
-        for key in keys:
+        for key in (key for key in ordered if key[4] == precision):
             measured = measured_ratio(cells, key)
             if measured is None:
                 continue
             task, stack, mode, steps, _precision = key
             line = (f"| {task} | {stack} [{mode}] | {measured.ratio:.3f} [{measured.low:.3f}–{measured.high:.3f}] | ")
-            if precision in (None, PUBLISHED):
+            if is_published(precision):
                 published = kit_plan.published_step_s(task)
                 reference = published.get(f"{stack}/{mode}"), published.get("/".join(BASELINE))
                 ratio = reference[0] / reference[1] if all(reference) else None
