@@ -78,6 +78,21 @@ def test_the_script_names_only_stacks_the_e2e_tests_know():
     assert set(ALL) == set(SERVICES)
 
 
+@pytest.mark.parametrize("other", OTHERS)
+def test_the_model_file_test_pairs_keras3_jax_with_an_image_that_runs_a_model_file(other):
+    """CI's rotation built keras3-jax and keras2-tensorflow once, and the Docker model-file test asked
+    keras2-tensorflow (Keras 2: no model files) to run one, failing with a usage error. Whatever pair the script
+    prints, the test's partner can run a model file, or the test has none and skips."""
+    from fwbench.core import registry
+    from fwbench.engines.model_files import runs_model_files
+    from tests.test_docker_e2e import model_file_partner
+
+    partner = model_file_partner(["keras3-jax", other])
+    assert partner is None or runs_model_files(registry.STACKS[partner])
+    assert (partner is None) == (other == "keras2-tensorflow")
+    assert model_file_partner(ALL) == "native-torch"  # the twin, where its image is built
+
+
 def test_ci_prunes_dangling_images_only_before_its_builds_start():
     """A classic build (CI's GPU image check) keeps its intermediate layers as dangling images until it tags the
     result: CI pruned dangling images once the CPU images were built, while the GPU check was still building, and it
@@ -92,3 +107,14 @@ def test_ci_prunes_dangling_images_only_before_its_builds_start():
               *(path for path in (ROOT / "tests").glob("*.py") if path.name != Path(__file__).name)]
     assert not [path.name for path in beside
                 if "image prune" in path.read_text() or "system prune" in path.read_text()]
+
+
+def test_the_docker_tests_give_compose_as_long_as_the_engine_to_answer(monkeypatch):
+    """docker-compose 1.29's default 60 s failed CI's `compose run aggregate` while the daemon was busy."""
+    import tests.test_docker_e2e as e2e
+
+    seen = {}
+    monkeypatch.setattr(e2e, "compose_command", lambda: ["docker-compose"])
+    monkeypatch.setattr(e2e.subprocess, "run", lambda command, **kw: seen.update(kw["env"]))
+    e2e.compose({"PATH": "/usr/bin"}, "run", "--rm", "aggregate")
+    assert int(seen["COMPOSE_HTTP_TIMEOUT"]) >= e2e.API_TIMEOUT_S
