@@ -9,13 +9,13 @@
 #     check rotates the same way).
 # Usage: .ci/docker-stacks.sh [commit]   (default HEAD; run in the repository)
 set -euo pipefail
+source "$(dirname "$0")/image-inputs.sh"
 commit="${1:-HEAD}"
 others=(keras3-tensorflow keras3-torch keras2-tensorflow native-torch)
 if ! changed="$(git diff --name-only "$commit^" "$commit" 2>/dev/null)"; then
   echo "keras3-jax ${others[*]}"; exit 0
 fi
-shared='^(images/(Dockerfile|Dockerfile\.classic|install\.sh|entrypoint\.sh|sbom\.py|fwbench-runtime\.txt|compose\.services\.yaml|tools/)|compose(\.cpu)?\.yaml$|pyproject\.toml$)'
-if grep -Eq "$shared" <<<"$changed"; then
+if grep -Eq "$SHARED_IMAGE_FILES" <<<"$changed"; then
   echo "keras3-jax ${others[*]}"; exit 0
 fi
 picked=(keras3-jax)

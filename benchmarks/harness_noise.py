@@ -49,6 +49,11 @@ CANDIDATES = {
     "gc-freeze": "gc.collect() and gc.freeze() run after the build, before the first step",
     "threads": "a fwbench cell's thread settings on every core apply: its variables (OMP_NUM_THREADS, MKL_NUM_THREADS, "
                "TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and its backend's configure()",
+    # Two halves of the whole harness, to tell which one a gap between fwbench and the plain script is in:
+    "cell-process": "the process is fwbench's own cell process (python -m fwbench.harness.cell: its build, probes, "
+                    "clock and record), started as the plain script is (the plain environment, no runner)",
+    "cell-launch": "the process is fwbench's own cell process started as the runner starts it (its environment, new "
+                   "session, preexec, log file: fwbench.engines.launch_process), without the runner's CLI around it",
 }
 
 
@@ -89,6 +94,8 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
                                           steps=args.steps, threads=threads))
         env.update({name: settings[name] for name in THREAD_VARIABLES})
         command += ["--configure-threads", str(threads)]
+    if candidate in ("cell-process", "cell-launch"):
+        return cell_process_ms(python, stack, task, args, data, env, launched=candidate == "cell-launch")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         if candidate == "parent-poll":
@@ -99,6 +106,34 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
         if process.returncode != 0:
             sys.exit(f"plain_cell.py {stack} {task} failed:\n{err.read()[-2000:]}")
         return float(json.loads(out.read().strip().splitlines()[-1])["ms_per_step"])
+
+
+def cell_process_ms(python: Path, stack: str, task: str, args, data: Path, plain_env: dict[str, str], *,
+                    launched: bool) -> float:
+    """One fresh fwbench cell process (the candidates cell-process and cell-launch) on the spec the plain script
+    builds its model from; started plainly, or (launched) by the runner's own launch_process."""
+    from fwbench.core import registry
+    from fwbench.core.spec import CellSpec
+    from fwbench.engines import cell_environment, launch_process, write_spec
+    from fwbench.engines.local import with_this_checkout
+
+    spec = CellSpec(stack=stack, task=task, preset="tiny", compile_mode=registry.get_stack(stack).compile_modes[0],
+                    data_dir=str(data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1,
+                    device="cpu", device_setting="cpu")
+    with tempfile.TemporaryDirectory(prefix="fwbench-noise-cell-") as work_dir:
+        work = Path(work_dir)
+        spec_path, record_path, log_path = write_spec(spec, work), work / "record.json", work / "cell.log"
+        argv = [str(python), "-m", "fwbench.harness.cell", str(spec_path), str(record_path)]
+        if launched:
+            launch_process(argv, spec, record_path, log_path, with_this_checkout(cell_environment(spec)))
+        else:
+            with open(log_path, "wb") as log:
+                subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=plain_env)
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+        if record.get("status") != "ok":
+            sys.exit(f"the cell process {stack} {task} failed ({record.get('status')}):\n"
+                     f"{record.get('error_message') or log_path.read_text()[-2000:]}")
+        return float(record["ms_per_step"])
 
 
 def look_confidence(look: int) -> float:

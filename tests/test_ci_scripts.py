@@ -1,4 +1,5 @@
-"""CI's choice of the CPU images it builds and runs (.ci/docker-stacks.sh), in a throwaway git repository."""
+"""CI's choice of the CPU images it builds and runs (.ci/docker-stacks.sh) and of the GPU image it checks
+(.ci/gpu-image.sh), in a throwaway git repository."""
 
 from __future__ import annotations
 
@@ -70,6 +71,51 @@ def test_a_stacks_own_files_put_that_stack_in(repo):
 def test_what_every_image_is_built_from_puts_all_five_in(repo, path):
     commit(repo, path)
     assert picked(repo) == ALL
+
+
+LOCKS = sorted(f"images/{stack}/{pin_set}/requirements-gpu.lock" for stack in ALL for pin_set in ("current", "paper-2024"))
+
+
+def gpu_image(repo: Path, **env: str) -> str:
+    import os
+
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-image.sh")], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "FWBENCH_CI_GPU_CHECK": "0", **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo_with_locks(repo):
+    commit(repo, *LOCKS)
+    return repo
+
+
+def test_a_commit_that_changes_no_gpu_image_input_checks_no_gpu_image(repo_with_locks):
+    commit(repo_with_locks, "runner/fwbench/cli.py", "images/keras3-jax/current/requirements-cpu.lock")
+    assert gpu_image(repo_with_locks) == ""
+
+
+def test_a_changed_gpu_lock_is_the_one_checked(repo_with_locks):
+    commit(repo_with_locks, "images/native-torch/current/requirements-gpu.lock", "docs/x.md")
+    assert gpu_image(repo_with_locks) == "images/native-torch/current/requirements-gpu.lock its lock changed in this commit"
+
+
+@pytest.mark.parametrize("path", ["images/Dockerfile", "images/install.sh", "compose.yaml", "pyproject.toml"])
+def test_what_every_image_is_built_from_checks_one_gpu_image_by_rotation(repo_with_locks, path):
+    head = commit(repo_with_locks, path)
+    lock, why = gpu_image(repo_with_locks).split(" ", 1)
+    assert lock == LOCKS[int(head[:7], 16) % len(LOCKS)] and why.startswith("what every image is built from changed")
+
+
+def test_successive_shared_changes_cover_every_gpu_image_and_the_variable_forces_one(repo_with_locks):
+    seen = set()
+    for _ in range(60):
+        commit(repo_with_locks, "images/entrypoint.sh")
+        seen.add(gpu_image(repo_with_locks).split()[0])
+    assert seen == set(LOCKS)
+    commit(repo_with_locks, "docs/y.md")
+    assert gpu_image(repo_with_locks, FWBENCH_CI_GPU_CHECK="1").split()[0] in LOCKS
 
 
 def test_the_script_names_only_stacks_the_e2e_tests_know():
