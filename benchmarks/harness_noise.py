@@ -136,6 +136,20 @@ def cell_process_ms(python: Path, stack: str, task: str, args, data: Path, plain
         return float(record["ms_per_step"])
 
 
+def cpu_description(fallback: str) -> str:
+    """The CPU's model name and, on x86, its family and model numbers: a virtual machine may name every
+    generation alike ("AMD EPYC"), and two such machines here ran the same cell 4x apart."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        return fallback
+    numbers = ", ".join(f"{key} {fields[key]}" for key in ("cpu family", "model") if key in fields)
+    return fields.get("model name", fallback) + (f" ({numbers})" if numbers else "")
+
+
 def look_confidence(look: int) -> float:
     """The intervals' level at the look-th look at a cell's rounds: 95%, 97.5%, 98.75%, ..."""
     return 1 - ALPHA / 2 ** (look - 1)
@@ -290,8 +304,7 @@ def main() -> int:
         for task in [task for cell_stack, task in cells if cell_stack == stack]:
             rows.append(measure_cell(stack, task, environment.python, args, work / "data", work,
                                      earlier=earlier.get((stack, task))))
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = cpu_description(platform.processor())
     runs = f"{rows[0]['runs']} rounds" if len({row["runs"] for row in rows}) == 1 else "the rounds below"
     print(f"harness noise, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu}, {os.cpu_count()} cores; "
           f"tiny, {runs} of one fresh process a side, {args.warmup} warm-up + {args.steps} timed steps")
