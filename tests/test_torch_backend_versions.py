@@ -22,7 +22,7 @@ def legacy_torch(matmul_tf32=False, cudnn_tf32=True, precision="highest"):
                                  cudnn=SimpleNamespace(allow_tf32=cudnn_tf32)),
         get_float32_matmul_precision=lambda: state["precision"],
         set_float32_matmul_precision=lambda value: state.update(precision=value),
-        set_num_threads=lambda n: None,
+        set_num_threads=lambda n: None, get_num_threads=lambda: 1,
     )
     return torch, state
 
@@ -44,7 +44,7 @@ def new_api_torch(matmul="none", conv="tf32"):
 
     torch = SimpleNamespace(
         backends=SimpleNamespace(fp32_precision="none", cuda=SimpleNamespace(matmul=matmul_node), cudnn=cudnn_node),
-        get_float32_matmul_precision=precision, set_num_threads=lambda n: None)
+        get_float32_matmul_precision=precision, set_num_threads=lambda n: None, get_num_threads=lambda: 1)
     return torch
 
 
@@ -161,7 +161,7 @@ def torch_2_14():
         matmul=node(state.legacy_matmul_tf32, state.set_legacy_matmul, ("cuda", "matmul"))))
     object.__setattr__(backends_, "cudnn", cudnn)
     torch = SimpleNamespace(backends=backends_, get_float32_matmul_precision=state.matmul_precision,
-                            set_float32_matmul_precision=state.set_matmul_precision, set_num_threads=lambda n: None,
+                            set_float32_matmul_precision=state.set_matmul_precision, set_num_threads=lambda n: None, get_num_threads=lambda: 1,
                             cuda=SimpleNamespace(get_device_capability=lambda: (8, 0),
                                                  reset_peak_memory_stats=lambda device=None: None))
     return torch, state
@@ -269,3 +269,16 @@ def test_cudagraph_skips_are_unknown_on_a_torch_without_the_counter(monkeypatch)
     for name in ("torch", "torch._inductor", "torch._inductor.cudagraph_utils"):
         monkeypatch.setitem(sys.modules, name, None)  # torch 2.2 has no cudagraph_utils at all
     assert backends._counts_cudagraph_skips() is False
+
+
+@pytest.mark.parametrize(("had", "asked", "calls"), [(2, 2, []), (2, 1, [1]), (1, 2, [2])])
+def test_configure_sets_torchs_thread_count_only_where_it_changes(had, asked, calls):
+    """torch.set_num_threads also turns MKL's dynamic threading off, even at the count torch already had: a
+    whole-machine tiny CPU cell (2 threads, torch's own default here) ran 7-9% slower than the same process left alone
+    (docs/development.md). configure() leaves an unchanged count alone; a cell given fewer cores still gets its count."""
+    made = []
+    torch = SimpleNamespace(get_num_threads=lambda: had, set_num_threads=made.append)
+    backend = object.__new__(TorchBackend)  # __init__ would import the real torch
+    backend.torch, backend.device, backend.on_gpu = torch, "cpu", False
+    backend.configure(asked, "published")
+    assert made == calls

@@ -77,7 +77,11 @@ class TorchBackend:
 
     def configure(self, threads: int, tf32: str) -> None:
         torch = self.torch
-        torch.set_num_threads(threads)
+        # Only where the count changes: torch.set_num_threads also turns MKL's dynamic threading off (ATen's
+        # set_num_threads), even at the count torch already had, which made a whole-machine tiny CPU cell 7-9% slower
+        # than the same process left alone (docs/development.md, harness noise). Cells side by side get fewer threads.
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         if tf32 in ("on", "off"):
             self.set_tf32(tf32 == "on")
         if self.on_gpu:
