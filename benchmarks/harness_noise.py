@@ -80,6 +80,8 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
 
     # The stack's own switches (KERAS_BACKEND ...) and no GPU, as a user's script on this CPU would have them.
     env = hide_gpus({**os.environ, **keras_environment(stack)})
+    if candidate in ("cell-process", "cell-launch"):
+        return cell_process_ms(python, stack, task, args, data, env, launched=candidate == "cell-launch")
     command = [str(python), str(BENCHMARKS / "plain_cell.py"), "--stack", stack, "--task", task, "--data", str(data),
                "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if candidate == "gc-freeze":
@@ -94,8 +96,6 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
                                           steps=args.steps, threads=threads))
         env.update({name: settings[name] for name in THREAD_VARIABLES})
         command += ["--configure-threads", str(threads)]
-    if candidate in ("cell-process", "cell-launch"):
-        return cell_process_ms(python, stack, task, args, data, env, launched=candidate == "cell-launch")
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
         if candidate == "parent-poll":
