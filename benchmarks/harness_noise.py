@@ -49,6 +49,9 @@ CANDIDATES = {
     "gc-freeze": "gc.collect() and gc.freeze() run after the build, before the first step",
     "threads": "a fwbench cell's thread settings on every core apply: its variables (OMP_NUM_THREADS, MKL_NUM_THREADS, "
                "TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and its backend's configure()",
+    "compile-cache": "the framework's persistent compilation cache is on as a fwbench cell turns it on (JAX: "
+                     "jax_compilation_cache_dir, every program cached), in a folder of the benchmark's own that its "
+                     "first round fills and later rounds load their programs from",
     # Two halves of the whole harness, to tell which one a gap between fwbench and the plain script is in:
     "cell-process": "the process is fwbench's own cell process (python -m fwbench.harness.cell: its build, probes, "
                     "clock and record), started as the plain script is (the plain environment, no runner)",
@@ -86,6 +89,8 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
                "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if candidate == "gc-freeze":
         command.append("--gc-freeze")
+    if candidate == "compile-cache":
+        command += ["--compile-cache", str(data.parent / "compile-cache")]
     if candidate == "threads":
         from fwbench.core.cpusets import THREAD_VARIABLES
         from fwbench.core.spec import CellSpec

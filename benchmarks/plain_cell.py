@@ -55,6 +55,8 @@ def main() -> int:
                         "and gc.freeze() once the model is built")
     parser.add_argument("--configure-threads", type=int, metavar="N", help="a candidate of harness_noise.py: the "
                         "harness backend's configure(N), the thread counts a fwbench cell sets")
+    parser.add_argument("--compile-cache", type=Path, metavar="DIR", help="a candidate of harness_noise.py: the "
+                        "framework's persistent compilation cache at DIR, turned on as a fwbench cell turns it on")
     args = parser.parse_args()
 
     from fwbench.core import data, registry
@@ -68,7 +70,9 @@ def main() -> int:
     spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
                     data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
     backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework; by default no thread
-    if args.configure_threads:                                           # limit, and it configures nothing
+    if args.compile_cache:                                               # limit, and it configures nothing
+        backend.use_compile_cache(args.compile_cache, spec.compile_mode)
+    if args.configure_threads:
         backend.configure(args.configure_threads, "published")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
