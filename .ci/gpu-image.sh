@@ -3,7 +3,7 @@
 # line, or nothing. A GPU image is 5-10 GB of CUDA wheels: building one took about as long as the rest of CI's image
 # work together and loaded the Docker engine for minutes (CI's `compose run` gave up waiting for it once), so a run
 # builds one only where the commit can have changed what a GPU image is:
-#   - a GPU lock the commit changed (the first, in path order);
+#   - a GPU lock the commit changed (the first in path order that it did not delete);
 #   - else, where the commit changed what every image is built from (the Dockerfiles, the scripts they copy, the
 #     Compose files, pyproject.toml), or there is no parent commit to compare with: one by rotation over every
 #     stack x pin set, from the commit hash, so that successive such commits cover them all;
@@ -21,8 +21,12 @@ rotation() {
 if ! changed="$(git diff --name-only "$commit^" "$commit" 2>/dev/null)"; then
   rotation "no parent commit"; exit 0
 fi
-lock="$(grep -E '^images/[^/]+/[^/]+/requirements-gpu\.lock$' <<<"$changed" | sort | head -1 || true)"
-if [ -n "$lock" ] && [ -f "$lock" ]; then
+# The first changed lock that still exists (one the commit deleted builds nothing).
+lock=""
+while read -r path; do
+  if [ -f "$path" ]; then lock="$path"; break; fi
+done < <(grep -E '^images/[^/]+/[^/]+/requirements-gpu\.lock$' <<<"$changed" | sort || true)
+if [ -n "$lock" ]; then
   echo "$lock its lock changed in this commit"; exit 0
 fi
 if grep -Eq "$SHARED_IMAGE_FILES" <<<"$changed"; then

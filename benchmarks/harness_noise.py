@@ -52,6 +52,8 @@ CANDIDATES = {
     "compile-cache": "the framework's persistent compilation cache is on as a fwbench cell turns it on (JAX: "
                      "jax_compilation_cache_dir, every program cached), in a folder of the benchmark's own that its "
                      "first round fills and later rounds load their programs from",
+    "cell-imports": "fwbench's cell module is imported first (everything a cell process imports before the "
+                    "framework: its probes, records, environment facts), and nothing of it run",
     # Two halves of the whole harness, to tell which one a gap between fwbench and the plain script is in:
     "cell-process": "the process is fwbench's own cell process (python -m fwbench.harness.cell: its build, probes, "
                     "clock and record), started as the plain script is (the plain environment, no runner)",
@@ -89,6 +91,8 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
                "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if candidate == "gc-freeze":
         command.append("--gc-freeze")
+    if candidate == "cell-imports":
+        command.append("--import-cell")
     if candidate == "compile-cache":
         command += ["--compile-cache", str(data.parent / "compile-cache")]
     if candidate == "threads":
@@ -139,20 +143,6 @@ def cell_process_ms(python: Path, stack: str, task: str, args, data: Path, plain
             sys.exit(f"the cell process {stack} {task} failed ({record.get('status')}):\n"
                      f"{record.get('error_message') or log_path.read_text()[-2000:]}")
         return float(record["ms_per_step"])
-
-
-def cpu_description(fallback: str) -> str:
-    """The CPU's model name and, on x86, its family and model numbers: a virtual machine may name every
-    generation alike ("AMD EPYC"), and two such machines here ran the same cell 4x apart."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            fields.setdefault(name.strip(), value.strip())
-    except OSError:
-        return fallback
-    numbers = ", ".join(f"{key} {fields[key]}" for key in ("cpu family", "model") if key in fields)
-    return fields.get("model name", fallback) + (f" ({numbers})" if numbers else "")
 
 
 def look_confidence(look: int) -> float:
@@ -293,11 +283,11 @@ def main() -> int:
         parser.error("--runs must be at least 2 (a spread needs two runs)")
     earlier = read_earlier(parser, args) if args.extend else {}
 
-    import platform
     from datetime import datetime, timezone
 
     from fwbench.core import data as shared_data
     from fwbench.engines.local import StackEnvironment
+    from fwbench.harness.envinfo import cpu_model
 
     work = Path(tempfile.mkdtemp(prefix="fwbench-noise-"))
     cells = list(earlier) or [(stack, task) for stack in args.stack or STACKS for task in args.task or TASKS]
@@ -309,7 +299,7 @@ def main() -> int:
         for task in [task for cell_stack, task in cells if cell_stack == stack]:
             rows.append(measure_cell(stack, task, environment.python, args, work / "data", work,
                                      earlier=earlier.get((stack, task))))
-    cpu = cpu_description(platform.processor())
+    cpu = cpu_model()  # with its family and model: a VM may name every generation alike ("AMD EPYC")
     runs = f"{rows[0]['runs']} rounds" if len({row["runs"] for row in rows}) == 1 else "the rounds below"
     print(f"harness noise, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {cpu}, {os.cpu_count()} cores; "
           f"tiny, {runs} of one fresh process a side, {args.warmup} warm-up + {args.steps} timed steps")

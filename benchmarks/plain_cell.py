@@ -57,7 +57,11 @@ def main() -> int:
                         "harness backend's configure(N), the thread counts a fwbench cell sets")
     parser.add_argument("--compile-cache", type=Path, metavar="DIR", help="a candidate of harness_noise.py: the "
                         "framework's persistent compilation cache at DIR, turned on as a fwbench cell turns it on")
+    parser.add_argument("--import-cell", action="store_true", help="a candidate of harness_noise.py: fwbench's cell "
+                        "module imported first (everything a cell process imports: probes, records, envinfo)")
     args = parser.parse_args()
+    if args.import_cell:
+        import fwbench.harness.cell  # noqa: F401
 
     from fwbench.core import data, registry
     from fwbench.core.spec import CellSpec

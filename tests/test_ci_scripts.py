@@ -101,6 +101,13 @@ def test_a_changed_gpu_lock_is_the_one_checked(repo_with_locks):
     assert gpu_image(repo_with_locks) == "images/native-torch/current/requirements-gpu.lock its lock changed in this commit"
 
 
+def test_a_deleted_gpu_lock_gives_way_to_the_next_changed_one(repo_with_locks):
+    """The first changed lock in path order was taken even where the commit deleted it: then no GPU image at all."""
+    (repo_with_locks / LOCKS[0]).unlink()
+    commit(repo_with_locks, LOCKS[1])
+    assert gpu_image(repo_with_locks) == f"{LOCKS[1]} its lock changed in this commit"
+
+
 @pytest.mark.parametrize("path", ["images/Dockerfile", "images/install.sh", "compose.yaml", "pyproject.toml"])
 def test_what_every_image_is_built_from_checks_one_gpu_image_by_rotation(repo_with_locks, path):
     head = commit(repo_with_locks, path)

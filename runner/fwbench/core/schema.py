@@ -158,12 +158,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device_setting", "string", "--device: auto (the GPU when the host has one), gpu or cpu."),
     ("device", "string", "cpu or cuda (gpu)."),
     ("device_name", "string", "GPU name, or CPU model on CPU."),
-    ("device_model", "string", "Identity: the GPU model (NVML name) the cell ran on, or the CPU model."),
+    ("device_model", "string", "Identity: the GPU model (NVML name) the cell ran on, or the CPU model (as "
+     "cpu_model)."),
     ("device_count", "int64", "Visible accelerators."),
     ("gpu_driver", "string", "NVIDIA driver version (NVML)."),
     ("cuda_driver", "string", "CUDA version supported by the driver (NVML)."),
     ("cuda_runtime", "string", "CUDA runtime the framework was built with."),
-    ("cpu_model", "string", "Host CPU model."),
+    ("cpu_model", "string", "Host CPU model: /proc/cpuinfo's model name and its generation's numbers, e.g. "
+     "\"AMD EPYC (family 26, model 2)\" (older rows: the name alone)."),
     ("cpu_count", "int64", "Host logical CPUs."),
     ("hostname", "string", "Host name."),
     ("python_version", "string", "Python version in the cell."),

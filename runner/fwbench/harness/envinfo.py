@@ -31,15 +31,32 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+# /proc/cpuinfo fields that name a CPU's generation where its model name may not: a virtual machine can call every
+# generation "AMD EPYC" (two such machines here ran the same cell 3-4x apart), and Arm CPUs have no model name there.
+CPU_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"), ("CPU implementer", "implementer"),
+                         ("CPU part", "part"))
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU a row names (its cpu_model; on a CPU cell its device_model, an identity setting): /proc/cpuinfo's
+    model name and its generation's numbers, e.g. "AMD EPYC (family 26, model 2)", so that rows from two
+    generations under one name are never held "the same machine". `cpuinfo`: that file's text (default: read)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip() and fields:
+            break  # the first CPU's block names the model
+        name, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(name.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    numbers = ", ".join(f"{label} {fields[key]}" for key, label in CPU_GENERATION_FIELDS if fields.get(key))
+    return f"{name} ({numbers})" if numbers else name
 
 
 def nvml_info() -> dict[str, Any]:
