@@ -73,10 +73,10 @@ def main() -> int:
     arrays, _, _ = data.load(args.data, "tiny", args.task)
     spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
                     data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
-    backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework; by default no thread
-    if args.compile_cache:                                               # limit, and it configures nothing
+    backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework (no thread limit)
+    if args.compile_cache:  # the cell's order: its compile cache, then configure()
         backend.use_compile_cache(args.compile_cache, spec.compile_mode)
-    if args.configure_threads:
+    if args.configure_threads:  # by default nothing is configured
         backend.configure(args.configure_threads, "published")
     module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
     cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))

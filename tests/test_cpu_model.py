@@ -18,8 +18,8 @@ ARM = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd\nCPU implemente
 def test_two_generations_under_one_model_name_are_two_cpus():
     assert envinfo.cpu_model(EPYC_NEWER) == "AMD EPYC (family 26, model 2)"
     assert envinfo.cpu_model(EPYC_OLDER) == "AMD EPYC (family 25, model 1)"
-    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="eager", data_dir="d", steps=10,
-                    device="cpu")
+    spec = CellSpec(stack="native-torch", task="bert-predict", preset="tiny", compile_mode="eager", data_dir="d",
+                    steps=10, device="cpu")
     older = replace(spec, device_model=envinfo.cpu_model(EPYC_OLDER)).identity
     newer = replace(spec, device_model=envinfo.cpu_model(EPYC_NEWER)).identity
     assert older != newer  # compare and verify hold device_model equal only between the same generation

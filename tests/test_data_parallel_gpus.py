@@ -74,7 +74,8 @@ class FakeCuda:
 
 def fake_torch(monkeypatch, gpus: int) -> FakeCuda:
     cuda = FakeCuda(gpus)
-    torch = types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), set_num_threads=lambda n: None, get_num_threads=lambda: 1)
+    torch = types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(cuda="12.4"), set_num_threads=lambda n: None,
+                                  get_num_threads=lambda: 1)
     monkeypatch.setitem(sys.modules, "torch", torch)
     return cuda
 

@@ -177,7 +177,8 @@ def fake_torch(monkeypatch, capability: tuple[int, int] | None) -> None:
                            get_device_capability=lambda device=None: capability,
                            reset_peak_memory_stats=lambda device=None: None)
     flags = SimpleNamespace(allow_tf32=False)
-    torch = SimpleNamespace(cuda=cuda, set_num_threads=lambda n: None, get_num_threads=lambda: 1, set_float32_matmul_precision=lambda p: None,
+    torch = SimpleNamespace(cuda=cuda, set_num_threads=lambda n: None, get_num_threads=lambda: 1,
+                            set_float32_matmul_precision=lambda p: None,
                             backends=SimpleNamespace(cuda=SimpleNamespace(matmul=flags), cudnn=flags))
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -161,7 +161,8 @@ def torch_2_14():
         matmul=node(state.legacy_matmul_tf32, state.set_legacy_matmul, ("cuda", "matmul"))))
     object.__setattr__(backends_, "cudnn", cudnn)
     torch = SimpleNamespace(backends=backends_, get_float32_matmul_precision=state.matmul_precision,
-                            set_float32_matmul_precision=state.set_matmul_precision, set_num_threads=lambda n: None, get_num_threads=lambda: 1,
+                            set_float32_matmul_precision=state.set_matmul_precision, set_num_threads=lambda n: None,
+                            get_num_threads=lambda: 1,
                             cuda=SimpleNamespace(get_device_capability=lambda: (8, 0),
                                                  reset_peak_memory_stats=lambda device=None: None))
     return torch, state
@@ -275,7 +276,8 @@ def test_cudagraph_skips_are_unknown_on_a_torch_without_the_counter(monkeypatch)
 def test_configure_sets_torchs_thread_count_only_where_it_changes(had, asked, calls):
     """torch.set_num_threads also turns MKL's dynamic threading off, even at the count torch already had: a
     whole-machine tiny CPU cell (2 threads, torch's own default here) ran 7-9% slower than the same process left alone
-    (docs/development.md). configure() leaves an unchanged count alone; a cell given fewer cores still gets its count."""
+    (docs/development.md). configure() leaves an unchanged count alone; a cell given fewer cores still gets its
+    count."""
     made = []
     torch = SimpleNamespace(get_num_threads=lambda: had, set_num_threads=made.append)
     backend = object.__new__(TorchBackend)  # __init__ would import the real torch
