@@ -54,6 +54,11 @@ CANDIDATES = {
                      "first round fills and later rounds load their programs from",
     "cell-imports": "fwbench's cell module is imported first (everything a cell process imports before the "
                     "framework: its probes, records, environment facts), and nothing of it run",
+    # The cell process's two halves inside the plain script, to tell which one a gap is in:
+    "cell-build": "the model is built by the cell's own build_cell() (its checks, framework set-up, compile cache, "
+                  "configure(), build and sync; the spec the cell process gets) and timed by the plain loop",
+    "cell-clock": "the model is built plainly and timed by the cell's own time_cell() (its StepClock, with the "
+                  "contention and energy probes read at the window's edges)",
     # Two halves of the whole harness, to tell which one a gap between fwbench and the plain script is in:
     "cell-process": "the process is fwbench's own cell process (python -m fwbench.harness.cell: its build, probes, "
                     "clock and record), started as the plain script is (the plain environment, no runner)",
@@ -93,6 +98,8 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
         command.append("--gc-freeze")
     if candidate == "cell-imports":
         command.append("--import-cell")
+    if candidate in ("cell-build", "cell-clock"):
+        command.append(f"--{candidate}")
     if candidate == "compile-cache":
         command += ["--compile-cache", str(data.parent / "compile-cache")]
     if candidate == "threads":

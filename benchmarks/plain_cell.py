@@ -12,6 +12,7 @@ synced on its output, one perf_counter read per step. Prints one JSON line: {"ms
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -59,6 +60,10 @@ def main() -> int:
                         "framework's persistent compilation cache at DIR, turned on as a fwbench cell turns it on")
     parser.add_argument("--import-cell", action="store_true", help="a candidate of harness_noise.py: fwbench's cell "
                         "module imported first (everything a cell process imports: probes, records, envinfo)")
+    parser.add_argument("--cell-build", action="store_true", help="a candidate of harness_noise.py: the model built by "
+                        "the cell's own build_cell() (its checks, backend set-up, build and sync), timed by the bare loop")
+    parser.add_argument("--cell-clock", action="store_true", help="a candidate of harness_noise.py: the model built "
+                        "plainly, timed by the cell's own time_cell() (its clock, with the probes at the window's edges)")
     args = parser.parse_args()
     if args.import_cell:
         import fwbench.harness.cell  # noqa: F401
@@ -73,26 +78,40 @@ def main() -> int:
     arrays, _, _ = data.load(args.data, "tiny", args.task)
     spec = CellSpec(stack=stack.id, task=args.task, preset="tiny", compile_mode=stack.compile_modes[0],
                     data_dir=str(args.data), steps=args.steps, warmup=args.warmup, threads=os.cpu_count() or 1)
-    backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework (no thread limit)
-    if args.compile_cache:  # the cell's order: its compile cache, then configure()
-        backend.use_compile_cache(args.compile_cache, spec.compile_mode)
-    if args.configure_threads:  # by default nothing is configured
-        backend.configure(args.configure_threads, "published")
-    module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
-    cell = module.build(CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend))
+    if args.cell_build:  # the cell's whole build, on the spec the cell process gets
+        from fwbench.harness import cell as harness_cell
+
+        spec = dataclasses.replace(spec, device="cpu", device_setting="cpu")
+        built = harness_cell.build_cell(spec, harness_cell.PhaseTimer())
+        backend, cell, ctx = built.backend, built.cell, built.ctx
+    else:
+        backend = backends.backend_for(stack.id, args.configure_threads)  # imports the framework (no thread limit)
+        if args.compile_cache:  # the cell's order: its compile cache, then configure()
+            backend.use_compile_cache(args.compile_cache, spec.compile_mode)
+        if args.configure_threads:  # by default nothing is configured
+            backend.configure(args.configure_threads, "published")
+        module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
+        ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend)
+        cell = module.build(ctx)
     if args.gc_freeze:
         import gc
 
         gc.collect()
         gc.freeze()
-    clock = PlainClock(backend.sync, args.warmup, args.steps)
-    if isinstance(cell, StepCell):
-        while not clock.done:
-            clock.begin()
-            clock.end(cell.step())
+    if args.cell_clock:  # the cell's timed steps: its StepClock, probes started and stopped at the window's edges
+        from fwbench.harness import cell as harness_cell
+
+        timed = harness_cell.time_cell(harness_cell.Built(stack, ctx, cell, None, 0, None, 0.0))
+        ms_per_step = timed.clock.ms_per_step()
     else:
-        cell.drive(clock)  # Keras fit/predict or the HF Trainer: their own loop calls begin/end
-    ms_per_step = 1000.0 * (clock.marks[-1] - clock.marks[0]) / args.steps
+        clock = PlainClock(backend.sync, args.warmup, args.steps)
+        if isinstance(cell, StepCell):
+            while not clock.done:
+                clock.begin()
+                clock.end(cell.step())
+        else:
+            cell.drive(clock)  # Keras fit/predict or the HF Trainer: their own loop calls begin/end
+        ms_per_step = 1000.0 * (clock.marks[-1] - clock.marks[0]) / args.steps
     print(json.dumps({"ms_per_step": ms_per_step, "steps": args.steps, "warmup": args.warmup}))
     return 0
 
