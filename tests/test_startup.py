@@ -39,17 +39,24 @@ def test_the_process_age_is_read_from_the_kernel():
         assert age <= float(f.read().split()[0])
 
 
-def test_the_compile_cache_is_per_stack_pin_set_and_mode_and_can_be_moved(monkeypatch, tmp_path):
+def test_the_compile_cache_is_per_stack_pin_set_mode_and_cpu_count_and_can_be_moved(monkeypatch, tmp_path):
     monkeypatch.setenv("FWBENCH_COMPILE_CACHE", str(tmp_path / "cc"))
-    assert cell.compile_cache_dir("keras3-jax", "paper-2024", "xla") == tmp_path / "cc" / "keras3-jax-paper-2024-xla"
+    assert cell.compile_cache_dir("keras3-jax", "paper-2024", "xla", cpus=2) == (
+        tmp_path / "cc" / "keras3-jax-paper-2024-xla-2cpu")
     monkeypatch.delenv("FWBENCH_COMPILE_CACHE")
     monkeypatch.setenv("FWBENCH_HOME", str(tmp_path / "home"))
-    assert cell.compile_cache_dir("native-torch", "current", "none") == (
-        tmp_path / "home" / "compile-cache" / "native-torch-current-none")
+    assert cell.compile_cache_dir("native-torch", "current", "none", cpus=1) == (
+        tmp_path / "home" / "compile-cache" / "native-torch-current-none-1cpu")
     monkeypatch.delenv("FWBENCH_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cell.compile_cache_dir("keras3-jax", "current", "xla") == (
-        tmp_path / "xdg" / "fwbench" / "compile-cache" / "keras3-jax-current-xla")
+    assert cell.compile_cache_dir("keras3-jax", "current", "xla", cpus=16) == (
+        tmp_path / "xdg" / "fwbench" / "compile-cache" / "keras3-jax-current-xla-16cpu")
+
+
+def test_the_cpu_count_of_the_compile_cache_is_the_processs_own(monkeypatch):
+    """What XLA's CPU client sizes its threads from: the CPUs the process may run on, not the machine's."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5}, raising=False)
+    assert cell.allowed_cpus() == 2
 
 
 def test_the_cell_process_writes_its_record_then_skips_the_interpreter_teardown(tmp_path, shared_data):
@@ -92,7 +99,8 @@ def test_a_jax_repeat_reuses_the_compilation_cache_and_says_so(tmp_path, shared_
     rows = rows_of(tmp_path / "out")
     assert [row["status"] for row in rows] == ["ok", "ok"]
     assert [row["compile_cache_warm"] for row in rows] == [False, True]
-    assert any((cache / "keras3-jax-current-xla").iterdir())
+    cpus = len(os.sched_getaffinity(0))
+    assert any((cache / f"keras3-jax-current-xla-{cpus}cpu").iterdir())
     for row in rows:
         extra = json.loads(row["extra"])
         assert set(extra["phases_s"]) == PHASES and all(v is None or v >= 0 for v in extra["phases_s"].values())
@@ -100,6 +108,16 @@ def test_a_jax_repeat_reuses_the_compilation_cache_and_says_so(tmp_path, shared_
         # The phases add up to the cell's own wall time; the runner saw the process for at least as long.
         assert sum(v for k, v in extra["phases_s"].items() if k != "interpreter_start") <= row["wall_s"] + 0.01
         assert extra["process_s"] >= row["wall_s"]
+    if cpus < 2:
+        return
+    # A cell on fewer CPUs finds none of those programs: XLA compiled them for the other cell's thread count.
+    done = run_fwbench("run", "--stack", "keras3-jax", "--task", "bert-predict", "--preset", "tiny", "--threads", "1",
+                       "--steps", "2", "--data", str(shared_data), "--out", str(tmp_path / "one-cpu"),
+                       env={"FWBENCH_COMPILE_CACHE": str(cache)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [row] = rows_of(tmp_path / "one-cpu")
+    assert row["status"] == "ok" and row["threads"] == 1
+    assert row["compile_cache_warm"] is False
 
 
 @pytest.mark.integration

@@ -255,8 +255,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
         require_gpu(backend)
     elif spec.device == "cpu":
         require_cpu(backend)
-    cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode),
-                                           spec.compile_mode)
+    cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode,
+                                                             cpus=allowed_cpus()), spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
     device_reason = precision.device_unsupported_reason(spec.precision, has_tf32=backend.tf32_available())
     if device_reason:
@@ -578,17 +578,27 @@ def _process_age_now() -> float | None:
         return None
 
 
-def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str) -> Path:
-    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack, pin set and mode,
-    under FWBENCH_COMPILE_CACHE, else $FWBENCH_HOME/compile-cache, else $XDG_CACHE_HOME (~/.cache)/fwbench/
-    compile-cache. A repeat, or another task of the same model, then reuses compiled programs; rows say so
-    (compile_cache_warm), so setup_s and first_step_s are read as warm or cold."""
+def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str, *, cpus: int) -> Path:
+    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack, pin set, mode and
+    number of CPUs the process may run on, under FWBENCH_COMPILE_CACHE, else $FWBENCH_HOME/compile-cache, else
+    $XDG_CACHE_HOME (~/.cache)/fwbench/compile-cache. A repeat, or another task of the same model, then reuses
+    compiled programs; rows say so (compile_cache_warm), so setup_s and first_step_s are read as warm or cold.
+
+    Per CPU count because XLA's CPU compiler splits a program's work for the threads its client has (one per CPU
+    the process may use) and JAX's cache key does not hold that number: without it a 2-thread cell could run the
+    program a 1-thread cell had compiled, at another speed than its own (docs/development.md, "the compile cache")."""
     root = os.environ.get("FWBENCH_COMPILE_CACHE")
     if not root:
         home = os.environ.get("FWBENCH_HOME") or os.path.join(
             os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench")
         root = os.path.join(home, "compile-cache")
-    return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}"
+    return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}-{cpus}cpu"
+
+
+def allowed_cpus() -> int:
+    """The CPUs this process may run on (its affinity, as the engine and backend_for set it): what XLA's CPU client
+    sized its thread pool from."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
 
 
 def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: str) -> str | None:
