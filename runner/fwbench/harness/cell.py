@@ -584,9 +584,9 @@ def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str, *, cpus: i
     $XDG_CACHE_HOME (~/.cache)/fwbench/compile-cache. A repeat, or another task of the same model, then reuses
     compiled programs; rows say so (compile_cache_warm), so setup_s and first_step_s are read as warm or cold.
 
-    Per CPU count because XLA's CPU compiler splits a program's work for the threads its client has (one per CPU
-    the process may use) and JAX's cache key does not hold that number: without it a 2-thread cell could run the
-    program a 1-thread cell had compiled, at another speed than its own (docs/development.md, "the compile cache")."""
+    Per CPU count because what XLA's CPU compiler makes of a program depends on the CPUs its process may use (its
+    client's threads), and JAX's cache key does not hold that number: without it a 2-CPU cell ran the programs a
+    1-CPU cell had compiled, at another speed than its own (docs/development.md, keras3-jax's level)."""
     root = os.environ.get("FWBENCH_COMPILE_CACHE")
     if not root:
         home = os.environ.get("FWBENCH_HOME") or os.path.join(
