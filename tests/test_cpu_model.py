@@ -33,3 +33,11 @@ def test_the_first_cpus_block_names_the_machine_and_arm_cpus_their_implementer_a
 
 def test_a_cpuinfo_without_numbers_gives_the_model_name_alone():
     assert envinfo.cpu_model("processor\t: 0\nmodel name\t: Some CPU\n") == "Some CPU"
+
+
+def test_only_the_first_cpus_block_is_read(tmp_path):
+    """One block per CPU: the reader stops at the first one's end, however many the machine has."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: First\n\nprocessor\t: 1\nmodel name\t: Second\n\n")
+    assert envinfo._first_cpu_block(str(cpuinfo)) == "processor\t: 0\nmodel name\t: First\n"
+    assert envinfo._first_cpu_block(str(tmp_path / "absent")) == ""

@@ -42,11 +42,7 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     model name and its generation's numbers, e.g. "AMD EPYC (family 26, model 2)", so that rows from two
     generations under one name are never held "the same machine". `cpuinfo`: that file's text (default: read)."""
     if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = _first_cpu_block()
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         if not line.strip() and fields:
@@ -57,6 +53,21 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     name = fields.get("model name") or platform.processor() or platform.machine()
     numbers = ", ".join(f"{label} {fields[key]}" for key, label in CPU_GENERATION_FIELDS if fields.get(key))
     return f"{name} ({numbers})" if numbers else name
+
+
+def _first_cpu_block(path: str = "/proc/cpuinfo") -> str:
+    """/proc/cpuinfo up to the end of the first CPU's block (the kernel writes one block per CPU: on a large machine
+    the whole file is large, and a cell reads this more than once)."""
+    lines: list[str] = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip() and lines:
+                    break
+                lines.append(line)
+    except OSError:
+        return ""
+    return "".join(lines)
 
 
 def nvml_info() -> dict[str, Any]:
