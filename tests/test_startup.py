@@ -103,6 +103,7 @@ def test_a_jax_repeat_reuses_the_compilation_cache_and_says_so(tmp_path, shared_
     assert any((cache / f"keras3-jax-current-xla-{cpus}cpu").iterdir())
     for row in rows:
         extra = json.loads(row["extra"])
+        assert extra["compile_cache"] == f"keras3-jax-current-xla-{cpus}cpu"
         assert set(extra["phases_s"]) == PHASES and all(v is None or v >= 0 for v in extra["phases_s"].values())
         assert extra["phases_s"]["interpreter_start"] > 0
         # The phases add up to the cell's own wall time; the runner saw the process for at least as long.
@@ -117,7 +118,7 @@ def test_a_jax_repeat_reuses_the_compilation_cache_and_says_so(tmp_path, shared_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [row] = rows_of(tmp_path / "one-cpu")
     assert row["status"] == "ok" and row["threads"] == 1
-    assert row["compile_cache_warm"] is False
+    assert row["compile_cache_warm"] is False and json.loads(row["extra"])["compile_cache"] == "keras3-jax-current-xla-1cpu"
 
 
 @pytest.mark.integration

@@ -23,6 +23,9 @@ def process_peak_rss_bytes() -> int:
 
 
 class TorchBackend:
+    # The folder of fwbench's own persistent compilation cache the cell used (its name: a row says it); None: none
+    # (TensorFlow has no such cache, Inductor keeps its own).
+    compile_cache_folder: str | None = None
     name = "torch"
     label = "torch"  # in messages
 
@@ -350,6 +353,7 @@ class JaxBackend:
     """Stacks whose harness backend is JAX (Keras 3 on JAX). JAX dispatch is asynchronous on every device, the CPU included: a step returns
     before its work is done, so sync must block on the step's own output arrays."""
 
+    compile_cache_folder: str | None = None  # as TorchBackend's
     name = "jax"
     label = "JAX"
 
@@ -386,6 +390,7 @@ class JaxBackend:
             self.jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         except (AttributeError, KeyError, ValueError):
             return None
+        self.compile_cache_folder = path.name
         try:  # newer JAX only; older ones cache every entry size
             self.jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
         except (AttributeError, KeyError, ValueError):
@@ -455,6 +460,7 @@ class TensorFlowBackend:
     """Stacks on TensorFlow (Keras 3 and Keras 2). TF GPU kernels are queued on streams; fetching a step
     output to the host waits for the work that produced it."""
 
+    compile_cache_folder: str | None = None  # as TorchBackend's
     name = "tensorflow"
     label = "TensorFlow"
 

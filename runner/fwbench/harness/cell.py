@@ -196,6 +196,7 @@ class Built:
     compile_cache_warm: bool | None
     setup_s: float  # the workload's build() and a device sync
     learnable_target: str | None = None  # a stability run's target rule (fwbench.core.stability); None: shared data
+    compile_cache: str | None = None  # the persistent compilation cache's folder name; None: none used
 
     @property
     def spec(self) -> CellSpec:
@@ -282,7 +283,8 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     record_initial_weights(ctx)
-    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target,
+                 compile_cache=backend.compile_cache_folder)
 
 
 def record_initial_weights(ctx: CellContext) -> None:
@@ -412,6 +414,8 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
     extra["process_settings"] = process_settings()
+    if built.compile_cache:  # which programs it could share: its folder names the CPU count (compile_cache_dir)
+        extra["compile_cache"] = built.compile_cache
     manifest = envinfo.image_manifest()
     if manifest:
         extra["image_manifest"] = manifest
