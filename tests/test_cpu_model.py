@@ -39,5 +39,5 @@ def test_only_the_first_cpus_block_is_read(tmp_path):
     """One block per CPU: the reader stops at the first one's end, however many the machine has."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: First\n\nprocessor\t: 1\nmodel name\t: Second\n\n")
-    assert envinfo._first_cpu_block(str(cpuinfo)) == "processor\t: 0\nmodel name\t: First\n"
-    assert envinfo._first_cpu_block(str(tmp_path / "absent")) == ""
+    assert "".join(envinfo._first_cpu_block(str(cpuinfo))) == "processor\t: 0\nmodel name\t: First\n"
+    assert envinfo._first_cpu_block(str(tmp_path / "absent")) == ()

@@ -55,8 +55,10 @@ def test_the_compile_cache_is_per_stack_pin_set_mode_and_cpu_count_and_can_be_mo
 
 def test_the_cpu_count_of_the_compile_cache_is_the_processs_own(monkeypatch):
     """What XLA's CPU client sizes its threads from: the CPUs the process may run on, not the machine's."""
+    from fwbench.core import cpusets
+
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5}, raising=False)
-    assert cell.allowed_cpus() == 2
+    assert cpusets.own_cpu_count() == 2
 
 
 def test_the_cell_process_writes_its_record_then_skips_the_interpreter_teardown(tmp_path, shared_data):

@@ -35,6 +35,12 @@ def parse_cpu_set(text: str) -> set[int]:
     return cpus
 
 
+def own_cpu_count() -> int:
+    """How many CPUs this process may run on (its affinity: what the engine pinned, what XLA's CPU client and the CPU
+    ceiling size themselves by); the machine's count where the OS cannot say."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
+
+
 def own_cpu_set() -> str | None:
     """This process's cores as a CPU list ("0-3"); None where the OS cannot say (no sched_getaffinity)."""
     return format_cpu_set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench.core import registry
+from fwbench.core.cpusets import own_cpu_count
 from fwbench.harness import ranks
 
 
@@ -442,7 +443,7 @@ class JaxBackend:
                 "tf32_effective": bool(ampere and allows_tf32), "tf32_conv_effective": bool(ampere and allows_tf32)}
 
     def threads(self) -> int:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
+        return own_cpu_count()
 
     def gemm_tflops(self, dtype: str) -> float | None:
         """The ceiling's hook (fwbench.harness.ceiling): TFLOP/s of a square jnp.matmul in `dtype` ("bfloat16",

@@ -11,13 +11,13 @@ in the run's work directory; the cells after it reuse it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from fwbench.core import physics
 from fwbench.core.atomic import write_atomically
+from fwbench.core.cpusets import own_cpu_count
 
 GEMM_SIZE = 1024
 GEMM_REPEATS = 5
@@ -60,10 +60,6 @@ def cpu_gemm_tflops(size: int = GEMM_SIZE, repeats: int = GEMM_REPEATS) -> float
     return gemm_tflops_of(best_gemm_seconds(lambda: a @ b, repeats), size)
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _cached(cache: Path | None, measure: Callable[[], tuple[float | None, str]]) -> tuple[float | None, str]:
     if cache is not None and cache.is_file():
         try:
@@ -82,7 +78,7 @@ def _cached(cache: Path | None, measure: Callable[[], tuple[float | None, str]])
 
 def cpu_ceiling(run_id: str | None, cache_dir: Path | None) -> tuple[float, str]:
     """(TFLOP/s, peak_source) of the fp32 GEMM for this run on this many cores, measured once per run."""
-    cores = _cores()
+    cores = own_cpu_count()
     cache = cache_dir / f"cpu-gemm.{run_id}.{cores}cores.json" if cache_dir and run_id else None
 
     def measure() -> tuple[float, str]:
@@ -99,7 +95,7 @@ def cpu_half_ceiling(precision: str, run_id: str | None, cache_dir: Path | None,
     core count and framework (a framework's bf16 GEMM is its own: oneDNN with AMX in one, a slower path in
     another). None, with the reason in the source, when the framework cannot run that GEMM here."""
     dtype = HALF_DTYPES[precision]
-    cores = _cores()
+    cores = own_cpu_count()
     name = framework or "unknown framework"
     cache = (cache_dir / f"cpu-gemm-{precision}.{framework}.{run_id}.{cores}cores.json"
              if cache_dir and run_id and framework else None)

@@ -29,7 +29,7 @@ from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
 from fwbench.core.atomic import write_atomically
 from fwbench.core.schema import SCHEMA_VERSION
-from fwbench.core.cpusets import THREAD_VARIABLES, own_cpu_set
+from fwbench.core.cpusets import THREAD_VARIABLES, own_cpu_count, own_cpu_set
 from fwbench.core.spec import CellSpec
 from fwbench.workloads import CellContext, DrivenCell, StepCell, Unsupported, check_cell, model_source
 
@@ -196,7 +196,6 @@ class Built:
     compile_cache_warm: bool | None
     setup_s: float  # the workload's build() and a device sync
     learnable_target: str | None = None  # a stability run's target rule (fwbench.core.stability); None: shared data
-    compile_cache: str | None = None  # the persistent compilation cache's folder name; None: none used
 
     @property
     def spec(self) -> CellSpec:
@@ -257,7 +256,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     elif spec.device == "cpu":
         require_cpu(backend)
     cache_warm = backend.use_compile_cache(compile_cache_dir(stack.id, spec.pin_set, spec.compile_mode,
-                                                             cpus=allowed_cpus()), spec.compile_mode)
+                                                             cpus=own_cpu_count()), spec.compile_mode)
     backend.configure(spec.threads, spec.tf32)
     device_reason = precision.device_unsupported_reason(spec.precision, has_tf32=backend.tf32_available())
     if device_reason:
@@ -283,8 +282,7 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     backend.sync(None)
     setup_s = time.perf_counter() - setup_start
     record_initial_weights(ctx)
-    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target,
-                 compile_cache=backend.compile_cache_folder)
+    return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
 
 
 def record_initial_weights(ctx: CellContext) -> None:
@@ -414,8 +412,8 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
     extra["process_settings"] = process_settings()
-    if built.compile_cache:  # which programs it could share: its folder names the CPU count (compile_cache_dir)
-        extra["compile_cache"] = built.compile_cache
+    if backend.compile_cache_folder:  # which programs it could share: the folder names the CPU count
+        extra["compile_cache"] = backend.compile_cache_folder
     manifest = envinfo.image_manifest()
     if manifest:
         extra["image_manifest"] = manifest
@@ -597,12 +595,6 @@ def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str, *, cpus: i
             os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench")
         root = os.path.join(home, "compile-cache")
     return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}-{cpus}cpu"
-
-
-def allowed_cpus() -> int:
-    """The CPUs this process may run on (its affinity, as the engine and backend_for set it): what XLA's CPU client
-    sized its thread pool from."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else int(os.cpu_count() or 1)
 
 
 def _pin_deviations(spec: CellSpec, versions: dict[str, str], python_version: str) -> str | None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import socket
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterable
 
 from fwbench.harness.gpu_identity import CellGpu, resolve_cell_gpu, unresolved_gpu
 
@@ -41,12 +42,9 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU a row names (its cpu_model; on a CPU cell its device_model, an identity setting): /proc/cpuinfo's
     model name and its generation's numbers, e.g. "AMD EPYC (family 26, model 2)", so that rows from two
     generations under one name are never held "the same machine". `cpuinfo`: that file's text (default: read)."""
-    if cpuinfo is None:
-        cpuinfo = _first_cpu_block()
+    block = _first_cpu_block() if cpuinfo is None else _first_block(cpuinfo.splitlines())
     fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip() and fields:
-            break  # the first CPU's block names the model
+    for line in block:
         name, colon, value = line.partition(":")
         if colon:
             fields.setdefault(name.strip(), value.strip())
@@ -55,19 +53,25 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return f"{name} ({numbers})" if numbers else name
 
 
-def _first_cpu_block(path: str = "/proc/cpuinfo") -> str:
-    """/proc/cpuinfo up to the end of the first CPU's block (the kernel writes one block per CPU: on a large machine
-    the whole file is large, and a cell reads this more than once)."""
-    lines: list[str] = []
+def _first_block(lines: Iterable[str]) -> list[str]:
+    """/proc/cpuinfo's lines up to the end of the first CPU's block, which names the model (one block per CPU)."""
+    block: list[str] = []
+    for line in lines:
+        if not line.strip() and block:
+            break
+        block.append(line)
+    return block
+
+
+@functools.lru_cache(maxsize=None)
+def _first_cpu_block(path: str = "/proc/cpuinfo") -> tuple[str, ...]:
+    """The first CPU's block of the file, read once a process (a cell names its CPU more than once) and no further
+    (on a large machine the whole file is large)."""
     try:
         with open(path) as f:
-            for line in f:
-                if not line.strip() and lines:
-                    break
-                lines.append(line)
+            return tuple(_first_block(f))
     except OSError:
-        return ""
-    return "".join(lines)
+        return ()
 
 
 def nvml_info() -> dict[str, Any]:
