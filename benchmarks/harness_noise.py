@@ -8,13 +8,19 @@ For each cell, `--runs` rounds; a round is one `fwbench run` of the cell (a new 
 run of benchmarks/plain_cell.py (a new process in the same stack environment, building the same model from the
 same inputs and timing the same call with a bare synced loop), in alternating order so that drift hits both
 alike. Prints, per cell: each side's mean ms/step and process-to-process coefficient of variation, and the mean
-ratio fwbench/plain (geometric mean of the rounds' ratios) with its 95% interval. Targets (issue: a quiet
+ratio fwbench/plain (geometric mean of the rounds' ratios) with its 95% interval; below the table, each side's
+preemptions (involuntary context switches of its process in the timed window, per step) and how closely its rounds'
+times followed them (what a slow round on a quiet machine was made of). Targets (issue: a quiet
 harness): fwbench's CV at most 1.5x the plain script's, and the ratio within 1.02 (either way); the verdict, one
 per target, says "meets" or "misses" only where its 95% interval decides it, else "undecided". Time it on a quiet machine:
 a row of fwbench's that met competition is counted and said (busy), and the figures are then not worth reporting.
 
 --candidate NAME measures one thing a harness does that a plain script does not (CANDIDATES), one at a time: the
 plain script with it against the plain script, in the same alternating rounds.
+
+--compile-cache gives fwbench's cells the persistent compilation cache a user can ask for (FWBENCH_COMPILE_CACHE: a
+folder of the benchmark's own, which the first round fills and later rounds load their programs from); by default a
+cell compiles its programs, as the plain script does.
 
 --extend FILE adds --runs rounds to the cells of an earlier run's --json file and judges all its rounds together. Each
 such look at the same rounds is one more chance of a verdict by luck, so the k-th look's intervals are at
@@ -67,24 +73,36 @@ CANDIDATES = {
 }
 
 
-def fwbench_ms(stack: str, task: str, args, data: Path, out: Path) -> tuple[float, bool]:
-    """One fresh fwbench cell: (ms_per_step, busy)."""
+def involuntary(extra: dict | str | None) -> int | None:
+    """The preemptions of a row's (or the plain script's) timed window; None where it does not say."""
+    if isinstance(extra, str):
+        extra = json.loads(extra)
+    return ((extra or {}).get("context_switches") or {}).get("involuntary")
+
+
+def fwbench_ms(stack: str, task: str, args, data: Path, out: Path) -> tuple[float, bool, int | None]:
+    """One fresh fwbench cell: (ms_per_step, busy, preemptions in its window)."""
     from fwbench.core import results
 
+    env = {key: value for key, value in os.environ.items() if key != "FWBENCH_COMPILE_CACHE"}
+    if args.compile_cache:  # one folder for all rounds: the first fills it
+        env["FWBENCH_COMPILE_CACHE"] = str(out.parent / "fwbench-compile-cache")
     done = subprocess.run([sys.executable, "-m", "fwbench.cli", "run", "--engine", "local", "--stack", stack,
                            "--task", task, "--preset", "tiny", "--repeats", "1", "--steps", str(args.steps),
                            "--warmup", str(args.warmup), "--device", "cpu", "--data", str(data), "--out", str(out),
-                           "--no-resume"], capture_output=True, text=True)
+                           "--no-resume"], capture_output=True, text=True, env=env)
     rows = [results.read_row(p) for p in out.rglob("*.parquet")]
     if done.returncode != 0 or len(rows) != 1 or rows[0]["status"] != "ok":
         sys.exit(f"fwbench run {stack} {task} failed:\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
     for path in out.rglob("*.parquet"):  # the next round writes a fresh row
         path.unlink()
-    return float(rows[0]["ms_per_step"]), bool(rows[0]["busy"])
+    return float(rows[0]["ms_per_step"]), bool(rows[0]["busy"]), involuntary(rows[0]["extra"])
 
 
-def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: str | None = None) -> float:
-    """One fresh plain_cell.py; with a candidate (CANDIDATES), the plain script with that one thing of a harness."""
+def plain_ms(python: Path, stack: str, task: str, args, data: Path,
+             candidate: str | None = None) -> tuple[float, int | None]:
+    """One fresh plain_cell.py: (ms_per_step, preemptions in its window); with a candidate (CANDIDATES), the plain
+    script with that one thing of a harness."""
     from fwbench.engines import keras_environment
     from fwbench.engines.device import hide_gpus
 
@@ -121,11 +139,12 @@ def plain_ms(python: Path, stack: str, task: str, args, data: Path, candidate: s
         out.seek(0), err.seek(0)
         if process.returncode != 0:
             sys.exit(f"plain_cell.py {stack} {task} failed:\n{err.read()[-2000:]}")
-        return float(json.loads(out.read().strip().splitlines()[-1])["ms_per_step"])
+        printed = json.loads(out.read().strip().splitlines()[-1])
+        return float(printed["ms_per_step"]), involuntary(printed)
 
 
 def cell_process_ms(python: Path, stack: str, task: str, args, data: Path, plain_env: dict[str, str], *,
-                    launched: bool) -> float:
+                    launched: bool) -> tuple[float, int | None]:
     """One fresh fwbench cell process (the candidates cell-process and cell-launch) on the spec the plain script
     builds its model from; started plainly, or (launched) by the runner's own launch_process."""
     from fwbench.core import registry
@@ -149,7 +168,7 @@ def cell_process_ms(python: Path, stack: str, task: str, args, data: Path, plain
         if record.get("status") != "ok":
             sys.exit(f"the cell process {stack} {task} failed ({record.get('status')}):\n"
                      f"{record.get('error_message') or log_path.read_text()[-2000:]}")
-        return float(record["ms_per_step"])
+        return float(record["ms_per_step"]), involuntary(record.get("extra"))
 
 
 def look_confidence(look: int) -> float:
@@ -168,11 +187,16 @@ def read_earlier(parser, args) -> dict[tuple[str, str], dict]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         parser.error(f"--extend {args.extend}: not a --json file of this benchmark ({exc})")
     for row in rows:  # the added rounds must time what the earlier ones did (older files: the defaults then)
-        for name in ("candidate", "steps", "warmup"):
-            was = row.get(name, parser.get_default(name))
+        for name in ("candidate", "steps", "warmup", "compile_cache"):
+            default = parser.get_default(name)
+            if name == "compile_cache" and not row.get("candidate"):
+                default = True  # a file older than --compile-cache: its cells had the cache (the default then)
+            was = row.get(name, default)
             if was != getattr(args, name):
-                parser.error(f"--extend {args.extend}: its {row['stack']} {row['task']} rounds ran with --{name} "
-                             f"{was}, not {getattr(args, name)}")
+                option = "--" + name.replace("_", "-")
+                said = (f"{'with' if was else 'without'} {option}" if isinstance(was, bool)
+                        else f"with {option} {was}, not {getattr(args, name)}")
+                parser.error(f"--extend {args.extend}: its {row['stack']} {row['task']} rounds ran {said}")
     if args.stack or args.task:
         parser.error("--extend runs the cells of its file: give no --stack or --task")
     return found
@@ -201,6 +225,9 @@ def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Pa
     first and the new ones are added: one more look at them."""
     earlier = earlier or {}
     harness, plain = list(earlier.get("fwbench_runs_ms", [])), list(earlier.get("plain_runs_ms", []))
+    # Each round's preemptions, aligned with its times (None: an older file's rounds, or a process that did not say)
+    harness_preempted = list(earlier.get("fwbench_runs_involuntary") or [None] * len(harness))
+    plain_preempted = list(earlier.get("plain_runs_involuntary") or [None] * len(plain))
     busy = earlier.get("busy_rows", 0)
     looks = earlier.get("looks", 1) + 1 if earlier else 1  # an older file's rounds had one look
     label = args.candidate or "fwbench"
@@ -208,13 +235,17 @@ def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Pa
         sides = ("first", "plain") if round_index % 2 == 0 else ("plain", "first")
         for side in sides:
             if side == "plain":
-                plain.append(plain_ms(python, stack, task, args, data))
-            elif args.candidate:
-                harness.append(plain_ms(python, stack, task, args, data, args.candidate))
+                ms, preempted = plain_ms(python, stack, task, args, data)
+                plain.append(ms)
+                plain_preempted.append(preempted)
+                continue
+            if args.candidate:
+                ms, preempted = plain_ms(python, stack, task, args, data, args.candidate)
             else:
-                ms, was_busy = fwbench_ms(stack, task, args, data, work / f"{stack}-{task}")
-                harness.append(ms)
+                ms, was_busy, preempted = fwbench_ms(stack, task, args, data, work / f"{stack}-{task}")
                 busy += was_busy
+            harness.append(ms)
+            harness_preempted.append(preempted)
         print(f"  {stack} {task} round {round_index + 1}: {label} {harness[-1]:.3f}  plain {plain[-1]:.3f} ms/step",
               file=sys.stderr, flush=True)
     confidence = look_confidence(looks)
@@ -222,11 +253,13 @@ def measure_cell(stack: str, task: str, python: Path, args, data: Path, work: Pa
     spread, spread_low, spread_high = spread_ratio_interval(harness, plain, confidence)
     return {"stack": stack, "task": task, "runs": len(harness), "looks": looks, "confidence": confidence,
             "candidate": args.candidate, "steps": args.steps, "warmup": args.warmup,
+            "compile_cache": args.compile_cache,
             "fwbench_ms": statistics.fmean(harness),
             "plain_ms": statistics.fmean(plain), "fwbench_cv": cv(harness), "plain_cv": cv(plain),
             "ratio": ratio, "ratio_low": low, "ratio_high": high, "spread_ratio": spread,
             "spread_ratio_low": spread_low, "spread_ratio_high": spread_high, "busy_rows": busy,
-            "fwbench_runs_ms": harness, "plain_runs_ms": plain}
+            "fwbench_runs_ms": harness, "plain_runs_ms": plain,
+            "fwbench_runs_involuntary": harness_preempted, "plain_runs_involuntary": plain_preempted}
 
 
 def spread_ratio_interval(harness: list[float], plain: list[float],
@@ -271,6 +304,34 @@ def table_lines(rows: list[dict], label: str) -> list[str]:
     return lines
 
 
+def preemption_lines(rows: list[dict], label: str) -> list[str]:
+    """Per cell, each side's preemptions per timed step (mean over its rounds) and the correlation of its rounds'
+    log times with them: on a quiet machine, whether its slow rounds were ones whose threads waited for a core.
+    Nothing where no round says (files of older runs)."""
+    lines = []
+    for row in rows:
+        sides = [f"{side} {preemption_summary(row, name)}" for side, name in ((label, "fwbench"), ("plain", "plain"))]
+        lines.append(f"{row['stack']:<18} {row['task']:<13} " + ", ".join(sides))
+    said = any(count is not None for row in rows for name in ("fwbench", "plain")
+               for count in row.get(f"{name}_runs_involuntary") or [])
+    heading = ("preemptions per timed step (involuntary context switches of the process in its timed window), "
+               "and r: their correlation with the rounds' log ms/step")
+    return [heading, *lines] if said else []
+
+
+def preemption_summary(row: dict, side: str) -> str:
+    pairs = [(math.log(ms), count / row["steps"])
+             for ms, count in zip(row[f"{side}_runs_ms"], row.get(f"{side}_runs_involuntary") or []) if count is not None]
+    if len(pairs) < 3:
+        return f"not said ({len(pairs)} rounds say)"
+    times, per_step = zip(*pairs)
+    try:
+        correlation = f"r={statistics.correlation(times, per_step):.2f}"
+    except statistics.StatisticsError:  # one side's values all alike
+        correlation = "r undefined"
+    return f"{statistics.fmean(per_step):.2f} ({correlation}, {len(pairs)} rounds)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", action="append", choices=STACKS, help="repeatable (default: all five)")
@@ -281,6 +342,9 @@ def main() -> int:
     parser.add_argument("--candidate", choices=CANDIDATES, help="measure one candidate source of noise instead of "
                         "fwbench: the plain script with it against the plain script (" + "; ".join(
                             f"{name}: {what}" for name, what in CANDIDATES.items()) + ")")
+    parser.add_argument("--compile-cache", action="store_true", help="fwbench's cells with a persistent "
+                        "compilation cache (FWBENCH_COMPILE_CACHE), which the first round fills and later rounds load "
+                        "their programs from; by default each cell compiles them, as the plain script does")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--extend", type=Path, metavar="FILE",
                         help="add --runs rounds to the cells of this earlier --json file and judge them all together "
@@ -288,6 +352,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a spread needs two runs)")
+    if args.compile_cache and args.candidate:
+        parser.error("--compile-cache is for fwbench's cells; a --candidate round runs none")
     earlier = read_earlier(parser, args) if args.extend else {}
 
     from datetime import datetime, timezone
@@ -317,7 +383,10 @@ def main() -> int:
     label = args.candidate or "fwbench"
     if args.candidate:
         print(f"candidate {args.candidate}: the plain script where {CANDIDATES[args.candidate]}")
-    print("\n".join(table_lines(rows, label)))
+    if args.compile_cache:
+        print("fwbench's cells with a compilation cache (FWBENCH_COMPILE_CACHE): all but the first round load their "
+              "programs from it")
+    print("\n".join(table_lines(rows, label) + preemption_lines(rows, label)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

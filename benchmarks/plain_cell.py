@@ -6,7 +6,8 @@ It builds the cell's model from the cell's inputs with fwbench's own workload mo
 network on the same bytes and the same call), and nothing else of fwbench: no thread or precision configuration
 (the framework's defaults), no probes, no record, no garbage-collector handling. The loop is what a careful
 hand-written script does: the first step and the warm-up steps untimed, each synced; then the timed steps, each
-synced on its output, one perf_counter read per step. Prints one JSON line: {"ms_per_step": ..., ...}.
+synced on its output, one perf_counter read per step. Prints one JSON line: {"ms_per_step": ..., ...}, with the
+process's context switches in the timed window (getrusage at its two edges, as a cell's row has them).
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ import dataclasses
 import importlib
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
+
+
+def context_switches() -> dict[str, int]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"involuntary": usage.ru_nivcsw, "voluntary": usage.ru_nvcsw}
 
 
 class PlainClock:
@@ -29,6 +36,7 @@ class PlainClock:
     def __init__(self, sync, warmup: int, steps: int):
         self.sync, self.first_timed, self.total = sync, 1 + warmup, 1 + warmup + steps
         self.index, self.marks = 0, []
+        self.switches: list[dict[str, int]] = []  # at the window's first and last clock reads
 
     @property
     def done(self) -> bool:
@@ -36,6 +44,7 @@ class PlainClock:
 
     def begin(self) -> None:
         if self.index == self.first_timed:
+            self.switches.append(context_switches())
             self.marks.append(time.perf_counter())
 
     def end(self, output=None) -> None:
@@ -43,6 +52,12 @@ class PlainClock:
         if self.index >= self.first_timed:
             self.marks.append(time.perf_counter())
         self.index += 1
+        if self.index == self.total:
+            self.switches.append(context_switches())
+
+    def window_switches(self) -> dict[str, int]:
+        first, last = self.switches
+        return {kind: last[kind] - first[kind] for kind in first}
 
 
 def main() -> int:
@@ -103,6 +118,7 @@ def main() -> int:
 
         timed = harness_cell.time_cell(harness_cell.Built(stack, ctx, cell, None, 0, None, 0.0))
         ms_per_step = timed.clock.ms_per_step()
+        switches = timed.contention.context_switches()
     else:
         clock = PlainClock(backend.sync, args.warmup, args.steps)
         if isinstance(cell, StepCell):
@@ -112,7 +128,9 @@ def main() -> int:
         else:
             cell.drive(clock)  # Keras fit/predict or the HF Trainer: their own loop calls begin/end
         ms_per_step = 1000.0 * (clock.marks[-1] - clock.marks[0]) / args.steps
-    print(json.dumps({"ms_per_step": ms_per_step, "steps": args.steps, "warmup": args.warmup}))
+        switches = clock.window_switches()
+    print(json.dumps({"ms_per_step": ms_per_step, "steps": args.steps, "warmup": args.warmup,
+                      "context_switches": switches}))
     return 0
 
 

@@ -34,6 +34,21 @@ def test_a_short_window_is_topped_up_to_a_measurable_span(cpu_hogs):
     assert row["busy"] is True
 
 
+def test_a_window_counts_the_process_s_own_context_switches(cpu_hogs):
+    probe = contention.ContentionProbe(threads=1)
+    assert probe.context_switches() == {}  # no window yet
+    probe.start()
+    for _ in range(5):
+        time.sleep(0.005)  # each sleep gives the core up: a voluntary switch
+    spin_until = time.perf_counter() + 0.3
+    while time.perf_counter() < spin_until:  # runnable all along, beside a hog on every core: preempted
+        pass
+    probe.stop()
+    switches = probe.context_switches()
+    assert switches["voluntary"] >= 5, switches
+    assert switches["involuntary"] >= 1, switches
+
+
 def test_other_fwbench_cells_are_counted():
     fake_cell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fwbench.harness.cell"])
     try:

@@ -89,6 +89,9 @@ def test_every_task_has_a_row_with_the_expected_status(stack, stack_results, sha
         assert settings["thread_variables"] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                                                 "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
         assert settings["gc"]["enabled"] is True and settings["gc"]["frozen_objects"] == 0
+        switches = json.loads(row["extra"])["context_switches"]  # the window's: a step's sync waits at least once
+        assert set(switches) == {"involuntary", "voluntary"} and switches["involuntary"] >= 0
+        assert switches["voluntary"] + switches["involuntary"] >= 1
         # Same bytes as every other stack (native-torch included) read for this task.
         _arrays, digest, _seed = data.load(shared_data, "tiny", task)
         assert row["input_sha256"] == digest

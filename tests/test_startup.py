@@ -39,18 +39,16 @@ def test_the_process_age_is_read_from_the_kernel():
         assert age <= float(f.read().split()[0])
 
 
-def test_the_compile_cache_is_per_stack_pin_set_mode_and_cpu_count_and_can_be_moved(monkeypatch, tmp_path):
+def test_the_compile_cache_is_asked_for_and_per_stack_pin_set_mode_and_cpu_count(monkeypatch, tmp_path):
     monkeypatch.setenv("FWBENCH_COMPILE_CACHE", str(tmp_path / "cc"))
     assert cell.compile_cache_dir("keras3-jax", "paper-2024", "xla", cpus=2) == (
         tmp_path / "cc" / "keras3-jax-paper-2024-xla-2cpu")
+    assert cell.compile_cache_dir("keras3-jax", "current", "xla", cpus=16) == (
+        tmp_path / "cc" / "keras3-jax-current-xla-16cpu")
+    # Not asked for: none, wherever fwbench keeps its other files.
     monkeypatch.delenv("FWBENCH_COMPILE_CACHE")
     monkeypatch.setenv("FWBENCH_HOME", str(tmp_path / "home"))
-    assert cell.compile_cache_dir("native-torch", "current", "none", cpus=1) == (
-        tmp_path / "home" / "compile-cache" / "native-torch-current-none-1cpu")
-    monkeypatch.delenv("FWBENCH_HOME")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cell.compile_cache_dir("keras3-jax", "current", "xla", cpus=16) == (
-        tmp_path / "xdg" / "fwbench" / "compile-cache" / "keras3-jax-current-xla-16cpu")
+    assert cell.compile_cache_dir("keras3-jax", "current", "xla", cpus=2) is None
 
 
 def test_the_cpu_count_of_the_compile_cache_is_the_processs_own(monkeypatch):
@@ -90,9 +88,17 @@ def rows_of(out: Path) -> list[dict]:
 
 
 @pytest.mark.integration
-def test_a_jax_repeat_reuses_the_compilation_cache_and_says_so(tmp_path, shared_data):
-    """keras3-jax: the first cell finds the cache empty (cold), the repeat finds the programs the first one
+def test_a_jax_repeat_compiles_its_programs_unless_a_cache_is_asked_for(tmp_path, shared_data):
+    """keras3-jax: by default every repeat compiles its programs (no persistent cache: null). With
+    FWBENCH_COMPILE_CACHE the first cell finds the cache empty (cold), the repeat finds the programs the first one
     compiled (warm); both rows say which. Every row carries its start-up phases and the runner's process time."""
+    done = run_fwbench("run", "--stack", "keras3-jax", "--task", "bert-predict", "--preset", "tiny", "--repeats", "2",
+                       "--steps", "2", "--data", str(shared_data), "--out", str(tmp_path / "default"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = rows_of(tmp_path / "default")
+    assert [(row["status"], row["compile_cache_warm"]) for row in rows] == [("ok", None), ("ok", None)]
+    assert all("compile_cache" not in json.loads(row["extra"]) for row in rows)
+
     cache = tmp_path / "compile-cache"
     done = run_fwbench("run", "--stack", "keras3-jax", "--task", "bert-predict", "--preset", "tiny", "--repeats", "2",
                        "--steps", "2", "--data", str(shared_data), "--out", str(tmp_path / "out"),

@@ -143,7 +143,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("compile_cache_warm", "bool", "True if the persistent compilation cache (JAX's; Inductor's for compiled torch "
      "cells) already held entries, from this cell's earlier runs or from other cells, before the cell started: "
      "setup_s and first_step_s may then include cache hits (programs that other tasks share, such as "
-     "initialisers, hit too). Null: none is used."),
+     "initialisers, hit too). Null: none is used (JAX's only where FWBENCH_COMPILE_CACHE asks for it)."),
     ("threads", "int64", "Intra-op CPU threads requested (--threads); extra.threads_effective if the framework "
                          "reports another number."),
     ("tf32_setting", "string", "Requested TF32 policy (--tf32): default, on, off. Under a --precision "
@@ -276,7 +276,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "
      "energy_reason: why such a row has no energy; process_settings: the thread pools' variables the cell process "
-     "found and the garbage collector's state in its timed window)."),
+     "found and the garbage collector's state in its timed window; compile_cache: the folder of JAX's persistent "
+     "compilation cache the cell used; context_switches: the cell process's context switches in its timed window, "
+     "involuntary (preemptions: a thread waited for a core) and voluntary (waits), all its threads, from getrusage)."),
 )
 
 COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)

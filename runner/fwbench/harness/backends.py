@@ -72,9 +72,9 @@ class TorchBackend:
         says); on a CPU the ranks share the cell's cores, so all N."""
         return int(self.torch.cuda.device_count()) if self.on_gpu else devices
 
-    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
-        """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR); whether it held kernels already
-        (None: nothing is compiled)."""
+    def use_compile_cache(self, path: Path | None, compile_mode: str) -> bool | None:
+        """Inductor keeps its own persistent cache (TORCHINDUCTOR_CACHE_DIR), on as torch has it by default whatever
+        `path` says; whether it held kernels already (None: nothing is compiled)."""
         if compile_mode == "none":
             return None
         return _has_entries(inductor_cache_dir())
@@ -383,9 +383,12 @@ class JaxBackend:
         self.cell_devices = devices
         return len(self.devices)
 
-    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
+    def use_compile_cache(self, path: Path | None, compile_mode: str) -> bool | None:
         """JAX's persistent compilation cache at `path`, for every program however quick to compile (model
-        build runs many small ones); whether it held programs already. None where this JAX has no such cache."""
+        build runs many small ones); whether it held programs already. None: no persistent cache, as JAX has it by
+        default (path None: none asked for), or this JAX has none."""
+        if path is None:
+            return None
         try:
             self.jax.config.update("jax_compilation_cache_dir", str(path))
             self.jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -473,7 +476,7 @@ class TensorFlowBackend:
         self.on_gpu = bool(self.gpus)
         self.cell_devices = 1  # the first N devices run the cell (data_parallel_devices)
 
-    def use_compile_cache(self, path: Path, compile_mode: str) -> bool | None:
+    def use_compile_cache(self, path: Path | None, compile_mode: str) -> bool | None:
         """TensorFlow's XLA clusters are compiled afresh in every process: no persistent cache (None)."""
         return None
 

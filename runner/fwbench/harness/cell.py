@@ -412,6 +412,7 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
     if backend.threads() != spec.threads:  # `threads` stays the requested setting (identity)
         extra["threads_effective"] = backend.threads()
     extra["process_settings"] = process_settings()
+    extra["context_switches"] = timed.contention.context_switches()
     if backend.compile_cache_folder:  # which programs it could share: the folder names the CPU count
         extra["compile_cache"] = backend.compile_cache_folder
     manifest = envinfo.image_manifest()
@@ -580,20 +581,20 @@ def _process_age_now() -> float | None:
         return None
 
 
-def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str, *, cpus: int) -> Path:
-    """The persistent compilation cache a cell uses (JAX's; Inductor keeps its own): per stack, pin set, mode and
-    number of CPUs the process may run on, under FWBENCH_COMPILE_CACHE, else $FWBENCH_HOME/compile-cache, else
-    $XDG_CACHE_HOME (~/.cache)/fwbench/compile-cache. A repeat, or another task of the same model, then reuses
-    compiled programs; rows say so (compile_cache_warm), so setup_s and first_step_s are read as warm or cold.
+def compile_cache_dir(stack_id: str, pin_set: str, compile_mode: str, *, cpus: int) -> Path | None:
+    """JAX's persistent compilation cache for a cell, only where the user asked for one: FWBENCH_COMPILE_CACHE names
+    its root, and the folder is per stack, pin set, mode and number of CPUs the process may run on. None (the
+    default): every cell process compiles its programs, as JAX does by default, as a cell in its own container
+    always did and as the published study's runs did. Inductor keeps its own cache, as torch does by default.
 
-    Per CPU count because what XLA's CPU compiler makes of a program depends on the CPUs its process may use (its
-    client's threads), and JAX's cache key does not hold that number: without it a 2-CPU cell ran the programs a
-    1-CPU cell had compiled, at another speed than its own (docs/development.md, keras3-jax's level)."""
+    Opt-in because a keras3-jax process that loaded its programs from the cache ran its steps slower and less
+    evenly than one that compiled them, though the loaded program itself runs as fast (docs/development.md, the
+    compilation cache): with a shared cache a cell's first repeat compiled and its later ones loaded, two process
+    states under one identity. Per CPU count because what XLA's CPU compiler makes of a program depends on the CPUs
+    its process may use, and JAX's cache key does not hold that number."""
     root = os.environ.get("FWBENCH_COMPILE_CACHE")
     if not root:
-        home = os.environ.get("FWBENCH_HOME") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fwbench")
-        root = os.path.join(home, "compile-cache")
+        return None
     return Path(root) / f"{stack_id}-{pin_set}-{compile_mode}-{cpus}cpu"
 
 

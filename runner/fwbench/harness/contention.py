@@ -61,8 +61,13 @@ def own_cpus() -> set[int] | None:
 
 
 def own_cpu_s() -> float:
+    return _own_usage()[0]
+
+
+def _own_usage() -> tuple[float, int, int]:
+    """This process's CPU seconds (all its threads), and its threads' involuntary and voluntary context switches."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_nivcsw, usage.ru_nvcsw
 
 
 def other_cells(exclude: set[int] | None = None) -> list[int]:
@@ -159,6 +164,8 @@ class _Snapshot:
     wall: float
     own_cpu: float
     system_busy: float | None
+    involuntary_switches: int = 0
+    voluntary_switches: int = 0
 
 
 class ContentionProbe:
@@ -181,7 +188,9 @@ class ContentionProbe:
         self.load_avg_1m: float | None = None
 
     def _snapshot(self) -> _Snapshot:
-        return _Snapshot(time.perf_counter(), own_cpu_s(), system_busy_s(self.cpus))
+        wall = time.perf_counter()
+        own_cpu, involuntary, voluntary = _own_usage()
+        return _Snapshot(wall, own_cpu, system_busy_s(self.cpus), involuntary, voluntary)
 
     def _note_cells(self) -> None:
         self._cells.update(competing_cells(other_cells(), own_cpus(), *self.gpus))
@@ -220,6 +229,17 @@ class ContentionProbe:
         row["busy"] = bool(reasons)
         row["busy_reasons"] = "; ".join(reasons) or None
         return row
+
+    def context_switches(self) -> dict[str, int]:
+        """The cell process's context switches in the timed window (all its threads; getrusage), for extra.
+        Involuntary ones are preemptions: a thread that could have run waited for a core (the machine's
+        other processes, or the process's own threads outnumbering its cores). They tell a slow repeat on a
+        quiet machine from a slow program: on a 2-core machine they tracked keras3-jax predict's
+        process-to-process spread (docs/development.md). Voluntary ones are waits (a sync, a lock, I/O)."""
+        if self._start is None or self._stop is None:
+            return {}
+        return {"involuntary": self._stop.involuntary_switches - self._start.involuntary_switches,
+                "voluntary": self._stop.voluntary_switches - self._start.voluntary_switches}
 
 
 def busy_reasons(row: dict[str, Any]) -> list[str]:
