@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import statistics
 import sys
@@ -25,6 +24,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 os.environ.setdefault("KERAS_BACKEND", "jax")
 ORDERS = ("ABC", "BCA", "CAB", "CBA", "ACB", "BAC")  # each executable first, middle and last alike
+
+
+def ratio_text(numerator: list[float], denominator: list[float]) -> str:
+    """Geometric mean of the paired rounds' ratios with its 95% interval (harness_noise.py's, beside this file)."""
+    from harness_noise import ratio_interval
+
+    ratio, low, high = ratio_interval(numerator, denominator)
+    return f"{ratio:.4f} [{low:.4f}, {high:.4f}]"
 
 
 def build_forward(data_dir: Path):
@@ -53,15 +60,6 @@ def build_forward(data_dir: Path):
         return model.stateless_call(trainable, non_trainable, inputs, training=False)[0]
 
     return forward, (trainable, non_trainable, inputs)
-
-
-def ratio_interval(numerator: list[float], denominator: list[float]) -> str:
-    from scipy import stats
-
-    logs = [math.log(a / b) for a, b in zip(numerator, denominator)]
-    mean = statistics.fmean(logs)
-    half = float(stats.t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return f"{math.exp(mean):.4f} [{math.exp(mean - half):.4f}, {math.exp(mean + half):.4f}]"
 
 
 def main() -> int:
@@ -113,7 +111,7 @@ def main() -> int:
     print(f"A compiled here ({compile_s:.2f} s), B loaded from A's serialized form ({load_s:.3f} s), C compiled again")
     for name, values in times.items():
         print(f"{name}: {statistics.fmean(values):.4f} ms per call, block CV {statistics.stdev(values) / statistics.fmean(values):.1%}")
-    print(f"B/A {ratio_interval(times['B'], times['A'])}   C/A {ratio_interval(times['C'], times['A'])}   (95%)")
+    print(f"B/A {ratio_text(times['B'], times['A'])}   C/A {ratio_text(times['C'], times['A'])}   (95%)")
     return 0
 
 

@@ -164,8 +164,8 @@ class _Snapshot:
     wall: float
     own_cpu: float
     system_busy: float | None
-    involuntary_switches: int = 0
-    voluntary_switches: int = 0
+    involuntary_switches: int
+    voluntary_switches: int
 
 
 class ContentionProbe:
