@@ -6,7 +6,7 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
                "cpu_share", "other_cpu_cores", "concurrent_cells", "gpu_other_processes", "gpu_other_mem_bytes")
@@ -39,9 +39,11 @@ ADDED_IN_V11 = ("initial_weights_sha256",)
 ADDED_IN_V12 = ("model_sha256", "model_file", "twin_params_keras", "twin_params_match")
 # v13: Keras steps_per_execution (an identity setting): steps per call of the compiled step.
 ADDED_IN_V13 = ("steps_per_execution",)
+# v14: the commit of the fwbench source a cell ran from (a checkout's HEAD, or the image's build argument).
+ADDED_IN_V14 = ("source_commit",)
 ADDED_IN = {2: ADDED_IN_V2, 3: ADDED_IN_V3, 4: ADDED_IN_V4, 5: ADDED_IN_V5, 6: ADDED_IN_V6, 7: ADDED_IN_V7,
             8: ADDED_IN_V8, 9: ADDED_IN_V9, 10: ADDED_IN_V10, 11: ADDED_IN_V11,
-            12: ADDED_IN_V12, 13: ADDED_IN_V13}
+            12: ADDED_IN_V12, 13: ADDED_IN_V13, 14: ADDED_IN_V14}
 
 STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device_unavailable", "diverged")
 
@@ -49,6 +51,11 @@ STATUSES = ("ok", "error", "timeout", "oom", "cancelled", "unsupported", "device
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("schema_version", "int64", "Version of this schema (see SCHEMA_VERSION)."),
     ("fwbench_version", "string", "fwbench package version that produced the row."),
+    ("source_commit", "string", "Git commit of the fwbench source the cell ran from: the HEAD of the checkout its "
+                                "package was imported from, or in an image the commit it was built from "
+                                "(FWBENCH_SOURCE_COMMIT, from the build argument GIT_REVISION); 'unknown' when "
+                                "neither says (an installed package, an image built without it; rows before schema "
+                                "v14 have none)."),
     ("run_id", "string", "One id per `fwbench run` invocation."),
     ("record_id", "string", "Unique id of this row."),
     ("cell_id", "string", "stack.task.preset.compile-<mode>: the readable part of the cell identity."),

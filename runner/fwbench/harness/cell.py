@@ -81,6 +81,7 @@ def base_record(spec: CellSpec) -> dict[str, Any]:
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "fwbench_version": __version__,
+        "source_commit": envinfo.source_commit(),
         "run_id": spec.run_id,
         "record_id": uuid.uuid4().hex,
         "cell_id": spec.cell_id,

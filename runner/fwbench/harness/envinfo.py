@@ -6,9 +6,12 @@ import functools
 import json
 import os
 import platform
+import re
 import socket
+import subprocess
 from importlib import metadata
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from fwbench.harness.gpu_identity import CellGpu, resolve_cell_gpu, unresolved_gpu
 
@@ -147,6 +150,93 @@ def image_manifest(path: str | None = None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return {key: value for key, value in manifest.items() if key != "pip_freeze"}
+
+
+UNKNOWN_COMMIT = "unknown"
+# Set in every image from its build argument GIT_REVISION (images/Dockerfile), which holds no checkout.
+SOURCE_COMMIT_VARIABLE = "FWBENCH_SOURCE_COMMIT"
+COMMIT_HASH = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or SHA-256 object names
+GIT_TIMEOUT_S = 2.0
+
+
+@functools.lru_cache(maxsize=None)
+def source_commit() -> str:
+    """The commit of the fwbench source this process runs (a row's source_commit), read once a process."""
+    return read_source_commit(package_checkout(), os.environ)
+
+
+def package_checkout() -> Path | None:
+    """The checkout this package was imported from (<root>/runner/fwbench, as the local engine's PYTHONPATH and an
+    editable install have it), or None: an installed copy, whose folders above say nothing about its source."""
+    package = Path(__file__).resolve().parents[1]
+    root = package.parents[1]
+    return root if package.parent.name == "runner" and (root / "pyproject.toml").is_file() else None
+
+
+def read_source_commit(checkout: Path | None, environ: Mapping[str, str]) -> str:
+    """The commit SOURCE_COMMIT_VARIABLE declares (an image's), else the checkout's HEAD, else UNKNOWN_COMMIT. The
+    declared one comes first: a copied checkout can carry a stale .git (seen on the GPU kit's host,
+    benchmarks/gpu/kit_install.py), and whoever sets the variable knows what they copied."""
+    declared = (environ.get(SOURCE_COMMIT_VARIABLE) or "").strip()
+    if declared and declared != UNKNOWN_COMMIT:
+        return declared
+    return (checkout_head(checkout) if checkout is not None else None) or UNKNOWN_COMMIT
+
+
+def checkout_head(root: Path) -> str | None:
+    """`git rev-parse HEAD` of the checkout at root, read from .git's files (no process: a cell's start-up is timed),
+    and from git itself, briefly, only where the files do not say (another ref storage); None when root has no .git."""
+    try:
+        git_dir = _git_dir(root)
+        if git_dir is None:
+            return None
+        commit = _head_from_files(git_dir)
+    except (OSError, UnicodeDecodeError):
+        commit = None
+    if commit:
+        return commit
+    try:
+        asked = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                               timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    answer = asked.stdout.strip()
+    return answer if asked.returncode == 0 and COMMIT_HASH.fullmatch(answer) else None
+
+
+def _git_dir(root: Path) -> Path | None:
+    dot_git = root / ".git"
+    if dot_git.is_dir():
+        return dot_git
+    if dot_git.is_file():  # a worktree or submodule: "gitdir: <path>"
+        pointer = dot_git.read_text().strip()
+        if pointer.startswith("gitdir:"):
+            return (root / pointer[len("gitdir:"):].strip()).resolve()
+    return None
+
+
+def _head_from_files(git_dir: Path) -> str | None:
+    head = (git_dir / "HEAD").read_text().strip()
+    if COMMIT_HASH.fullmatch(head):  # detached
+        return head
+    if not head.startswith("ref:"):
+        return None
+    ref = head[len("ref:"):].strip()
+    # A worktree keeps HEAD in its own folder and the branches in the repository's (its commondir).
+    common = git_dir / "commondir"
+    common_dir = (git_dir / common.read_text().strip()).resolve() if common.is_file() else git_dir
+    for folder in dict.fromkeys((git_dir, common_dir)):
+        loose = folder / ref
+        if loose.is_file():
+            commit = loose.read_text().strip()
+            return commit if COMMIT_HASH.fullmatch(commit) else None
+    packed = common_dir / "packed-refs"
+    if packed.is_file():  # after `git gc` a branch may live only here
+        for line in packed.read_text().splitlines():
+            commit, _, name = line.partition(" ")
+            if name.strip() == ref and COMMIT_HASH.fullmatch(commit):
+                return commit
+    return None
 
 
 def environment() -> dict[str, Any]:
