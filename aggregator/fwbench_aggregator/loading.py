@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from fwbench.core import model_file, registry
 from fwbench.core import stability as stability_core
 from fwbench.core.identity import SAFE_NAME, CellIdentity
-from fwbench.core.results import SCHEMA
+from fwbench.core.results import SCHEMA, preferred_row_key
 from fwbench.core.schema import ADDED_IN, COLUMN_NAMES, SCHEMA_VERSION, STATUSES
 
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
@@ -269,8 +269,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
-    """One row per record_id, then one per (cell identity, repeat): an ok row over any other, then the newest
-    started_at (a failed re-run written beside an ok row never hides it: the runner keeps both).
+    """One row per record_id, then one per (cell identity, repeat), by the rule --resume follows too
+    (fwbench.core.results.preferred_row_key): an ok row over any other, then a quiet row over a busy one, then the
+    newest started_at (a failed re-run written beside an ok row never hides it: the runner keeps both). A read-time
+    choice: every row stays on disk.
 
     Rows of different identities (another TF32 setting, thread count, device...) are all kept."""
     notes: list[str] = []
@@ -289,17 +291,24 @@ def deduplicate(table: pa.Table) -> tuple[pa.Table, list[str]]:
     keep: list[int] = []
     for (identity, repeat), indices in by_cell.items():
         cell_id = f"{identity.cell_key} (settings {identity.settings_id})"
-        # Missing started_at sorts oldest; ties go to the later file name so the choice is stable.
-        ranked = sorted(indices, key=lambda i: (rows[i]["status"] == "ok", rows[i]["started_at"] is not None,
-                                                rows[i]["started_at"] or 0, rows[i][SOURCE_COLUMN]))
+        # Ties go to the later file name so the choice is stable.
+        ranked = sorted(indices, key=lambda i: (preferred_row_key(rows[i]), rows[i][SOURCE_COLUMN]))
         winner = ranked[-1]
         keep.append(winner)
         for loser in ranked[:-1]:
-            kept = "the newest" if rows[winner]["status"] == rows[loser]["status"] else "the ok row"
+            kept = _why_kept(rows[winner], rows[loser])
             notes.append(f"cell {cell_id} repeat {repeat} appears more than once: kept {kept} "
                          f"({rows[winner]['started_at']}, {rows[winner][SOURCE_COLUMN]}), dropped "
                          f"{rows[loser]['started_at']} from {rows[loser][SOURCE_COLUMN]}")
     return table.take(sorted(keep)), notes
+
+
+def _why_kept(winner: dict, loser: dict) -> str:
+    """Which part of preferred_row_key (ok, quiet, started_at) told the two rows apart."""
+    (winner_ok, winner_quiet), (loser_ok, loser_quiet) = preferred_row_key(winner)[:2], preferred_row_key(loser)[:2]
+    if winner_ok != loser_ok:
+        return "the ok row"
+    return "the quiet row" if winner_quiet != loser_quiet else "the newest"
 
 
 def load_results(result_dirs: list[Path], exclude: Path | None = None, *,

@@ -118,14 +118,49 @@ def row_identity(row: dict[str, Any] | None) -> CellIdentity | None:
 
 
 def matching_ok_row(spec, out_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    """An ok row with exactly this spec's identity and repeat, if one is on disk (--resume). Any schema version:
-    an older row's identity reads its missing settings as what it was measured at (identity.OLD_ROWS_READ_AS), so
-    a schema bump never makes a measured cell run again."""
-    for path in (readable_path(spec, out_dir), hashed_path(spec, out_dir)):
-        row = read_row(path)
-        if row and _is_ok_row_of(row, spec.identity, spec.repeat):
-            return path, row
-    return None
+    """An ok row with exactly this spec's identity and repeat, if one is on disk (--resume), under any file name:
+    an older writer gave other names (schema v6: `tf32-off` where today's says `prec-fp32`). Any schema version: an
+    older row's identity reads its missing settings as what it was measured at (identity.OLD_ROWS_READ_AS), so a
+    schema bump never makes a measured cell run again. Of several, the one the report keeps (preferred_row_key)."""
+    found = [(path, row) for path in _candidate_paths(spec, out_dir)
+             if (row := read_row(path)) and _is_ok_row_of(row, spec.identity, spec.repeat)]
+    # Ties go to the later name, as in the report (fwbench_aggregator.loading.deduplicate).
+    return max(found, key=lambda found_row: (preferred_row_key(found_row[1]), str(found_row[0])), default=None)
+
+
+def _candidate_paths(spec, out_dir: Path) -> list[Path]:
+    """The files that may hold a row of this cell-repeat: the two names today's writer gives, then every other
+    `<task>.*.r<repeat>.parquet` of the cell's folder (only the names of its task and repeat are read: cheap)."""
+    direct = [readable_path(spec, out_dir), hashed_path(spec, out_dir)]
+    folder = direct[0].parent
+    if not folder.is_dir():
+        return direct
+    suffix = f".r{spec.repeat}.parquet"
+    others = sorted(path for path in folder.iterdir()
+                    if path.name.startswith(f"{spec.task}.") and path.name.endswith(suffix) and path not in direct)
+    return direct + others
+
+
+def preferred_row_key(row: dict[str, Any]) -> tuple:
+    """The one rule for which of several rows of one identity and repeat stands (the report's de-duplication and
+    --resume): the highest key. An ok row over any other; then a quiet row (busy false or unknown) over a busy one,
+    since a busy row's times include someone else's work; then the newest started_at (a missing one is oldest)."""
+    busy = row.get("busy")
+    is_busy = busy is not None and busy == busy and bool(busy)  # NaN (missing, read through pandas) is not busy
+    started = _timestamp(row.get("started_at"))
+    return (row.get("status") == "ok", not is_busy, started is not None, started or 0.0)
+
+
+def _timestamp(value: Any) -> float | None:
+    """started_at as seconds since the epoch (a naive time read as UTC), so rows of any writer compare."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dt.datetime) or value != value:  # NaT (a missing time read through pandas)
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 def _is_ok_row_of(row: dict[str, Any], identity: CellIdentity, repeat: int) -> bool:
@@ -136,8 +171,9 @@ def target_path(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool
     """Where a new row (`record`) goes: the readable name, unless that file holds a row that must stay, then the
     hashed name. A row must stay when it is of another identity (another measurement), or an ok row of this
     identity and repeat: a re-run, failed or not, never loses a measurement, unless the user asked to replace it
-    (replace_ok: `--no-resume`); the report shows the ok row over a failure, the newest of two ok rows. If both
-    names hold rows that must stay, the new row gets a name of its own (its record id)."""
+    (replace_ok: `--no-resume`); the report shows the row preferred_row_key prefers (the ok row over a failure, of two
+    ok rows the quiet one, then the newest). If both names hold rows that must stay, the new row gets a name of its
+    own (its record id), never the name of a row that must stay."""
     identity = CellIdentity.of_row(record)
     keep_ok_rows = not replace_ok
 
@@ -155,8 +191,15 @@ def target_path(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool
     hashed = hashed_path(spec, out_dir, identity)
     if not must_stay(hashed):
         return hashed
+    suffix = f".r{spec.repeat}.parquet"
+
+    def named(own: str) -> Path:
+        return hashed.with_name(hashed.name.replace(suffix, f".{own}{suffix}"))
+
     own = re.sub(r"[^A-Za-z0-9]", "", str(record.get("record_id") or ""))[:12] or uuid.uuid4().hex[:12]
-    return hashed.with_name(hashed.name.replace(f".r{spec.repeat}.parquet", f".{own}.r{spec.repeat}.parquet"))
+    if must_stay(named(own)):  # a record id can repeat (a copied or rewritten record): a fresh name then
+        return named(uuid.uuid4().hex[:12])
+    return named(own)
 
 
 def write_new_row(spec, out_dir: Path, record: dict[str, Any], *, replace_ok: bool = False) -> Path:
