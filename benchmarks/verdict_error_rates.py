@@ -1,19 +1,37 @@
 """Error rates of `fwbench compare` and `fwbench verify` verdicts, by simulation with known truth.
 
-    python benchmarks/verdict_error_rates.py [--part all|rows|bundle|example|bisect] [--trials 100]
+    python benchmarks/verdict_error_rates.py [--part all|rows|bundle|example|bisect|bisect-two-steps|rank] [--trials 100]
                                              [--planted-trials 30] [--bundle-trials 1000] [--bisect-trials 1000]
-                                             [--seed 16] [--jobs 2]
+                                             [--two-step-trials 4000] [--seed 16] [--jobs 2]
 
-Part "bisect" (whole `fwbench bisect` runs through its pure core: fwbench.engines.sweep.bisect, with compare's
-capped Welch test and the sweep report's verdict rule, fwbench_aggregator.sweep.step_verdict): 9 candidate
-points, repeat log medians normal with the sds of part "example" (0.03-0.06), tolerance ±5%. Per sd and rule,
---bisect-trials bisects of an unchanged cell and as many with the cell 20% slower from a random candidate on.
-Printed: `false changed` the share of unchanged bisects that report a change (target <= 5%), `no change` the share
-that say equivalent, `found +20%` the share of planted bisects that report a change, `right pair` the share that
-bracket the planted release exactly, `by tests` the same for the pair that tests alone support, `untested` the share
-with a middle point placed without a test, `repeats` the mean repeats measured per planted bisect. Rules: "split"
-(bisect's: looks at 3, 6, 9 repeats, each test at 0.05 / 3), "unadjusted looks" (the same looks at 0.05 each:
-bisect before) and "one look at 9" (a fixed sample of 9 repeats a point).
+Part "rank" (issue 49: the judge's ranking of two cells, fwbench_aggregator.judge.ratio, behind the report's Keras 3
+best, noise warnings and published order and the your-models tables): two cells with 1, 3 or 5 processes a side
+(step_times' model: process log-sd 0.02-0.15, step sd 3%, AR(1) 0.5, 20 steps), equal or B 10% slower, --rank-trials
+pairs each. Printed: `false order` the share of equal pairs called faster or slower (target <= 5%), `wrong winner`
+the share of 10%-apart pairs that name the slower cell faster (target <= 5%), `power` the share that name the right
+one, `tie (equal)` the share of equal pairs called a tie. --json FILE writes the table (docs/aggregator.md's table is
+made from it).
+
+Part "bisect" (whole `fwbench bisect` runs through its pure core: fwbench_aggregator.bisect.bisect, with compare's
+capped Welch test, its 95% interval and the sweep report's verdict rule, fwbench_aggregator.sweep.step_verdict): 9
+candidate points, repeat log medians normal with the sds of part "example" (0.03-0.06), tolerance ±5%. Per sd and
+rule, --bisect-trials bisects of an unchanged cell and as many with the cell 20% slower from a random candidate on.
+Printed: `false changed` the share of unchanged bisects that report a change (found or undecided: both say the ends
+differ; target <= 5%), `no change` the share that say equivalent, `found +20%` the share of planted bisects that
+report a change, `right pair` the share that name the planted release exactly (found), `undecided` the share that
+stop at a middle point inconclusive at the cap, `repeats` the mean repeats measured per planted bisect. Rules:
+"split" (bisect's: looks at 3, 6, 9 repeats, each test at 0.05 / 3), "unadjusted looks" (the same looks at 0.05
+each) and "one look at 9" (a fixed sample of 9 repeats a point).
+
+Part "bisect-two-steps" (issue 49: bisect named the second of two steps as "the change"): the same whole bisects
+over 9-11 candidates (drawn) with the cell 8% slower from a random candidate on and 15% slower again from a later
+one, tolerance ±5%, default repeats and looks, --two-step-trials bisects per sd. Printed: `first step` the share that
+name the first step's pair, `undecided` the share that stop undecided (`(holds it)`: of all bisects, those whose
+undecided bracket holds the first step), `second as first` the share that name the second step's pair as found (a
+confident wrong answer), `other pair` any other pair found, `no bisect` ends inconclusive, `and again` the share that
+name the first step and report the second change beside it, `envs` and `repeats` per bisect. Target: `first step`
+>= 90% or every other bisect claims no pair (undecided, no bisect) but at most alpha; `second as first`, `other pair`
+and undecided brackets without the first step (`undecided` - `(holds it)`) each <= alpha.
 
 Part "bundle" (whole-bundle verify error rates, through verification's pure core: Rule, judge_arrays,
 look_schedule, with_added_repeats, with compare.log_ratio_test per cell): 40 honest cells per verification,
@@ -55,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -71,8 +90,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/aggregator_rows.py: the synthetic rows the aggregator tests use
 
 from fwbench.core.results import SCHEMA, normalise  # noqa: E402
-from fwbench.engines import sweep as sweep_engine  # noqa: E402
-from fwbench_aggregator import compare, loading, verification  # noqa: E402
+from fwbench.harness.envinfo import cpu_model  # noqa: E402
+from fwbench_aggregator import bisect as sweep_engine  # noqa: E402
+from fwbench_aggregator import compare, judge, loading, verification  # noqa: E402
 from fwbench_aggregator import sweep as report_sweep  # noqa: E402
 from tests.aggregator_rows import CENTRES, record  # noqa: E402
 
@@ -339,15 +359,16 @@ BISECT_EFFECT = 1.20
 BISECT_RULES = ("split", "unadjusted looks", "one look at 9")
 
 
-def bisect_trial(rng, sd: float, effect: float, changed_at: int, rule: str) -> sweep_engine.BisectResult:
-    """One whole `fwbench bisect` (fwbench.engines.sweep.bisect: the end check, then the middle points) over
-    BISECT_CANDIDATES points whose repeat log medians are normal with sd `sd`, `effect` times slower from
-    points[changed_at] on; each judgement by compare's capped Welch test and the sweep report's verdict rule
+def simulated_bisect(rng, sd: float, shifts: list[float],
+                     rule: str = "split") -> tuple[list[str], sweep_engine.BisectResult]:
+    """One whole `fwbench bisect` (fwbench_aggregator.bisect.bisect: the end check, then the middle points) over
+    len(shifts) points whose repeat log medians are normal with sd `sd` around shifts[i]; each judgement by
+    compare's capped Welch test, its 95% interval and the sweep report's verdict rule
     (fwbench_aggregator.sweep.step_verdict). Rules: "split" is bisect's (looks at 3, 6, 9 repeats, each test at
     alpha / 3), "unadjusted looks" the same looks at alpha each (bisect before), "one look at 9" a fixed sample
-    of 9 repeats chosen up front (one look, alpha)."""
-    labels = [f"pkg==1.{i}" for i in range(BISECT_CANDIDATES)]
-    shift = {label: math.log(effect) if i >= changed_at else 0.0 for i, label in enumerate(labels)}
+    of 9 repeats chosen up front (one look, alpha). Returns the labels and the result."""
+    labels = [f"pkg==1.{i}" for i in range(len(shifts))]
+    shift = dict(zip(labels, shifts))
     logs = {label: np.empty(0) for label in labels}
 
     def measure(label: str, n: int) -> None:
@@ -361,32 +382,38 @@ def bisect_trial(rng, sd: float, effect: float, changed_at: int, rule: str) -> s
         verdict = report_sweep.step_verdict(test.ratio, test.p_two_sided(),
                                             report_sweep.equivalence_p(test, BISECT_TOLERANCE_PCT),
                                             BISECT_TOLERANCE_PCT, level)
-        return report_sweep.StepVerdict(None, a, b, test.ratio, None, None, verdict, "simulated")
+        low, high = test.interval(compare.CONFIDENCE)
+        return report_sweep.StepVerdict(None, a, b, test.ratio, low, high, verdict, "simulated", "",
+                                        BISECT_TOLERANCE_PCT)
 
     def median_of(label: str) -> float:
         return float(np.exp(np.median(logs[label])))
 
     repeats = 9 if rule == "one look at 9" else 3
-    return sweep_engine.bisect(labels, measure, judge, median_of, repeats, max_repeats=9)
+    return labels, sweep_engine.bisect(labels, measure, judge, median_of, repeats, max_repeats=9)
+
+
+def bisect_trial(rng, sd: float, effect: float, changed_at: int, rule: str) -> sweep_engine.BisectResult:
+    """A whole bisect over BISECT_CANDIDATES points, `effect` times slower from points[changed_at] on."""
+    shifts = [math.log(effect) if i >= changed_at else 0.0 for i in range(BISECT_CANDIDATES)]
+    return simulated_bisect(rng, sd, shifts, rule)[1]
 
 
 def _run_bisect_job(job) -> dict[str, float]:
     sd, rule, trials, seed = job
     rng = np.random.default_rng(seed)
-    counts = dict.fromkeys(("false", "no_change", "found", "right", "right_by_tests", "untested", "repeats"), 0)
+    counts = dict.fromkeys(("false", "no_change", "found", "right", "undecided", "repeats"), 0)
     for _ in range(trials):
         null = bisect_trial(rng, sd, 1.0, BISECT_CANDIDATES, rule)
-        counts["false"] += null.outcome == "found"
+        counts["false"] += null.outcome in ("found", "undecided")  # both say the ends changed
         counts["no_change"] += null.outcome == "no-change"
         changed_at = int(rng.integers(1, BISECT_CANDIDATES))
         planted = bisect_trial(rng, sd, BISECT_EFFECT, changed_at, rule)
         right = (f"pkg==1.{changed_at - 1}", f"pkg==1.{changed_at}")
-        counts["found"] += planted.outcome == "found"
+        counts["found"] += planted.outcome in ("found", "undecided")
         counts["right"] += (planted.outcome == "found" and planted.direction == "slower"
                             and (planted.good, planted.bad) == right)
-        counts["right_by_tests"] += (planted.outcome == "found" and planted.direction == "slower"
-                                     and (planted.test_good, planted.test_bad) == right)
-        counts["untested"] += bool(planted.untested)
+        counts["undecided"] += planted.outcome == "undecided"
         counts["repeats"] += sum(t.repeats for t in planted.tested.values())
     return {name: count / trials for name, count in counts.items()}
 
@@ -397,7 +424,7 @@ def run_bisect_part(trials: int, seed: int, jobs: int) -> bool:
           f"9), alpha {compare.DEFAULT_ALPHA:g}; repeat log-median sd as below; {trials} bisects with no change and "
           f"{trials} with +{(BISECT_EFFECT - 1) * 100:.0f}% from a random candidate on, per row")
     print(f"{'sd':>5} {'rule':<17} {'false changed':>13} {'no change':>9} {'found +20%':>10} {'right pair':>10} "
-          f"{'by tests':>8} {'untested':>8} {'repeats':>7}  target")
+          f"{'undecided':>9} {'repeats':>7}  target")
     combos = [(sd, rule) for sd in EXAMPLE_SDS for rule in BISECT_RULES]
     seeds = np.random.SeedSequence([seed, 36]).spawn(len(combos))
     jobs_list = [(sd, rule, trials, s) for (sd, rule), s in zip(combos, seeds)]
@@ -408,10 +435,151 @@ def run_bisect_part(trials: int, seed: int, jobs: int) -> bool:
             ok = rates["false"] <= TARGET_FWER
             met &= ok or not checked
             print(f"{sd:>5g} {rule:<17} {rates['false']:>13.3f} {rates['no_change']:>9.3f} {rates['found']:>10.3f} "
-                  f"{rates['right']:>10.3f} {rates['right_by_tests']:>8.3f} {rates['untested']:>8.3f} "
+                  f"{rates['right']:>10.3f} {rates['undecided']:>9.3f} "
                   f"{rates['repeats']:>7.1f}  {('met' if ok else 'MISSED') if checked else '(for comparison)'}",
                   flush=True)
     return met
+
+
+TWO_STEPS = (1.08, 1.15)  # the first step, then a larger one later (issue 49: bisect named the second)
+TWO_STEP_CANDIDATES = (9, 10, 11)
+TARGET_FIRST_FOUND = 0.90
+
+
+def two_steps_trial(rng, sd: float) -> dict[str, bool | int]:
+    """One bisect over 9-11 points (drawn), +8% from a random candidate on and +15% more from a later one: whether
+    it names the first step, says undecided (and whether its bracket holds the first step), names the second step
+    as the first (a confident wrong answer), names another pair, or ends without a bisect (ends inconclusive);
+    whether a found first step also reports the second change."""
+    candidates = int(rng.choice(TWO_STEP_CANDIDATES))
+    first_at = int(rng.integers(1, candidates - 1))
+    second_at = int(rng.integers(first_at + 1, candidates))
+    shifts = [math.log(TWO_STEPS[0]) * (i >= first_at) + math.log(TWO_STEPS[1]) * (i >= second_at)
+              for i in range(candidates)]
+    labels, result = simulated_bisect(rng, sd, shifts)
+    named = (result.good, result.bad) if result.outcome == "found" else None
+    first_named = named == (labels[first_at - 1], labels[first_at])
+    second_named = named == (labels[second_at - 1], labels[second_at])
+    undecided = result.outcome == "undecided"
+    return {"first": first_named, "undecided": undecided,
+            "holds": undecided and labels.index(result.good) < first_at <= labels.index(result.bad),
+            "second": second_named, "other": named is not None and not (first_named or second_named),
+            "no_bisect": result.outcome not in ("found", "undecided"),
+            "again": first_named and result.again is not None and result.again.verdict == "slower",
+            "environments": result.environments, "repeats": sum(t.repeats for t in result.tested.values())}
+
+
+def _run_two_steps_job(job) -> dict[str, float]:
+    sd, trials, seed = job
+    rng = np.random.default_rng(seed)
+    totals: dict[str, float] = {}
+    for _ in range(trials):
+        for name, value in two_steps_trial(rng, sd).items():
+            totals[name] = totals.get(name, 0) + value
+    return {name: total / trials for name, total in totals.items()}
+
+
+def run_two_steps_part(trials: int, seed: int, jobs: int) -> bool:
+    """Bisects over two planted steps (+8%, then +15%). Target: the first step named in >= 90% of bisects or the
+    rest claiming no pair (undecided, no bisect) but alpha; each kind of wrong claim (the second step named as the
+    first, another pair, an undecided bracket without the first step) <= alpha."""
+    print(f"bisect over two steps: {TWO_STEP_CANDIDATES[0]}-{TWO_STEP_CANDIDATES[-1]} candidates, x{TWO_STEPS[0]:g} "
+          f"from a random candidate on and x{TWO_STEPS[1]:g} more from a later one, tolerance "
+          f"±{BISECT_TOLERANCE_PCT:g}%, repeats 3 (+3 up to 9), alpha {compare.DEFAULT_ALPHA:g}; "
+          f"{trials} bisects per row")
+    print(f"{'sd':>5} {'first step':>10} {'undecided':>9} {'(holds it)':>10} {'second as first':>15} "
+          f"{'other pair':>10} {'no bisect':>9} {'and again':>9} {'envs':>5} {'repeats':>7}  target")
+    seeds = np.random.SeedSequence([seed, 49]).spawn(len(EXAMPLE_SDS))
+    jobs_list = [(sd, trials, s) for sd, s in zip(EXAMPLE_SDS, seeds)]
+    met = True
+    with ProcessPoolExecutor(jobs) as pool:
+        for (sd, *_), rates in zip(jobs_list, pool.map(_run_two_steps_job, jobs_list)):
+            no_pair = rates["undecided"] + rates["no_bisect"]
+            # Wrong claims: a pair found that is not the first step's, or an undecided bracket that misses it.
+            wrong = (rates["second"], rates["other"], rates["undecided"] - rates["holds"])
+            located = rates["first"] >= TARGET_FIRST_FOUND or rates["first"] + no_pair >= 1 - compare.DEFAULT_ALPHA
+            ok = max(wrong) <= compare.DEFAULT_ALPHA and located
+            met &= ok
+            print(f"{sd:>5g} {rates['first']:>10.3f} {rates['undecided']:>9.3f} {rates['holds']:>10.3f} "
+                  f"{rates['second']:>15.3f} {rates['other']:>10.3f} {rates['no_bisect']:>9.3f} "
+                  f"{rates['again']:>9.3f} {rates['environments']:>5.1f} {rates['repeats']:>7.1f}  "
+                  f"{'met' if ok else 'MISSED'}", flush=True)
+    return met
+
+
+# --- rank: the judge's ranking of two cells (issue 49) ------------------------------------------------------------
+
+RANK_REPEATS = (1, 3, 5)  # the report's default (1), compare's minimum for a test (3), verify's default (5)
+RANK_PROCESS_SDS = (0.02, 0.05, 0.10, 0.15)  # per-process log-sd: quiet CPU cells here 0.03-0.06, up to the prior
+RANK_STEP_SD = 0.03
+RANK_EFFECT = 0.10
+RANK_TARGET = 0.05
+
+
+def rank_trial(rng: np.random.Generator, repeats: int, process_sd: float, effect: float) -> str:
+    """One judge.ratio of two cells with `repeats` processes a side (step_times' model), B (1 + effect) x A."""
+    a = [step_times(rng, 10.0, process_sd, RANK_STEP_SD) for _ in range(repeats)]
+    b = [step_times(rng, 10.0 * (1 + effect), process_sd, RANK_STEP_SD) for _ in range(repeats)]
+    return judge.ratio(a, b).word
+
+
+def _run_rank_job(job) -> dict[str, float]:
+    repeats, process_sd, trials, seed = job
+    rng = np.random.default_rng(seed)
+    equal = [rank_trial(rng, repeats, process_sd, 0.0) for _ in range(trials)]
+    apart = [rank_trial(rng, repeats, process_sd, RANK_EFFECT) for _ in range(trials)]
+    return {"false_order": float(np.mean([w in (judge.FASTER, judge.SLOWER) for w in equal])),
+            "wrong_winner": float(np.mean([w == judge.SLOWER for w in apart])),
+            "power": float(np.mean([w == judge.FASTER for w in apart])),
+            "tie_when_equal": float(np.mean([w == judge.TIE for w in equal]))}
+
+
+def run_rank_part(trials: int, seed: int, jobs: int, json_path: Path | None = None) -> bool:
+    """The judge's ranking of two cells (fwbench_aggregator.judge.ratio, the rule of the report's Keras 3 best, its
+    noise warnings and published order, and the your-models tables): a wrong "faster/slower" when the cells are
+    equal, and a wrong winner at a true 10% difference, each at most 5% with the repeats the commands use, for
+    process spreads up to the judge's assumed one (judge.PROCESS_SPREAD_PRIOR)."""
+    print(f"rank (fwbench_aggregator.judge.ratio): two cells, {STEPS} steps a process (step sd {RANK_STEP_SD:g}, AR1 "
+          f"rho {STEP_RHO}), B equal to A or {RANK_EFFECT:.0%} slower; assumed process spread "
+          f"{judge.PROCESS_SPREAD_PRIOR:g} below {judge.MIN_REPEATS} repeats; {trials} pairs per row and case")
+    print(f"{'repeats':>7} {'process sd':>10} {'false order':>11} {'wrong winner':>12} {'power':>6} {'tie (equal)':>11}"
+          "  target")
+    grid = [(n, sd) for n in RANK_REPEATS for sd in RANK_PROCESS_SDS]
+    seeds = np.random.SeedSequence([seed, 4949]).spawn(len(grid))
+    jobs_list = [(n, sd, trials, s) for (n, sd), s in zip(grid, seeds)]
+    met, rows = True, []
+    with ProcessPoolExecutor(jobs) as pool:
+        for (n, sd, *_), rates in zip(jobs_list, pool.map(_run_rank_job, jobs_list)):
+            # The binomial error of `trials` pairs: a rate within 2 standard errors of the target meets it.
+            slack = 2 * math.sqrt(RANK_TARGET * (1 - RANK_TARGET) / trials)
+            ok = max(rates["false_order"], rates["wrong_winner"]) <= RANK_TARGET + slack
+            met &= ok
+            rows.append({"repeats": n, "process_sd": sd, **rates, "target_met": ok})
+            print(f"{n:>7} {sd:>10g} {rates['false_order']:>11.3f} {rates['wrong_winner']:>12.3f} "
+                  f"{rates['power']:>6.3f} {rates['tie_when_equal']:>11.3f}  {'met' if ok else 'MISSED'}", flush=True)
+    if json_path is not None:
+        record_ = {"benchmark": "verdict_error_rates.py --part rank", "date": dt.date.today().isoformat(),
+                   "machine": f"{cpu_model()}, {os.cpu_count()} cores", "trials": trials,
+                   "seed": seed, "step_sd": RANK_STEP_SD, "effect": RANK_EFFECT,
+                   "process_spread_prior": judge.PROCESS_SPREAD_PRIOR, "target": RANK_TARGET, "rows": rows}
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(record_, indent=1) + "\n")
+        print(f"written: {json_path}")
+    return met
+
+
+def rank_table(record_: dict) -> str:
+    """The markdown table of a part-rank JSON file (docs/aggregator.md shows it; tests/test_one_judge.py checks the
+    two agree)."""
+    lines = [f"Measured {record_['date']} on {record_['machine']}: `python benchmarks/{record_['benchmark']} "
+             f"--rank-trials {record_['trials']} --seed {record_['seed']}`, {record_['trials']} pairs per row and case, "
+             f"B {record_['effect']:.0%} slower for the wrong-winner and power columns.", "",
+             "| repeats a side | process sd | false order (equal cells) | wrong winner (10% apart) | power (10% apart) "
+             "| target (<= 5%) |", "|---|---|---|---|---|---|"]
+    for row in record_["rows"]:
+        lines.append(f"| {row['repeats']} | {row['process_sd']:g} | {row['false_order']:.3f} | "
+                     f"{row['wrong_winner']:.3f} | {row['power']:.3f} | {'met' if row['target_met'] else 'missed'} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,18 +590,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-sigma", type=float, default=0.02)
     parser.add_argument("--step-sigma", type=float, default=0.03)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--part", choices=("all", "rows", "bundle", "example", "bisect"), default="all")
+    parser.add_argument("--part", choices=("all", "rows", "bundle", "example", "bisect", "bisect-two-steps", "rank"),
+                        default="all")
+    parser.add_argument("--rank-trials", type=int, default=2000, help="pairs per row and case of part rank")
+    parser.add_argument("--json", type=Path, default=None, help="part rank: also write its table to this JSON file")
     parser.add_argument("--bisect-trials", type=int, default=1000, help="bisects per row of part bisect (each with "
                                                                         "no change and with a planted change)")
+    parser.add_argument("--two-step-trials", type=int, default=4000, help="bisects per row of part "
+                                                                           "bisect-two-steps")
     parser.add_argument("--bundle-trials", type=int, default=1000, help="verifications per bundle scenario and rule")
     parser.add_argument("--rerun-noise", type=float, default=3.0, help="re-run sd / published sd (noisy scenarios)")
     parser.add_argument("--max-repeats", type=int, default=verification.DEFAULT_MAX_REPEATS)
+    parser.add_argument("--render-rank", type=Path, default=None, metavar="JSON",
+                        help="print the markdown table of a part-rank JSON file (for docs/aggregator.md) and exit")
     args = parser.parse_args(argv)
-    if min(args.trials, args.planted_trials, args.jobs, args.bundle_trials, args.bisect_trials) < 1:
-        parser.error("--trials, --planted-trials, --bundle-trials, --bisect-trials and --jobs must be at least 1")
+    if args.render_rank is not None:
+        print(rank_table(json.loads(args.render_rank.read_text())))
+        return 0
+    if min(args.trials, args.planted_trials, args.jobs, args.bundle_trials, args.bisect_trials,
+           args.two_step_trials) < 1:
+        parser.error("--trials, --planted-trials, --bundle-trials, --bisect-trials, --two-step-trials and --jobs "
+                     "must be at least 1")
     print(f"{dt.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
           f"{platform.python_version()})")
+    print("command: python benchmarks/verdict_error_rates.py " + " ".join(sys.argv[1:] if argv is None else argv))
     started, all_met = time.perf_counter(), True
+    if args.part in ("all", "rank"):
+        all_met &= run_rank_part(args.rank_trials, args.seed, args.jobs, args.json)
+        if args.part == "rank":
+            print(f"all targets met: {'yes' if all_met else 'NO'} ({time.perf_counter() - started:.0f} s)")
+            return 0 if all_met else 1
+        print()
+    if args.part in ("all", "bisect-two-steps"):
+        all_met &= run_two_steps_part(args.two_step_trials, args.seed, args.jobs)
+        if args.part == "bisect-two-steps":
+            print(f"all targets met: {'yes' if all_met else 'NO'} ({time.perf_counter() - started:.0f} s)")
+            return 0 if all_met else 1
+        print()
     if args.part in ("all", "bisect"):
         all_met &= run_bisect_part(args.bisect_trials, args.seed, args.jobs)
         if args.part == "bisect":

@@ -122,3 +122,61 @@ def test_the_checks_catch_what_they_are_for():
     assert any(layer_of(t) not in MAY_IMPORT[layer_of(s)] for s, ts in upward.items() for t in ts)
     loop = {"fwbench.core.a": {"fwbench.core.b"}, "fwbench.core.b": {"fwbench.core.c"}, "fwbench.core.c": {"fwbench.core.a"}}
     assert [len(g) for g in strongly_connected(loop)] == [3]
+
+
+# --- one judge (issue 49) -----------------------------------------------------------------------------------------
+# Only fwbench_aggregator.judge decides a winner, tie, change, regression or "reproduced": no other module compares a
+# median, a ratio, an interval bound or a p-value (stats computes them; judge compares them). A comparison that is
+# not a verdict is listed here with its reason.
+JUDGE_MODULES = {"fwbench_aggregator.judge", "fwbench_aggregator.stats"}
+VERDICT_NUMBERS = {"median", "low", "high", "ratio", "ratio_low", "ratio_high", "p_value", "p_adjusted", "p_adj",
+                   "p_change", "p_equivalent", "p_slower", "p_faster", "p", "log_ratio", "se"}
+NOT_VERDICTS = {
+    ("fwbench.core.cpusets", "low < 0"): "a CPU list's range",
+    ("fwbench.core.cpusets", "high < low"): "a CPU list's range",
+    ("fwbench.core.sweep", "low <= Version(v) <= high"): "the releases between two versions",
+    ("fwbench.release.verify", "values < low"): "a published setting's sane bounds",
+    ("fwbench.release.verify", "values > high"): "a published setting's sane bounds",
+    ("fwbench_aggregator.plots", "e.median > 0"): "a log-scale axis needs positive values",
+}
+
+
+def verdict_comparisons(source: str) -> list[str]:
+    """Comparisons (<, <=, >, >=, ==, !=) that have a verdict number as an operand (a name or attribute of
+    VERDICT_NUMBERS, bare or inside arithmetic or abs())."""
+    def operand_numbers(node) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in VERDICT_NUMBERS
+        if isinstance(node, ast.Name):
+            return node.id in VERDICT_NUMBERS
+        if isinstance(node, ast.BinOp):
+            return operand_numbers(node.left) or operand_numbers(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return operand_numbers(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("abs", "float"):
+            return any(operand_numbers(arg) for arg in node.args)
+        if isinstance(node, ast.Subscript):
+            return operand_numbers(node.value)
+        return False
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq))
+                                                 for op in node.ops):
+            if any(operand_numbers(operand) for operand in (node.left, *node.comparators)):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_only_the_judge_compares_medians_ratios_intervals_and_p_values():
+    found = sorted(f"{name}: {text}" for name, path in modules().items() if name not in JUDGE_MODULES
+                   for text in verdict_comparisons(path.read_text()) if (name, text) not in NOT_VERDICTS)
+    assert not found, ("verdicts decided outside fwbench_aggregator.judge (call the judge; or, if it is no verdict, "
+                       "list it in NOT_VERDICTS with its reason):\n" + "\n".join(found))
+
+
+def test_the_verdict_check_catches_what_it_is_for():
+    assert verdict_comparisons("best = a if a.median < b.median else b") == ["a.median < b.median"]
+    assert verdict_comparisons("if abs(r.ratio - 1) * 100 >= tolerance: pass")
+    assert verdict_comparisons("if r.ratio_low > 1: pass") and verdict_comparisons("ok = p_adj < alpha")
+    assert not verdict_comparisons("if ranking.word != FASTER: pass")

@@ -1,5 +1,6 @@
-"""`fwbench bisect`: it judges only the cell it was asked about, spends alpha over its repeated looks, and marks a
-middle point placed without a test. The cell runner is replaced by a stand-in that writes synthetic rows."""
+"""`fwbench bisect`: it judges only the cell it was asked about, spends alpha over its repeated looks, places each
+middle point by its test against the good end alone (never by the bad end, never without a test), and words an
+outcome from intervals. The cell runner, or judge and measure, are replaced by stand-ins."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_bisect_judges_only_its_cell_with_another_cells_rows_in_out(tmp_path, mo
 
 
 def test_looks_and_the_alpha_split():
-    from fwbench.engines.sweep import bisect_looks, look_level
+    from fwbench_aggregator.bisect import bisect_looks, look_level
 
     assert bisect_looks(3, 9) == [3, 6, 9] and bisect_looks(5, 9) == [5, 8, 9] and bisect_looks(3, 3) == [3]
     assert look_level(0.05, [3, 6, 9]) == pytest.approx(0.05 / 3) and look_level(0.05, [9]) == 0.05
@@ -71,7 +72,7 @@ def test_looks_and_the_alpha_split():
 def test_the_end_check_judges_every_look_at_alpha_over_the_looks(tmp_path):
     """Ends whose 3 repeats differ by x1.055 at two-sided p 0.031: "slower" at 5%, not at 5%/3. With looks at 3,
     6 and 9 repeats, the first look must not decide; the second (6 repeats, p 0.0002) does."""
-    from fwbench.engines.sweep import bisect
+    from fwbench_aggregator.bisect import bisect
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
 
@@ -105,49 +106,133 @@ def _fake_judge(changed_at: int, labels: list[str], undecided=()):
     """Verdicts from the truth (slower from labels[changed_at] on), inconclusive for every pair touching `undecided`."""
     from fwbench_aggregator.sweep import StepVerdict
 
+    shapes = {"slower": (1.2, 1.1, 1.3), "equivalent": (1.0, 0.98, 1.02), "inconclusive": (1.04, 0.97, 1.12)}
+
     def judge(a, b, level):
         if a in undecided or b in undecided:
             verdict = "inconclusive"
         else:
             verdict = "slower" if labels.index(a) < changed_at <= labels.index(b) else "equivalent"
-        return StepVerdict(None, a, b, 1.2, 1.1, 1.3, verdict, "fake", "", 5.0)
+        return StepVerdict(None, a, b, *shapes[verdict], verdict, "fake", "", 5.0)
 
     return judge
 
 
-def test_a_middle_point_placed_without_a_test_is_marked_in_the_result_the_output_and_the_report(tmp_path, capsys):
-    from fwbench.cli.sweep import print_bisect
-    from fwbench.engines.sweep import bisect, summary
+def _scripted(script):
+    """A stand-in measure and judge. script[(a, b)]: (repeats, verdict, ratio, low, high) entries; judge(a, b) gives
+    the last entry whose repeats both points have. Returns measure, judge and the judgements asked for."""
+    from fwbench_aggregator.sweep import StepVerdict
 
-    labels = [f"pkg==1.{i}" for i in range(5)]
-    medians = dict(zip(labels, (10.0, 10.0, 10.4, 12.0, 12.0)))
-    # pkg==1.2 stays inconclusive at the cap: its median (10.4) puts it with the good end, without a test.
-    result = bisect(labels, lambda label, n: None, _fake_judge(3, labels, undecided=("pkg==1.2",)), medians.get)
-    assert result.outcome == "found" and result.untested == ["pkg==1.2"]
-    assert result.tested["pkg==1.2"].repeats == 9  # it got every look first
-    assert (result.good, result.bad) == ("pkg==1.2", "pkg==1.3")  # with the untested placement
-    assert (result.test_good, result.test_bad) == ("pkg==1.0", "pkg==1.3")  # what tests alone support
+    repeats: dict[str, int] = {}
+    asked: list[tuple[str, str, int]] = []
+
+    def measure(label, n):
+        repeats[label] = n
+
+    def judge(a, b, level):
+        n = min(repeats[a], repeats[b])
+        asked.append((a, b, n))
+        _, verdict, ratio, low, high = [entry for entry in script[(a, b)] if entry[0] <= n][-1]
+        return StepVerdict(None, a, b, ratio, low, high, verdict, "stand-in", "", 5.0)
+
+    return measure, judge, asked
+
+
+def test_a_point_past_the_tolerance_against_the_good_end_is_on_the_bad_side_whatever_the_bad_end_does():
+    """Two steps: +8% from pkg==1.1 on, +15% more from pkg==1.3 on. The middle point pkg==1.2 is x1.077
+    [1.019–1.139] against the good end (significant at 0.05 / 3 from 6 repeats) and the bad end is slower still.
+    It is on the bad side: the search goes on below it and finds the first step, then reports the second."""
+    from fwbench_aggregator.bisect import bisect, summary
+
+    good, first, middle, second, bad = labels = [f"pkg==1.{i}" for i in range(5)]
+    measure, judge, asked = _scripted({
+        (good, bad): [(3, "slower", 1.242, 1.200, 1.290)],
+        (good, middle): [(3, "inconclusive", 1.077, 1.019, 1.139), (6, "slower", 1.077, 1.019, 1.139)],
+        (middle, bad): [(3, "slower", 1.153, 1.100, 1.210)],
+        (good, first): [(3, "slower", 1.080, 1.030, 1.130)],
+        (first, bad): [(3, "slower", 1.150, 1.100, 1.200)],
+        (good, second): [(3, "slower", 1.242, 1.200, 1.290)],
+        (second, bad): [(3, "equivalent", 1.000, 0.970, 1.030)],
+    })
+    result = bisect(labels, measure, judge, lambda label: 10.0)
+    assert result.outcome == "found" and (result.good, result.bad) == (good, first), result.decisions
+    # Placed by its test against the good end alone: the bad end is judged against the found point afterwards.
+    assert (middle, bad) not in [(a, b) for a, b, _ in asked]
+    [placed] = [line for line in result.decisions if line.startswith(f"{middle} at 6 repeats")]
+    assert "bad side" in placed and "x1.077 [1.019–1.139]" in placed
     lines = summary(result, 5.0)
-    assert lines[0].startswith("changed (slower) between pkg==1.0 and pkg==1.3: by tests")
-    assert lines[1].startswith("NOT BY A TEST: pkg==1.2") and "between pkg==1.2 and pkg==1.3" in lines[1]
-    assert "0.0167" in lines[2]
+    assert lines[0].startswith(f"changed (slower) between {good} and {first}:"), lines
+    assert any(line.startswith(f"and again (slower) between {first} and {bad}:") for line in lines), lines
+
+
+def test_a_point_inconclusive_at_the_cap_leaves_the_first_change_undecided(tmp_path, capsys):
+    """pkg==1.2 stays inconclusive against the good end at every look (x1.040 [0.970–1.120] at 9 repeats): no
+    placement without a test. The search stops; the outcome names the bracket the tests support, the two ends,
+    and says it is undecided in between (neither pkg==1.1 nor pkg==1.3 is tested)."""
+    from fwbench.cli.sweep import print_bisect
+    from fwbench_aggregator.bisect import bisect, summary
+
+    good, before, middle, after, bad = labels = [f"pkg==1.{i}" for i in range(5)]
+    measure, judge, _ = _scripted({
+        (good, bad): [(3, "slower", 1.200, 1.150, 1.250)],
+        (good, middle): [(3, "inconclusive", 1.040, 0.970, 1.120)],
+        (middle, bad): [(3, "inconclusive", 1.150, 0.990, 1.330)],
+        (good, before): [(3, "equivalent", 1.000, 0.980, 1.020)],
+        (before, bad): [(3, "slower", 1.200, 1.150, 1.250)],
+        (good, after): [(3, "slower", 1.200, 1.150, 1.250)],
+        (after, bad): [(3, "equivalent", 1.000, 0.970, 1.030)],
+    })
+    medians = dict(zip(labels, (10.0, 10.0, 10.4, 12.0, 12.0)))  # pkg==1.2's median is nearer the good end's
+    result = bisect(labels, measure, judge, medians.get)
+    assert result.outcome == "undecided" and result.undecided == [middle], result.decisions
+    assert (result.good, result.bad) == (good, bad) and list(result.tested) == [good, bad, middle]
+    assert result.tested[middle].repeats == 9  # it got every look first
+    lines = summary(result, 5.0)
+    assert lines[0].startswith(f"first change (slower) between {good} and {bad}, undecided in between: {middle}")
+    assert "x1.040 [0.970–1.120]" in lines[0] and "between 3.0% faster and 12.0% slower" in lines[0]
+    assert lines[0].endswith(f"not tested: {before}, {after}")
+    text = " ".join(lines)
+    assert "changed (slower) between" not in text and f"and {middle}" not in text and f"{middle} and" not in text
 
     out = tmp_path / "out"
-    _write(out, "bert-fit", "pkg==1.0", 10.0, 0, np.random.default_rng(0))
+    _write(out, "bert-fit", good, 10.0, 0, np.random.default_rng(0))
     print_bisect(result, out, 5.0)
     printed = " ".join(capsys.readouterr().out.split())
-    assert "NOT BY A TEST: pkg==1.2" in printed and "placed with the good end without a test" in printed
+    assert f"first change (slower) between {good} and {bad}, undecided in between" in printed
     report = (out / "bisect-report" / "bisect.md").read_text()
-    assert "NOT BY A TEST: pkg==1.2" in report
-    [row] = [line for line in report.splitlines() if line.startswith("| pkg==1.2 |")]
-    assert "without a test" in row
+    assert "undecided in between" in report
+    [row] = [line for line in report.splitlines() if line.startswith(f"| {middle} |")]
+    assert "undecided" in row
 
 
-def test_a_point_left_out_keeps_the_tested_bracket_in_step():
-    from fwbench.engines.sweep import bisect
+@pytest.mark.parametrize("direction, ratio, low, high, supported, beyond", [
+    ("slower", 1.077, 1.019, 1.139, "slower by 1.9–13.9%", False),
+    ("slower", 1.120, 1.060, 1.190, "slower by 6.0–19.0%", True),
+    ("faster", 0.860, 0.830, 0.940, "faster by 6.0–17.0%", True),
+])
+def test_the_outcome_says_what_the_interval_supports(direction, ratio, low, high, supported, beyond):
+    """"slower" needs p < alpha and a point estimate beyond the tolerance: the outcome gives the interval and what it
+    supports, and says "more than 5%" only when the whole interval is beyond it."""
+    from fwbench_aggregator.bisect import bisect, summary
+
+    good, middle, bad = labels = ["pkg==1.0", "pkg==1.1", "pkg==1.2"]
+    measure, judge, _ = _scripted({
+        (good, bad): [(3, direction, ratio, low, high)],
+        (good, middle): [(3, "equivalent", 1.000, 0.980, 1.020)],
+        (middle, bad): [(3, direction, ratio, low, high)],
+    })
+    result = bisect(labels, measure, judge, lambda label: 10.0)
+    first = summary(result, 5.0)[0]
+    assert first.startswith(f"changed ({direction}) between {middle} and {bad}:"), first
+    assert f"x{ratio:.3f} [{low:.3f}–{high:.3f}]" in first and supported in first, first
+    assert ("more than 5%" in first) == beyond, first
+
+
+def test_a_point_left_out_keeps_the_bracket_in_step():
+    from fwbench_aggregator.bisect import bisect
 
     labels = [f"pkg==1.{i}" for i in range(5)]
     medians = dict(zip(labels, (10.0, 10.0, None, 12.0, 12.0)))  # pkg==1.2 cannot be measured
     result = bisect(labels, lambda label, n: None, _fake_judge(3, labels), medians.get)
-    assert (result.good, result.bad) == (result.test_good, result.test_bad) == ("pkg==1.1", "pkg==1.3")
-    assert result.untested == [] and "left out" in result.tested["pkg==1.2"].note
+    assert result.outcome == "found" and (result.good, result.bad) == ("pkg==1.1", "pkg==1.3")
+    assert result.undecided == [] and "left out" in result.tested["pkg==1.2"].note

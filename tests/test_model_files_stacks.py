@@ -175,7 +175,7 @@ def test_the_report_ranks_the_backends_of_each_model(examples_run, tmp_path):
     for example, kinds in RUNS:
         for kind in kinds:
             table = section.split(f"### {example}: {kind}, batch 2", 1)[1].split("###", 1)[0]
-            assert "Fastest: " in table
+            assert any(verdict in table for verdict in ("Fastest: ", "Cannot rank: ", "Tie: "))  # the judge's
             ranks = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and
                      line.split("|")[1].strip().isdigit()]
             assert ranks == [str(rank) for rank in range(1, len(KERAS3_RUN) + 2)], table  # Keras 3 backends, twin

@@ -17,7 +17,7 @@ from fwbench.core.spec import CellSpec
 from fwbench_aggregator import loading
 from fwbench_aggregator import sweep as report_sweep
 from fwbench.engines.local import PointUnavailable, StackEnvironment, resolver_reason, unpinned_requirements
-from fwbench.engines.sweep import bisect
+from fwbench_aggregator.bisect import bisect
 
 from tests.conftest import run_fwbench
 

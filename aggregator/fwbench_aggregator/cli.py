@@ -83,6 +83,10 @@ def table_width(wide: int) -> int | None:
     return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else wide
 
 
+# compare --fail-above: no regression found, but a gated cell could not be judged because a side had only busy rows.
+EXIT_NOT_JUDGED_BUSY = 3
+
+
 def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_effect: float,
                 *, across: list[str] | None = None) -> int:
     """Print the per-cell comparison; returns the exit code (1 if a regression exceeds fail_above)."""
@@ -138,8 +142,8 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
               "process are not independent samples, so no significance test is made (their interval covers step "
               f"noise only); run both sides with --repeats {cmp.MIN_REPEATS} or more", file=sys.stderr)
     if any(r.busy for r in rows):
-        print("warning: some rows were measured on a busy machine (column busy): their times are not comparable",
-              file=sys.stderr)
+        print("note: some rows were measured on a busy machine (column busy): they are left out of every verdict; a "
+              f"side with no quiet row is '{cmp.judge.NOT_JUDGED_BUSY}'", file=sys.stderr)
     if fail_above is not None:
         scaled = [r for r in rows if r.scaling]
         if scaled:
@@ -155,6 +159,12 @@ def run_compare(a: Path, b: Path, fail_above: float | None, alpha: float, min_ef
                               for r in failing)
             print(f"regression above {fail_above:g}%: {names}", file=sys.stderr)
             return 1
+        busy = cmp.not_judged_busy(rows)
+        if busy:
+            names = ", ".join(f"{r.task} {r.variant.label}" for r in busy[:5])
+            print(f"not judged: {len(busy)} cell(s) have a side with only busy rows ({names}); re-run them on a quiet "
+                  f"machine (exit {EXIT_NOT_JUDGED_BUSY})", file=sys.stderr)
+            return EXIT_NOT_JUDGED_BUSY
     return 0
 
 
@@ -168,7 +178,8 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--out", "-o", "--output", help="Report directory (outside the results dirs)."),
         strict: bool = typer.Option(False, help="Exit 1 (and write nothing) if any result file is skipped."),
         include_busy: bool = typer.Option(False, "--include-busy",
-                                          help="Count rows measured on a busy machine in tables and rankings."),
+                                          help="Count rows measured on a busy machine in the tables' numbers (they never "
+                                               "decide a ranking, a tie or any other verdict)."),
     ) -> None:
         """Validate and merge result files; write merged.parquet, report.md, report.html and plots."""
         report_md = run_aggregate(list(result_dirs), output, strict, include_busy)
@@ -181,7 +192,8 @@ def register(app: typer.Typer) -> None:
         fail_above: Optional[float] = typer.Option(
             None, "--fail-above", help="Exit 1 if a cell is credibly slower by more than this many percent (one-sided "
                                        "Welch t, Holm-adjusted) or has no ok row in B; exit 2 if a paired cell has "
-                                       "fewer than 3 repeats a side."),
+                                       "fewer than 3 repeats a side; exit 3 if no cell failed but one has a side "
+                                       "with only busy rows (not judged)."),
         alpha: float = typer.Option(0.05, help="Family-wise significance level (Holm-adjusted)."),
         min_effect: float = typer.Option(5.0, "--min-effect", help="Smallest change in percent that counts."),
         across: Optional[List[str]] = typer.Option(

@@ -50,14 +50,15 @@ import numpy as np
 import pandas as pd
 
 from fwbench.core.identity import KEY_FIELDS, SETTINGS, CellIdentity, held_equal
-from fwbench_aggregator import loading, scaling, stats
-from fwbench_aggregator.summary import is_busy
+from fwbench_aggregator import judge, loading, scaling, stats
+# The test of a change is the judge's; these names stay importable from here for the benchmarks and tests.
+from fwbench_aggregator.judge import LogRatioTest, capped_welch, holm, log_moments, log_ratio_test  # noqa: F401
 from fwbench_aggregator.variants import Variant, assign_variants, task_order
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_EFFECT_PCT = 5.0
 CONFIDENCE = 0.95
-MIN_REPEATS = 3  # per side, for any test, verdict or gate
+MIN_REPEATS = judge.MIN_REPEATS  # per side, for any test, verdict or gate
 MIN_STEPS_FOR_INTERVAL = 3  # per side, when a side has a single repeat
 BOOTSTRAP_RESAMPLES = 4000
 METHOD_REPEATS = "repeats (Welch t on log repeat medians, capped df)"
@@ -81,10 +82,22 @@ def across_settings(names) -> frozenset[str]:
 
 @dataclass
 class Side:
-    repeats: list[np.ndarray]  # per-step samples of each repeat
-    busy: int = 0  # busy ok rows among them
+    repeats: list[np.ndarray]  # per-step samples of each quiet ok repeat (the only ones a verdict uses)
+    busy: int = 0  # busy ok rows left out
     engines: tuple[str, ...] = ()  # the engine column of its rows (not part of the identity)
     global_batch: int | None = None  # samples a step processed over all devices (scaling's throughput)
+    # Not "": its quiet rows ran in several environments (judge.environment_parts), each part named: not judged.
+    mixed: str = ""
+    environment: tuple = ()  # its quiet rows' one environment (judge.environment_key)
+
+    @property
+    def not_judged(self) -> str:
+        """Why this side decides nothing ("" when it can): only busy rows, or rows of several environments."""
+        if not self.repeats:
+            return f"{self.busy} busy ok row(s), no quiet one"
+        if self.mixed:
+            return f"its rows mix environments ({self.mixed})"
+        return ""
 
     @property
     def steps(self) -> int:
@@ -127,8 +140,26 @@ class CellComparison:
 
     @property
     def judged(self) -> bool:
-        """Is B/A a change to call slower/faster and gate? Not across device models or device counts."""
-        return self.paired and not (self.across_device_models or self.across_device_counts)
+        """Is B/A a change to call slower/faster and gate? Not across device models or device counts, nor when a
+        side decides nothing (busy only, mixed environments)."""
+        return self.paired and not (self.across_device_models or self.across_device_counts or self.not_judged)
+
+    @property
+    def not_judged(self) -> str:
+        """'not judged: busy (A: ...)' or 'not judged: A's rows mix environments (...)'; '' when both sides can."""
+        if not self.paired:
+            return ""
+        why = [(name, side) for name, side in (("A", self.a), ("B", self.b)) if side.not_judged]
+        if not why:
+            return ""
+        kind = judge.NOT_JUDGED_BUSY if any(not side.repeats for _, side in why) else "not judged"
+        return f"{kind} ({'; '.join(f'{name}: {side.not_judged}' for name, side in why)})"
+
+    @property
+    def per_sample(self) -> bool:
+        """Paired across a batch change on the same device count: compared per sample (ms per sample)."""
+        return (self.paired and not self.across_device_counts and bool(self.a.global_batch)
+                and bool(self.b.global_batch) and self.a.global_batch != self.b.global_batch)
 
     @property
     def differs(self) -> str:
@@ -137,11 +168,11 @@ class CellComparison:
 
     @property
     def median_a(self) -> float | None:
-        return None if self.a is None else stats.median(np.concatenate(self.a.repeats))
+        return None if self.a is None or not self.a.repeats else stats.median(np.concatenate(self.a.repeats))
 
     @property
     def median_b(self) -> float | None:
-        return None if self.b is None else stats.median(np.concatenate(self.b.repeats))
+        return None if self.b is None or not self.b.repeats else stats.median(np.concatenate(self.b.repeats))
 
     @property
     def change_pct(self) -> float | None:
@@ -162,15 +193,22 @@ class CellComparison:
 
 
 def cell_sides(frame: pd.DataFrame) -> dict[CellIdentity, tuple[Variant, Side]]:
-    """ok rows grouped by full identity: the per-step samples of each repeat."""
+    """ok rows grouped by full identity: the per-step samples of each quiet repeat (the judge's busy policy: busy
+    rows are counted, never used), and whether those rows mix environments."""
     cells = {}
     ok = frame[frame["status"] == "ok"]
     for identity, rows in ok.groupby("_identity", sort=False):
-        repeats = [stats.repeat_samples(s, m) for s, m in zip(rows["step_ms"], rows["ms_per_step"])]
+        quiet, busy = judge.quiet(rows)
+        repeats = [stats.repeat_samples(s, m) for s, m in zip(quiet["step_ms"], quiet["ms_per_step"])]
         engines = tuple(sorted({str(e) for e in rows["engine"].dropna()})) if "engine" in rows else ()
         batches = [b for column in ("global_batch", "batch_size") if column in rows for b in rows[column].dropna()]
-        cells[identity] = (rows["_variant"].iloc[0], Side(repeats, int(is_busy(rows).sum()), engines,
-                                                          int(batches[0]) if batches else None))
+        parts = judge.environment_parts(quiet.to_dict("records"))
+        mixed = "; ".join(f"{label}: {len(members)} row(s)" for label, members in parts) if len(parts) > 1 else ""
+        # compare names each side's environment itself (Side.mixed, the differences column): labels carry none.
+        variant = replace(rows["_variant"].iloc[0], environment="")
+        environment = judge.environment_key(quiet.iloc[0].to_dict()) if len(quiet) and not mixed else ()
+        cells[identity] = (variant, Side(repeats, busy, engines, int(batches[0]) if batches else None, mixed,
+                                         environment))
     return cells
 
 
@@ -229,83 +267,6 @@ def pair_cells(ids_a, ids_b, across: frozenset[str] = frozenset()):
             nearest = min(range(len(same_key)), key=lambda k: (len(unnamed[k]), str(unnamed[k])))
             notes[(side, i)] = f"differs in settings not named in --across: {describe_differences(unnamed[nearest])}"
     return pairs, notes
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (monotone, capped at 1)."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted = [1.0] * len(p_values)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-@dataclass(frozen=True)
-class LogRatioTest:
-    """Welch's t on log repeat medians: B/A as a ratio of geometric means."""
-    log_ratio: float
-    se: float
-    dof: float
-
-    @property
-    def ratio(self) -> float:
-        return math.exp(self.log_ratio)
-
-    def interval(self, confidence: float) -> tuple[float, float]:
-        from scipy import stats as sps  # lazy: scipy is slow to import
-
-        half = float(sps.t.ppf(0.5 + confidence / 2, self.dof)) * self.se
-        return math.exp(self.log_ratio - half), math.exp(self.log_ratio + half)
-
-    def p_two_sided(self) -> float:
-        from scipy import stats as sps
-
-        return float(2 * sps.t.sf(abs(self.log_ratio) / self.se, self.dof))
-
-    def p_above(self, limit: float) -> float:
-        """One-sided p of "B/A <= limit" (small when B/A is credibly above limit)."""
-        from scipy import stats as sps
-
-        return float(sps.t.sf((self.log_ratio - math.log(limit)) / self.se, self.dof))
-
-    def p_below(self, limit: float) -> float:
-        """One-sided p of "B/A >= limit" (small when B/A is credibly below limit)."""
-        from scipy import stats as sps
-
-        return float(sps.t.cdf((self.log_ratio - math.log(limit)) / self.se, self.dof))
-
-
-def log_ratio_test(a: np.ndarray, b: np.ndarray) -> LogRatioTest | None:
-    """Welch's t on log values with df = min(Welch-Satterthwaite df, the same formula at equal variances).
-
-    The second term depends on the sample sizes only (2n - 2 at equal n, where it never binds; 3.3 at 10 vs 3),
-    so a small side whose variance happens to come out low cannot buy itself extra degrees of freedom: plain
-    Welch-Satterthwaite let false alarms multiply at 10 vs 3 repeats under Holm's small per-cell alpha.
-    None when both sides' repeats are identical: no spread to test against (undefined, never p = 0)."""
-    log_ratio, se, dof = capped_welch(log_moments(a), log_moments(b))
-    if se == 0:
-        return None
-    return LogRatioTest(float(log_ratio), float(se), float(dof))
-
-
-def log_moments(values) -> tuple[float, float, int]:
-    """One side's (mean, variance (ddof 1), size) of the log of its values: what capped_welch takes."""
-    logs = np.log(np.asarray(values, dtype=float))
-    return float(logs.mean()), float(logs.var(ddof=1)), int(logs.size)
-
-
-def capped_welch(side_a, side_b):
-    """log_ratio_test's (log ratio, standard error, capped df) from each side's (mean, variance (ddof 1), size) of
-    log values; vectorised (numpy arrays of cells work), so simulations judge many cells at once."""
-    mean_a, var_a, n_a, mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in (*side_a, *side_b))
-    va, vb = var_a / n_a, var_b / n_b
-    with np.errstate(invalid="ignore", divide="ignore"):
-        welch_dof = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
-    wa, wb = 1 / n_a, 1 / n_b  # the same with equal variances
-    sizes_dof = (wa + wb) ** 2 / (wa ** 2 / (n_a - 1) + wb ** 2 / (n_b - 1))
-    return mean_b - mean_a, np.sqrt(va + vb), np.fmin(welch_dof, sizes_dof)
 
 
 def block_bootstrap_medians(side: Side, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -378,6 +339,7 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
         differences = setting_differences(id_a, id_b)
         if side_a.engines != side_b.engines:
             differences += (("engine", ", ".join(side_a.engines) or None, ", ".join(side_b.engines) or None),)
+        differences += environment_differences(side_a.environment, side_b.environment)
         rows.append(CellComparison(id_a.preset, id_a.task, variant, id_a, side_a, side_b, identity_b=id_b,
                                    differences=differences))
     for name, sides, paired in (("A", sides_a, paired_a), ("B", sides_b, paired_b)):
@@ -390,28 +352,52 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
     rows.sort(key=lambda r: (r.preset, tasks[r.task], r.variant.sort_key(), r.a is None))
     rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
     for r in rows:
-        if r.paired:
+        if r.paired and not r.not_judged:
             _compare_cell(r, rng)
+            if r.per_sample:
+                _per_sample(r)
     tested = [r for r in rows if r.p_value is not None and r.judged]
     for r, p_adj in zip(tested, holm([r.p_value for r in tested])):
         r.p_adjusted = p_adj
-        if p_adj >= alpha:
-            r.verdict = "not significant"
-        elif abs(r.change_pct) < min_effect_pct:
-            r.verdict = f"not significant (change below {min_effect_pct:g}%)"
-        else:
-            r.verdict = "slower" if r.change_pct > 0 else "faster"
+        r.verdict = judge.change_word(r.ratio, p_adj, alpha, min_effect_pct)
+        if r.per_sample and r.verdict in (judge.SLOWER, judge.FASTER):
+            r.verdict += " per sample"
     for r in rows:
         if r.a is None:
             r.verdict = "only in B"
         elif r.b is None:
             r.verdict = "only in A"
+        elif r.not_judged:
+            r.verdict = r.not_judged
         elif r.across_device_counts:
             r.scaling = scaling_read(r)
             r.verdict = r.scaling.text()
         elif r.across_device_models:
             r.verdict = across_devices_verdict(r)
     return rows
+
+
+def environment_differences(a: tuple, b: tuple) -> tuple[tuple[str, Any, Any], ...]:
+    """(fact, A's value, B's value) for each environment fact (library version, compile cache) the sides' rows
+    differ in; none where a side has no single environment."""
+    if not a or not b:
+        return ()
+    facts_a, facts_b = dict(a), dict(b)
+    return tuple((name, facts_a.get(name), facts_b.get(name)) for name in sorted(set(facts_a) | set(facts_b))
+                 if facts_a.get(name) != facts_b.get(name))
+
+
+def _per_sample(row: "CellComparison") -> None:
+    """A pair that differs in its batch (and not its device count) is compared per sample: B/A of ms per sample,
+    (ms_B / G_B) / (ms_A / G_A), the same test shifted by log(G_A / G_B)."""
+    factor = row.a.global_batch / row.b.global_batch
+    row.ratio *= factor
+    if row.ratio_low is not None:
+        row.ratio_low, row.ratio_high = row.ratio_low * factor, row.ratio_high * factor
+    if row.test is not None:
+        row.test = LogRatioTest(row.test.log_ratio + math.log(factor), row.test.se, row.test.dof)
+        row.p_value = row.test.p_two_sided()
+    row.method += "; per sample (the batch differs)"
 
 
 @dataclass(frozen=True)
@@ -479,10 +465,14 @@ def regressions_above(rows: list[CellComparison], fail_above_pct: float,
         more = f" and {len(unjudgeable) - 5} more" if len(unjudgeable) > 5 else ""
         raise GateRefused(f"cannot gate with --fail-above: {len(unjudgeable)} cell(s) lack {MIN_REPEATS} repeats a "
                           f"side with some spread ({names}{more}); run both sides with --repeats {MIN_REPEATS} or more")
-    limit = 1 + fail_above_pct / 100
     gated = [r for r in rows if r.judged and r.test is not None]
-    adjusted = holm([r.test.p_above(limit) for r in gated])
-    return [r for r in rows if r.verdict == "only in A"] + [r for r, p in zip(gated, adjusted) if p < alpha]
+    above = judge.credibly_above([r.test for r in gated], 1 + fail_above_pct / 100, alpha)
+    return [r for r in rows if r.verdict == "only in A"] + [r for r, fails in zip(gated, above) if fails]
+
+
+def not_judged_busy(rows: list[CellComparison]) -> list[CellComparison]:
+    """Paired cells the gate cannot judge because a side has only busy rows (--fail-above's own exit code)."""
+    return [r for r in rows if r.paired and r.verdict.startswith(judge.NOT_JUDGED_BUSY)]
 
 
 def load_side(paths: list[Path]) -> loading.LoadedResults:

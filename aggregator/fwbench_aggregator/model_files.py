@@ -1,12 +1,13 @@
 """The report's "Your models" section: for each model file (`fwbench run --model`) and task, its backends ranked.
 
 A model file's rows (those with a model_sha256) are kept out of the published cells' tables (split) and shown here,
-one table per file, task kind, batch and settings: every backend that ran it, fastest first, each with its median
-ms/step and 95% interval (fwbench_aggregator.stats, as everywhere in the report), how many times slower than the
-fastest it is (a ratio of medians with its interval), and the first step (trace/compile) and build apart from the
-steps. Backends whose intervals overlap too much to be told apart (the Cumming & Finch rule of the noise warnings) are
-said to be so. Cells that did not run ok are listed with their status and the first line of their error. Busy rows
-are left out of the ranking unless --include-busy, as in the rest of the report.
+one table per file, task kind, batch and settings: every cell that ran it (one per backend, setting and environment:
+never pooled under one label), lowest median first, each with its median ms/step and 95% interval
+(fwbench_aggregator.stats, as everywhere in the report), its ratio to the fastest with the judge's interval, and the
+first step (trace/compile) and build apart from the steps. The judge (fwbench_aggregator.judge) names a winner only
+where the interval of each ratio excludes 1, else says which backends it cannot rank apart. Cells that did not run ok
+are listed with their status and the first line of their error. Busy rows never rank (--include-busy shows their
+numbers in the estimates).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pandas as pd
 from fwbench.core import registry
 from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import document as d
-from fwbench_aggregator import stats
+from fwbench_aggregator import judge, stats
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms
 from fwbench_aggregator.marks import BUSY_MARK
 
@@ -47,6 +48,7 @@ class Backend:
     estimate: stats.Estimate | None = None
     samples: list = field(default_factory=list)
     busy_only: bool = False
+    quiet_samples: list = field(default_factory=list)  # quiet ok rows only: what the judge ranks
 
     def first(self, column: str):
         ok = self.rows[self.rows["status"] == "ok"] if "status" in self.rows else self.rows
@@ -67,11 +69,19 @@ class ModelTable:
     batch: int
     identity: CellIdentity  # of its first row: preset and settings
     backends: list[Backend]
+    title_settings: str = ""  # the settings that tell this table from another of the same file, kind and batch
+
+    @property
+    def ranking(self) -> judge.Ranking | None:
+        """The judge's ranking of the backends with quiet rows (busy rows never decide)."""
+        return judge.rank({b.label: b.quiet_samples for b in self.backends if b.quiet_samples})
 
     @property
     def ranked(self) -> list[Backend]:
-        return sorted((b for b in self.backends if b.estimate is not None and not b.busy_only),
-                      key=lambda b: b.estimate.median)
+        """The backends with quiet rows in the judge's order (lowest median first)."""
+        ranking = self.ranking
+        by_label = {b.label: b for b in self.backends}
+        return [] if ranking is None else [by_label[label] for label in ranking.order]
 
 
 def backend_label(row: dict) -> str:
@@ -97,6 +107,8 @@ def table_key(row: dict) -> tuple:
 
 
 def tables(frame: pd.DataFrame, include_busy: bool = False) -> list[ModelTable]:
+    """One table per file, task, preset and settings; its backends are its cells, one per full identity and
+    environment (rows that differ in a setting or an environment fact are never pooled under one label)."""
     rows = frame[is_model_row(frame)]
     groups: dict[tuple, list[dict]] = {}
     for row in rows.to_dict("records"):
@@ -104,23 +116,75 @@ def tables(frame: pd.DataFrame, include_busy: bool = False) -> list[ModelTable]:
     found = []
     for (task, _, _), members in groups.items():
         first = members[0]
-        by_backend: dict[str, list[dict]] = {}
+        by_cell: dict[CellIdentity, list[dict]] = {}
         for row in members:
-            by_backend.setdefault(backend_label(row), []).append(row)
-        backends = [_backend(label, pd.DataFrame(group), include_busy) for label, group in by_backend.items()]
+            by_cell.setdefault(CellIdentity.of_row(row), []).append(row)
+        cells = []
+        for identity, cell_rows in by_cell.items():
+            ok = [r for r in cell_rows if r.get("status") == "ok"]
+            parts = judge.environment_parts(ok)
+            keys = [{judge.environment_key(ok[i]) for i in members_} for _, members_ in parts]
+            # A row that did not run ok joins the part of its environment, else the first part (nothing is dropped).
+            placed: list[list[dict]] = [[] for _ in parts]
+            for row in cell_rows:
+                key = judge.environment_key(row)
+                placed[next((k for k, part_keys in enumerate(keys) if key in part_keys), 0)].append(row)
+            cells += [(identity, environment, part) for (environment, _), part in zip(parts, placed)]
+        labels = _backend_labels(cells)
+        backends = [_backend(label, pd.DataFrame(part), include_busy) for label, (_, _, part) in zip(labels, cells)]
         parsed = registry.model_file_task(task)
         found.append(ModelTable(str(first.get("model") or parsed.model), str(first["model_sha256"]), parsed.kind,
                                 int(parsed.batch["tiny"]), CellIdentity.of_row(first), backends))
-    return sorted(found, key=lambda t: (t.model, t.sha256, t.kind != "fit", t.batch, t.identity.preset))
+    _title_settings(found)
+    return sorted(found, key=lambda t: (t.model, t.sha256, t.kind != "fit", t.batch, t.identity.preset,
+                                        t.title_settings))
+
+
+def _backend_labels(cells: list[tuple[CellIdentity, str, list[dict]]]) -> list[str]:
+    """backend_label, plus the settings of _SAME_TABLE that differ and the environment, where two cells would
+    otherwise share a label ('keras3-jax (XLA, jit=on)' beside 'keras3-jax (XLA)')."""
+    base = [backend_label(part[0]) for _, _, part in cells]
+    labels = []
+    for index, (identity, environment, _) in enumerate(cells):
+        label = base[index]
+        twins = [cells[i][0] for i in range(len(cells)) if base[i] == label and i != index]
+        if twins:
+            named = [f"{name}={describe_value(identity.setting(name))}" for name in _SAME_TABLE
+                     if any(t.setting(name) != identity.setting(name) for t in twins)]
+            named += [environment] if environment else []
+            label = label[:-1] + ", " + ", ".join(named) + ")" if named else label
+        labels.append(label)
+    return labels
+
+
+def describe_value(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def _title_settings(found: list[ModelTable]) -> None:
+    """Tables of one file, kind and batch that differ in a setting (devices, device, threads...) say which."""
+    by_title: dict[tuple, list[ModelTable]] = {}
+    for table in found:
+        by_title.setdefault((table.model, table.sha256, table.kind, table.batch), []).append(table)
+    for tables_ in by_title.values():
+        if len(tables_) < 2:
+            continue
+        settings = [dict(t.identity.settings) | {"preset": t.identity.preset} for t in tables_]
+        varying = [name for name in settings[0] if name not in _SAME_TABLE
+                   and len({str(s.get(name)) for s in settings}) > 1]
+        for table, values in zip(tables_, settings):
+            table.title_settings = ", ".join(f"{name}={describe_value(values[name])}" for name in varying)
 
 
 def _backend(label: str, rows: pd.DataFrame, include_busy: bool) -> Backend:
     backend = Backend(label, rows)
     ok = rows[rows["status"] == "ok"]
-    busy = ok["busy"].fillna(False).astype(bool) if "busy" in ok else pd.Series(False, index=ok.index)
-    chosen = ok if include_busy else ok[~busy]
+    quiet, _ = judge.quiet(ok)
+    chosen = ok if include_busy else quiet
     if chosen.empty and not ok.empty:  # only busy rows: shown, marked, never ranked
         chosen, backend.busy_only = ok, True
+    if not quiet.empty:
+        backend.quiet_samples = [stats.repeat_samples(s, m) for s, m in zip(quiet["step_ms"], quiet["ms_per_step"])]
     if not chosen.empty:
         backend.samples = [stats.repeat_samples(s, m) for s, m in zip(chosen["step_ms"], chosen["ms_per_step"])]
         backend.estimate = stats.estimate(backend.samples)
@@ -132,14 +196,14 @@ HEADERS = ["rank", "backend", "ms/step [95% CI]", "x fastest [95% CI]", "first s
 
 
 def table_rows(table: ModelTable) -> list[list[str]]:
+    ranking = table.ranking
     ranked = table.ranked
-    best = ranked[0] if ranked else None
     out = []
     for backend in ranked + [b for b in table.backends if b not in ranked]:
         est = backend.estimate
         if backend in ranked:
             rank = str(ranked.index(backend) + 1)
-            ratio = "fastest" if backend is best else _ratio(backend, best)
+            ratio = "fastest" if backend is ranked[0] else ranking.against_fastest[backend.label].text()
         else:
             rank, ratio = "—", "—"
         shown = "—" if est is None else fmt_estimate(est) + (f"\u00a0{BUSY_MARK}" if backend.busy_only else "")
@@ -150,28 +214,24 @@ def table_rows(table: ModelTable) -> list[list[str]]:
     return out
 
 
-def _ratio(backend: Backend, best: Backend) -> str:
-    ratio = stats.ratio_estimate(backend.samples, best.samples)
-    return f"x{ratio.ratio:.2f} [{ratio.low:.2f}–{ratio.high:.2f}]"
-
-
 def verdict(table: ModelTable) -> str:
-    """One sentence: the fastest backend, by how much, and which it cannot be told apart from."""
-    ranked = table.ranked
-    if not ranked:
+    """One sentence: the judge's winner and by how much, or the backends it cannot rank apart."""
+    ranking = table.ranking
+    if ranking is None:
         return "No backend ran ok" + (" on a quiet machine (busy rows only: see ⚠)." if any(
             b.busy_only for b in table.backends) else ".")
-    best = ranked[0]
-    if len(ranked) == 1:
-        return f"Only {best.label} ran ok: {fmt_ms(best.estimate.median)} ms/step; nothing to rank it against."
-    tied = [b.label for b in ranked[1:] if stats.cis_overlap_too_much(best.estimate, b.estimate)]
-    runner_up = ranked[1]
-    ratio = stats.ratio_estimate(runner_up.samples, best.samples)
-    text = (f"Fastest: {best.label} at {fmt_ms(best.estimate.median)} ms/step, x{ratio.ratio:.2f} "
-            f"[{ratio.low:.2f}–{ratio.high:.2f}] faster than the next, {runner_up.label}")
-    if tied:
-        text += f"; but its interval overlaps too much with {', '.join(tied)}'s to rank them apart"
-    return text + "."
+    by_label = {b.label: b for b in table.backends}
+    fastest = by_label[ranking.order[0]]
+    if len(ranking.order) == 1:
+        return f"Only {fastest.label} ran ok: {fmt_ms(fastest.estimate.median)} ms/step; nothing to rank it against."
+    if ranking.winner is not None:
+        runner_up = ranking.order[1]
+        return (f"Fastest: {fastest.label} at {fmt_ms(fastest.estimate.median)} ms/step, "
+                f"{ranking.against_fastest[runner_up].text()} faster than the next, {runner_up}.")
+    word = "Tie" if ranking.tied else "Cannot rank"
+    others = ", ".join(f"{label} {ranking.against_fastest[label].text()}" for label in ranking.not_ranked[1:])
+    return (f"{word}: {fastest.label} has the lowest median ({fmt_ms(fastest.estimate.median)} ms/step), but the "
+            f"interval of its ratio to {others} reaches across 1 ({ranking.against_fastest[ranking.not_ranked[1]].method}).")
 
 
 def _statuses(rows: pd.DataFrame) -> str:
@@ -237,13 +297,16 @@ def blocks(frame: pd.DataFrame, include_busy: bool = False) -> list:
         return []
     out = [d.Heading("Your models"),
            d.Paragraph("Model files run with `fwbench run --model` (docs/your-model.md), each on every backend that ran "
-                       "it: fastest first, median ms per step [95% CI] (" + stats.CI_METHOD + "), and how many times "
-                       "slower than the fastest each is (ratio of medians [95% CI]). The first step (trace and "
+                       "it: lowest median first, median ms per step [95% CI] (" + stats.CI_METHOD + "), and each one's "
+                       "ratio to the fastest with its 95% interval (fwbench's judge: Welch t on log repeat medians "
+                       "from 3 repeats a side, else the steps' bootstrap widened by an assumed process spread); a "
+                       "winner is named only where every such interval lies above 1. The first step (trace and "
                        "compile) and the build are apart, never in ms/step. Which backend is fastest depends on the "
                        "model, the task, the batch and the device: these numbers say it for this one.", "note")]
     for table in found:
         identity = table.identity
-        out.append(d.Heading(f"{table.model}: {table.kind}, batch {table.batch}", 3))
+        title = f"{table.model}: {table.kind}, batch {table.batch}"
+        out.append(d.Heading(f"{title} ({table.title_settings})" if table.title_settings else title, 3))
         out.append(d.Paragraph(
             f"File SHA-256 {table.sha256[:12]}…; preset {identity.preset} (steps and warm-up: "
             f"{identity.setting('steps')} timed after {identity.setting('warmup')}); precision "
@@ -257,7 +320,7 @@ def blocks(frame: pd.DataFrame, include_busy: bool = False) -> list:
                                    "note"))
         if any(b.busy_only for b in table.backends):
             out.append(d.Paragraph(f"{BUSY_MARK} only busy rows (something competed with the cell): shown, not "
-                                   "ranked; `fwbench aggregate --include-busy` ranks them.", "note"))
+                                   "ranked (busy rows never decide; `fwbench aggregate --include-busy` shows their numbers).", "note"))
         twins = twin_lines(table)
         if twins:
             out.append(d.BulletList(twins, "warning" if any("not the same" in t for t in twins) else "note"))

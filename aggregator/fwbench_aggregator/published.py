@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench.core import pins, registry
+from fwbench_aggregator import judge
 from fwbench_aggregator.summary import CellFacts, PresetSummary
 from fwbench_aggregator.variants import NATIVE_COMPILED, Variant
 
@@ -128,19 +129,42 @@ def ratios(summary: PresetSummary, published: dict, pin_set: str | None = None) 
 @dataclass(frozen=True)
 class RankRow:
     task: str
-    measured_order: list[Variant]
+    measured_order: list[Variant]  # lowest median first (the order shown: which pairs are ranked is `ranked_pairs`)
     published_order: list[Variant]
-    kendall_tau: float | None
+    kendall_tau: float | None  # None unless the judge ranks every pair (a tau over unranked pairs claims too much)
     settings: tuple = ()  # the like-for-like group the variants share (summary.PresetSummary.groups)
+    # (faster, slower) for each pair the judge can rank from the measured rows; only these are compared.
+    ranked_pairs: tuple[tuple[Variant, Variant], ...] = ()
 
     @property
-    def same(self) -> bool:
-        return self.measured_order == self.published_order
+    def disagreements(self) -> list[tuple[Variant, Variant]]:
+        """Ranked pairs whose published order is the other way."""
+        return [(fast, slow) for fast, slow in self.ranked_pairs
+                if self.published_order.index(fast) > self.published_order.index(slow)]
+
+    @property
+    def same(self) -> bool | None:
+        """True when every ranked pair is in the published order, False when one is not, None with no ranked
+        pair (nothing measured supports an order)."""
+        if not self.ranked_pairs:
+            return None
+        return not self.disagreements
+
+    def same_text(self) -> str:
+        pairs = len(self.measured_order) * (len(self.measured_order) - 1) // 2
+        if self.same is None:
+            return f"cannot rank (no pair of {pairs} ranked)"
+        ranked = f"{len(self.ranked_pairs)} of {pairs} pair(s) ranked"
+        if self.same:
+            return f"yes ({ranked})"
+        wrong = ", ".join(f"{fast.label} < {slow.label}" for fast, slow in self.disagreements)
+        return f"no: {wrong} measured, published the other way ({ranked})"
 
 
 def rankings(summary: PresetSummary, published: dict, pin_set: str | None = None) -> list[RankRow]:
     """Rank order per task and like-for-like group over the variants both sides have, of one pin set (default:
-    compared_pin_set) (the only fair comparison across sizes)."""
+    compared_pin_set) (the only fair comparison across sizes). Only the pairs the judge ranks from the measured
+    rows are set against the published order."""
     from scipy.stats import kendalltau  # lazy: scipy is slow to import
 
     pin_set = pin_set or compared_pin_set(summary)
@@ -150,9 +174,12 @@ def rankings(summary: PresetSummary, published: dict, pin_set: str | None = None
                   if (task, v.published) in published and _compared(summary, task, v, pin_set)]
         if len(common) < 2:
             continue
+        pairs = judge.ordered_pairs({v: summary.quiet_samples[(task, v)] for v in common})
         published_order = sorted(common, key=lambda v: published[(task, v.published)].ms_per_step)
-        measured_ranks = list(range(len(common)))
-        published_ranks = [published_order.index(v) for v in common]
-        tau = float(kendalltau(measured_ranks, published_ranks).statistic)
-        out.append(RankRow(task, common, published_order, tau, settings))
+        tau = None
+        if len(pairs) == len(common) * (len(common) - 1) // 2:
+            measured_ranks = list(range(len(common)))
+            published_ranks = [published_order.index(v) for v in common]
+            tau = float(kendalltau(measured_ranks, published_ranks).statistic)
+        out.append(RankRow(task, common, published_order, tau, settings, tuple(pairs)))
     return out

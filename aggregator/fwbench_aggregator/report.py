@@ -6,11 +6,11 @@ import datetime as dt
 from pathlib import Path
 
 from fwbench.core import pins, registry
-from fwbench.core.schema import SCHEMA_VERSION, STATUSES
+from fwbench.core.schema import STATUSES
 
 from fwbench_aggregator import document as d
 from fwbench_aggregator import physics_section, plots, provenance, published, scaling, stability, stability_runs, stats
-from fwbench_aggregator import model_files, sweep, what_ran
+from fwbench_aggregator import judge, model_files, sweep, what_ran
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator.loading import LoadedResults
 from fwbench_aggregator.marks import BUSY_MARK, CONCURRENT_MARK
@@ -42,17 +42,31 @@ def _group_name(task: str, settings: tuple) -> str:
 
 
 def _keras3_best_cell(summary: PresetSummary, task: str) -> str:
-    """'21.0 (jax)': the Keras 3 best of each like-for-like group (its settings too when there are several); 'tie'
-    with the candidates where their intervals cannot rank them; and a faster cell left out as busy, named."""
+    """'21.0 (jax), x1.32 [1.10–1.58] faster than torch': the Keras 3 best of each like-for-like group (its settings
+    too when there are several) as the judge ranks it, with its ratio to the runner-up; 'cannot rank' (or 'tie') with
+    the candidates the judge cannot rank it above; and a faster cell left out as busy, named."""
     groups = summary.keras3_groups(task) or [settings for settings in summary.groups(task)
                                              if summary.keras3_left_out_busy(task, settings)]
     cells = []
     for settings in groups:
         text = Variant("", "", settings).settings_text if len(groups) > 1 else ""
-        tied = summary.keras3_tied(task, settings)
-        named = ", ".join(f"{fmt_ms(estimate.median)} ({', '.join(filter(None, [_backend(variant), text]))})"
-                          for variant, estimate in tied)
-        cell = (f"tie: {named}" if len(tied) > 1 else named) or "—"
+        ranking = summary.keras3_ranking(task, settings)
+
+        def named(variant: Variant) -> str:
+            estimate = summary.estimates[(task, variant)]
+            return f"{fmt_ms(estimate.median)} ({', '.join(filter(None, [_backend(variant), text]))})"
+
+        if ranking is None:
+            cell = "—"
+        elif ranking.winner is not None and len(ranking.order) > 1:
+            runner_up = ranking.order[1]
+            cell = (f"{named(ranking.winner)}, {ranking.against_fastest[runner_up].text()} faster than "
+                    f"{_backend(runner_up)}")
+        elif ranking.winner is not None:
+            cell = named(ranking.winner)
+        else:
+            word = "tie" if ranking.tied else "cannot rank"
+            cell = f"{word}: " + ", ".join(named(v) for v in ranking.not_ranked)
         busy = summary.keras3_left_out_busy(task, settings)
         if busy:  # a faster number measured only busy: the winner named may not be the winner
             cell += f"; {BUSY_MARK} left out: " + ", ".join(
@@ -226,11 +240,13 @@ def _published_section(summary: PresetSummary, reference: dict) -> list:
         css_class="text"))
     ranks = published.rankings(summary, reference, pin_set)
     if ranks:
-        blocks += [d.Paragraph("Rank order per task (fastest first), measured and published:"),
+        blocks += [d.Paragraph("Rank order per task, measured (lowest median first) and published; 'same order' sets "
+                               "only the pairs the judge ranks from the measured rows (the interval of their ratio "
+                               "excludes 1) against the published order; Kendall tau only when every pair is ranked."),
                    d.Table(["task", "measured order (fastest first)", "published order", "same order",
                             "Kendall tau"],
                            [[_group_name(r.task, r.settings), " < ".join(v.label for v in r.measured_order),
-                             " < ".join(v.label for v in r.published_order), "yes" if r.same else "no",
+                             " < ".join(v.label for v in r.published_order), r.same_text(),
                              "—" if r.kendall_tau is None else f"{r.kendall_tau:+.2f}"] for r in ranks],
                            css_class="text")]
     return blocks
@@ -320,9 +336,9 @@ def _busy_section(frame, include_busy: bool) -> list:
     busy = frame[is_busy(frame) & (frame["status"] == "ok")]
     if busy.empty:
         return []
-    what = ("They are included in the tables (--include-busy)." if include_busy else
-            f"Cells with only busy rows show their numbers marked {BUSY_MARK}, left out of rankings, speed-ups and "
-            "plots; `fwbench aggregate --include-busy` counts them as usual.")
+    what = ("They are included in the tables' numbers (--include-busy), never in a ranking or verdict." if include_busy
+            else f"Cells with only busy rows show their numbers marked {BUSY_MARK}, left out of rankings, speed-ups and "
+            "plots; `fwbench aggregate --include-busy` counts them in the tables' numbers (never in a verdict).")
     lines = [f"{row['cell_id']} repeat {int(row['repeat'])}: {row.get('busy_reasons') or 'busy'}"
              for _, row in busy.sort_values(["cell_id", "repeat"]).iterrows()]
     return [d.Heading("Busy rows"),
@@ -368,10 +384,13 @@ def build_document(loaded: LoadedResults, report_dir: Path,
     doc = d.Document("fwbench report")
     doc.add(*what_ran.block(frame))
     doc.add(d.Paragraph(
-        f"{len(frame)} rows from {loaded.files_read} result files (schema v{SCHEMA_VERSION}); generated "
+        f"{len(frame)} rows from {loaded.files_read} result files ({what_ran.schema_versions(frame)}); generated "
         f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Merged rows: merged.parquet."),
-        d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Ranking warnings use the Cumming & Finch rule: "
-                    "CIs overlapping by more than half the average margin of error cannot be ranked.", "note"))
+        d.Paragraph(f"Confidence intervals: {stats.CI_METHOD}. Rankings, ties and every winner come from fwbench's "
+                    f"judge: one cell is faster than another only when the 95% interval of their ratio excludes 1 "
+                    f"({judge.METHOD_REPEATS} with {judge.MIN_REPEATS}+ repeats a side, else the steps' bootstrap "
+                    f"widened by an assumed process-to-process spread of {judge.PROCESS_SPREAD_PRIOR:g} log sd); busy "
+                    "rows never decide.", "note"))
     doc.add(*_concurrent_summary(frame))
     doc.add(*_headline_note(frame, summaries))
     if loaded.skipped:

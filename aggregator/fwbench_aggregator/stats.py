@@ -113,16 +113,3 @@ def fmt_ms(value: float) -> str:
 def fmt_estimate(est: Estimate) -> str:
     """'median [low–high]': how the report's tables write an estimate."""
     return f"{fmt_ms(est.median)} [{fmt_ms(est.low)}–{fmt_ms(est.high)}]"
-
-
-def cis_overlap_too_much(a: Estimate, b: Estimate) -> bool:
-    """True if two CIs overlap by more than half the average margin of error.
-
-    Rule of thumb from Cumming & Finch (2005): for 95% CIs of independent estimates, an overlap of about
-    half the average margin of error corresponds to p ~ 0.05; more overlap means the order is not reliable.
-    """
-    overlap = min(a.high, b.high) - max(a.low, b.low)
-    if overlap <= 0:
-        return False
-    margin = (a.half_width + b.half_width) / 2
-    return margin == 0 or overlap > 0.5 * margin

@@ -15,6 +15,7 @@ import pandas as pd
 
 from fwbench.core.identity import CellIdentity, differing_settings, held_equal, off_headline
 from fwbench.core.schema import STATUSES
+from fwbench_aggregator import judge
 from fwbench_aggregator import precision as precision_axis
 from fwbench_aggregator import stats
 from fwbench_aggregator.variants import (KERAS2, NATIVE_COMPILED, NATIVE_EAGER, Variant, assign_variants, identities,
@@ -109,6 +110,8 @@ class PresetSummary:
     # where a like-for-like cell is missing, so the reader knows where the number went.
     elsewhere: dict[tuple[str, tuple[str, str]], list[str]] = field(default_factory=dict)
     costs: dict[tuple[str, Variant], CellCosts] = field(default_factory=dict)
+    # Per cell: the per-repeat samples of its quiet ok rows, whatever --include-busy shows: what verdicts use.
+    quiet_samples: dict[tuple[str, Variant], list] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -127,28 +130,27 @@ class PresetSummary:
         in_order = sorted(by_identity.values(), key=lambda g: (len(g[0].settings), tuple(map(str, g[0].settings))))
         return {group[0].settings: group for group in in_order}
 
-    def keras3_best(self, task: str, settings: tuple = ()) -> tuple[Variant, stats.Estimate] | None:
-        """Fastest Keras 3 backend for the task (lowest median) in one like-for-like group, as the published 'best'
-        column."""
-        candidates = [(v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
-                      if v.is_keras3 and (task, v) in self.estimates]
-        return min(candidates, key=lambda item: item[1].median) if candidates else None
+    def keras3_ranking(self, task: str, settings: tuple = ()) -> judge.Ranking | None:
+        """The judge's ranking of the group's Keras 3 cells with quiet rows (busy rows never decide)."""
+        return self.ranking(task, settings, keras3_only=True)
 
-    def keras3_tied(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
-        """The Keras 3 candidates the best cannot be ranked above (Cumming & Finch: intervals overlapping by more
-        than half the average margin), best first; one entry when the best stands alone."""
-        candidates = sorted(((v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
-                             if v.is_keras3 and (task, v) in self.estimates), key=lambda item: item[1].median)
-        if not candidates:
-            return []
-        return [candidates[0]] + [c for c in candidates[1:] if stats.cis_overlap_too_much(candidates[0][1], c[1])]
+    def ranking(self, task: str, settings: tuple = (), *, keras3_only: bool = False) -> judge.Ranking | None:
+        """The judge's ranking of one like-for-like group's cells, from their quiet rows only."""
+        return judge.rank({v: self.quiet_samples[(task, v)] for v in self.groups(task).get(settings, ())
+                           if (task, v) in self.quiet_samples and (v.is_keras3 or not keras3_only)})
+
+    def keras3_best(self, task: str, settings: tuple = ()) -> tuple[Variant, stats.Estimate] | None:
+        """The Keras 3 cell with the lowest median of its quiet rows in one like-for-like group, as the published
+        'best' column (whether the judge can rank it first: keras3_ranking)."""
+        ranking = self.keras3_ranking(task, settings)
+        return None if ranking is None else (ranking.order[0], self.estimates[(task, ranking.order[0])])
 
     def keras3_left_out_busy(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
         """Keras 3 cells of the group measured only busy whose number is below the best's: they might have won."""
         best = self.keras3_best(task, settings)
         return [(v, self.busy_estimates[(task, v)]) for v in self.groups(task).get(settings, ())
                 if v.is_keras3 and (task, v) in self.busy_estimates
-                and (best is None or self.busy_estimates[(task, v)].median < best[1].median)]
+                and judge.busy_might_have_won(self.busy_estimates[(task, v)], None if best is None else best[1])]
 
     def keras3_groups(self, task: str) -> list[tuple]:
         """The settings of the task's groups that have a Keras 3 best."""
@@ -167,10 +169,10 @@ class PresetSummary:
         return speedup_percent(baseline.median, best[1].median)
 
     def ranked(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
-        """One like-for-like group's variants with an estimate, fastest first."""
-        present = [(v, self.estimates[(task, v)]) for v in self.groups(task).get(settings, ())
-                   if (task, v) in self.estimates]
-        return sorted(present, key=lambda item: item[1].median)
+        """One like-for-like group's variants with quiet rows, in the judge's order (lowest median first; which of
+        them it can tell apart: ranking)."""
+        ranking = self.ranking(task, settings)
+        return [] if ranking is None else [(v, self.estimates[(task, v)]) for v in ranking.order]
 
     def status_word(self, task: str, variant: Variant) -> str:
         status = self.statuses.get((task, variant))
@@ -208,7 +210,7 @@ def speedup_percent(baseline_ms: float, candidate_ms: float) -> float:
 
 
 def is_busy(frame: pd.DataFrame) -> pd.Series:
-    return frame["busy"].fillna(False).astype(bool) if "busy" in frame else pd.Series(False, index=frame.index)
+    return judge.busy_mask(frame)
 
 
 def ran_concurrently(frame: pd.DataFrame) -> pd.Series:
@@ -255,6 +257,7 @@ def _elsewhere(off: pd.DataFrame) -> dict[tuple[str, str], dict[tuple[str, tuple
 
 def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool, elsewhere: dict) -> PresetSummary:
     estimates, statuses, batches, facts, busy_estimates, samples, dtypes, costs = {}, {}, {}, {}, {}, {}, {}, {}
+    quiet_samples = {}
     cell_identities = {}
     for (task, variant), cell in rows.groupby(["task", "_variant"], dropna=False, sort=False):
         cell_identities[(task, variant)] = cell["_identity"].iloc[0]
@@ -268,6 +271,8 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
         ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
         status.concurrent = int(ran_concurrently(ok).sum())
         batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
+        if (~busy & (cell["status"] == "ok")).any():
+            quiet_samples[(task, variant)] = _samples(cell[~busy & (cell["status"] == "ok")])
         if len(ok):
             samples[(task, variant)] = _samples(ok)
             estimates[(task, variant)] = stats.estimate(samples[(task, variant)])
@@ -283,7 +288,7 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
         variants=ordered(v for _, v in statuses),
         estimates=estimates, statuses=statuses, batch_sizes=batches, facts=facts,
         busy_estimates=busy_estimates, precision=precision, samples=samples, dtypes=dtypes,
-        identities=cell_identities, elsewhere=elsewhere, costs=costs)
+        identities=cell_identities, elsewhere=elsewhere, costs=costs, quiet_samples=quiet_samples)
 
 
 def _samples(ok: pd.DataFrame) -> list:
@@ -308,15 +313,17 @@ def _preset_order(presets) -> list[str]:
 
 
 def noise_warnings(summary: PresetSummary) -> list[str]:
-    """Neighbours in each task's ranking (of each like-for-like group) whose CIs overlap too much to say which is
-    faster."""
+    """Neighbours in each like-for-like group's order that the judge cannot rank: a tie, or an interval of their
+    ratio that reaches across 1."""
     warnings = []
     for task, settings in ((t, s) for t in summary.tasks for s in summary.groups(t)):
-        ranked = summary.ranked(task, settings)
-        for (fast_v, fast), (slow_v, slow) in zip(ranked, ranked[1:]):
-            if stats.cis_overlap_too_much(fast, slow):
+        order = [v for v, _ in summary.ranked(task, settings)]
+        for fast_v, slow_v in zip(order, order[1:]):
+            ratio = judge.ratio(summary.quiet_samples[(task, fast_v)], summary.quiet_samples[(task, slow_v)])
+            if ratio.word != judge.FASTER:
+                fast, slow = summary.estimates[(task, fast_v)], summary.estimates[(task, slow_v)]
                 warnings.append(
                     f"{task}: cannot rank {fast_v.label} ({fast.median:.3g} ms, CI {fast.low:.3g}-{fast.high:.3g}) "
-                    f"vs {slow_v.label} ({slow.median:.3g} ms, CI {slow.low:.3g}-{slow.high:.3g}): "
-                    "CIs overlap too much")
+                    f"vs {slow_v.label} ({slow.median:.3g} ms, CI {slow.low:.3g}-{slow.high:.3g}): ratio "
+                    f"{ratio.text()} ({ratio.word}; {ratio.method})")
     return warnings

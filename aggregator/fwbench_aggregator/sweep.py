@@ -13,7 +13,7 @@ cells of that step), with an equivalence test beside it:
                              interval that straddles the tolerance. The ratio and its interval are still shown.
 
 The rule is `step_verdict` (one place: the report, `fwbench bisect` and benchmarks/verdict_error_rates.py use it);
-bisect calls `judge` at alpha split over its repeated looks (fwbench.engines.sweep.look_level).
+bisect calls `judge` at alpha split over its repeated looks (fwbench_aggregator.bisect.look_level).
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from fwbench.core import sweep as sweeps_core
 from fwbench.core.identity import SECTION_AXES, CellIdentity, held_equal
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import document as d
-from fwbench_aggregator import stats
+from fwbench_aggregator import judge, stats
 from fwbench_aggregator.loading import LoadedResults
 
 DEFAULT_TOLERANCE_PCT = cmp.DEFAULT_MIN_EFFECT_PCT
-EQUIVALENT, FASTER, SLOWER, INCONCLUSIVE = "equivalent", "faster", "slower", "inconclusive"
+EQUIVALENT, FASTER, SLOWER, INCONCLUSIVE = judge.EQUIVALENT, judge.FASTER, judge.SLOWER, judge.INCONCLUSIVE
+# The step rule is the judge's; these names stay importable from here for the benchmarks and tests.
+from fwbench_aggregator.judge import equivalence_p, step_verdict  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -114,24 +116,6 @@ def judge(a: LoadedResults, b: LoadedResults, tolerance_pct: float = DEFAULT_TOL
         verdicts.append(StepVerdict(cell_of(r.identity), before, after, r.ratio, r.ratio_low, r.ratio_high,
                                     verdict, detail, r.method, tolerance_pct))
     return verdicts
-
-
-def equivalence_p(test: cmp.LogRatioTest, tolerance_pct: float) -> float:
-    """p of "B/A is outside [1/(1+T), 1+T]": the larger of the two one-sided tests of the same Welch t (TOST)."""
-    upper, lower = 1 + tolerance_pct / 100, 1 / (1 + tolerance_pct / 100)
-    return max(test.p_below(upper), test.p_above(lower))
-
-
-def step_verdict(ratio: float, p_change: float | None, p_equivalent: float | None, tolerance_pct: float,
-                 alpha: float) -> str:
-    """A step's verdict from its p-values (Holm-adjusted over the cells of the step; for one cell, as they are):
-    compare's slower/faster (p_change < alpha and the change at least the tolerance), else equivalent within it
-    (p_equivalent < alpha), else inconclusive. One rule for the sweep report, bisect and the benchmark."""
-    if p_change is not None and p_change < alpha and abs(ratio - 1) * 100 >= tolerance_pct:
-        return SLOWER if ratio > 1 else FASTER
-    if p_equivalent is not None and p_equivalent < alpha:
-        return EQUIVALENT
-    return INCONCLUSIVE
 
 
 @dataclass

@@ -15,6 +15,7 @@ import pandas as pd
 
 from fwbench.core import registry
 from fwbench.core.identity import CellIdentity, describe, differing_settings
+from fwbench_aggregator import judge
 
 # Published column order (the stack definitions' report order), then native PyTorch eager and compiled.
 _STACK_ORDER = registry.REPORT_ORDER
@@ -37,6 +38,9 @@ class Variant:
     stack: str
     compile_mode: str
     settings: tuple[tuple[str, Any], ...] = ()  # the named identity settings (see module doc)
+    # Set only where one cell identity's rows ran in several environments (library versions, compile-cache state:
+    # fwbench_aggregator.judge.environment_parts): what differs, so each part is a column of its own, never pooled.
+    environment: str = ""
 
     @property
     def settings_text(self) -> str:
@@ -46,7 +50,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return f"{self.stack} [{', '.join(filter(None, [self.compile_mode, self.settings_text]))}]"
+        label = f"{self.stack} [{', '.join(filter(None, [self.compile_mode, self.settings_text]))}]"
+        return f"{label} ({self.environment})" if self.environment else label
 
     @property
     def key(self) -> tuple[str, str]:
@@ -66,7 +71,8 @@ class Variant:
         stack_rank = _STACK_ORDER.index(self.stack) if self.stack in _STACK_ORDER else len(_STACK_ORDER)
         mode_rank = (_NATIVE_COMPILE_ORDER.index(self.compile_mode)
                      if self.compile_mode in _NATIVE_COMPILE_ORDER else len(_NATIVE_COMPILE_ORDER))
-        return (stack_rank, self.stack, mode_rank, self.compile_mode, tuple(map(str, self.settings)))
+        return (stack_rank, self.stack, mode_rank, self.compile_mode, tuple(map(str, self.settings)),
+                self.environment)
 
 
 def identities(frame: pd.DataFrame) -> list[CellIdentity]:
@@ -89,11 +95,34 @@ def assign_variants(frame: pd.DataFrame, unnamed: tuple[str, ...] = ()) -> pd.Da
             if len({i.settings[index][1] for i in rows["_identity"]}) > 1:
                 names.add(name)
         varying[str(preset)] = names
-    for identity in ids:
+    environments = _environment_labels(frame, ids)
+    for index, identity in enumerate(ids):
         shown = tuple((name, value) for name, value in differing_settings(identity, varying.get(identity.preset, set()))
                       if name not in unnamed)
-        variants.append(Variant(identity.stack, identity.compile_mode, shown))
+        variants.append(Variant(identity.stack, identity.compile_mode, shown, environments.get(index, "")))
     return frame.assign(_variant=variants)
+
+
+def _environment_labels(frame: pd.DataFrame, ids: list[CellIdentity]) -> dict[int, str]:
+    """Row position -> its environment part's label, for the identities whose ok rows ran in more than one
+    environment (judge.environment_parts). A row that did not run ok joins the part of its own environment, or
+    stays unlabelled when no ok row shares it."""
+    records = frame.to_dict("records")
+    by_identity: dict[CellIdentity, list[int]] = {}
+    for index, identity in enumerate(ids):
+        by_identity.setdefault(identity, []).append(index)
+    labels: dict[int, str] = {}
+    for positions in by_identity.values():
+        ok = [i for i in positions if records[i].get("status") == "ok"]
+        parts = judge.environment_parts([records[i] for i in ok])
+        if len(parts) < 2:
+            continue
+        label_of_key = {judge.environment_key(records[ok[members[0]]]): label for label, members in parts}
+        for i in positions:
+            label = label_of_key.get(judge.environment_key(records[i]))
+            if label:
+                labels[i] = label
+    return labels
 
 
 def ordered(variants) -> list[Variant]:

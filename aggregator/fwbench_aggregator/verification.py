@@ -20,7 +20,9 @@ identical repeats on both sides (no spread), the cell is inconclusive and says w
 On a different device: the ratio only, "not comparable". A published cell whose re-run did not end ok, or
 read other inputs, is "not reproduced". Every verdict but "reproduced" fails the verification (inconclusive
 only may be allowed, and is still reported). Busy rows (another process or cell competed while they were timed)
-only slow a cell: "slower" with a busy re-run, or "faster" with a busy published side, becomes inconclusive.
+decide nothing (fwbench_aggregator.judge's one policy): each side is judged from its quiet rows only, a side with no
+quiet row is "not judged: busy" (inconclusive), and the rows left out are named.
+The rule itself (`Rule`, `judge_arrays`, `decidable_by`) is the judge's (fwbench_aggregator.judge).
 Writes verification.md, verification.html and verification.parquet.
 
 The pure core (`Rule`, `judge_arrays`, `look_schedule`, `decidable_by`, `with_added_repeats`) takes no rows: the benchmark and
@@ -42,15 +44,17 @@ import pyarrow as pa
 
 from fwbench.core.atomic import write_atomically
 from fwbench.core.identity import CellIdentity
-from fwbench_aggregator import compare, loading
+from fwbench_aggregator import compare, judge, loading
 
 ANY_DEVICE = "(any device)"
-DEFAULT_TOLERANCE_PCT = 10.0
-DEFAULT_ALPHA = 0.05  # per side of each cell's TOST; family-wise for slower/faster claims
+DEFAULT_TOLERANCE_PCT = judge.VERIFY_TOLERANCE_PCT
+DEFAULT_ALPHA = judge.VERIFY_ALPHA
 DEFAULT_MAX_REPEATS = 15  # re-run repeats a cell may get when it is inconclusive (verify --max-repeats)
 EQUIVALENCE_CONFIDENCE = 0.90  # TOST at 5% per side, with one look
-REPRODUCED, SLOWER, FASTER, NOT_COMPARABLE = "reproduced", "slower", "faster", "not comparable"
-NOT_REPRODUCED, INCONCLUSIVE = "not reproduced", "inconclusive"
+# verify's rule is the judge's; these names stay importable from here for the benchmarks and tests.
+from fwbench_aggregator.judge import (FASTER, INCONCLUSIVE, REPRODUCED, SLOWER, Rule, decidable_by,  # noqa: E402
+                                      judge_arrays)
+NOT_COMPARABLE, NOT_REPRODUCED = "not comparable", "not reproduced"
 VERDICTS = (REPRODUCED, SLOWER, FASTER, INCONCLUSIVE, NOT_COMPARABLE, NOT_REPRODUCED)
 
 
@@ -82,71 +86,12 @@ class VerifiedCell:
 REPORT_COLUMNS = [name for name in VerifiedCell.__dataclass_fields__ if name not in ("resolvable", "identity")]
 
 
-@dataclass(frozen=True)
-class Rule:
-    """verify's levels for m judged cells and L looks a cell may get (see the module doc)."""
-    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-    alpha: float = DEFAULT_ALPHA
-    cells: int = 1  # m
-    looks: int = 1  # L
-
-    @property
-    def tost_confidence(self) -> float:
-        """Two-sided confidence of the TOST interval: alpha / L per side."""
-        return 1 - 2 * self.alpha / self.looks
-
-    @property
-    def claim_level(self) -> float:
-        """The one-sided level of each slower/faster test: alpha over 2 sides x m cells x L looks."""
-        return self.alpha / (2 * max(1, self.cells) * self.looks)
-
-    def describe(self) -> str:
-        return (f"slower/faster need one-sided p < {self.claim_level:.2g} (alpha {self.alpha:g} over 2 sides x "
-                f"{self.cells} cell(s) x {self.looks} look(s))")
-
-
-def judge_arrays(log_ratio, se, dof, rule: Rule):
-    """Vectorised verdicts of cells from their Welch tests (log of re-run/published, its standard error, df):
-    (verdicts, low, high, p_slower, p_faster), the interval at rule.tost_confidence."""
-    from scipy import stats as sps
-
-    log_ratio, se, dof = (np.asarray(x, dtype=float) for x in (log_ratio, se, dof))
-    half = sps.t.ppf(0.5 + rule.tost_confidence / 2, dof) * se
-    low, high = np.exp(log_ratio - half), np.exp(log_ratio + half)
-    upper, lower = math.log(1 + rule.tolerance_pct / 100), math.log(1 - rule.tolerance_pct / 100)
-    p_slower = sps.t.sf((log_ratio - upper) / se, dof)
-    p_faster = sps.t.cdf((log_ratio - lower) / se, dof)
-    verdicts = np.full(log_ratio.shape, INCONCLUSIVE, dtype=object)
-    verdicts[(low >= 1 - rule.tolerance_pct / 100) & (high <= 1 + rule.tolerance_pct / 100)] = REPRODUCED
-    verdicts[p_slower < rule.claim_level] = SLOWER
-    verdicts[p_faster < rule.claim_level] = FASTER
-    return verdicts, low, high, p_slower, p_faster
-
-
 def look_schedule(initial: int, max_repeats: int) -> list[int]:
     """The re-run repeat counts at which a cell is judged: the first pass, then batches of `initial` added
     repeats up to `max_repeats` (5, 10, 15 for the defaults). Its length is L, the looks a cell may get."""
     if max_repeats <= initial:
         return [initial]
     return list(range(initial, max_repeats, initial)) + [max_repeats]
-
-
-def decidable_by(published, rerun, cap: int, rule: Rule):
-    """Whether re-run repeats up to `cap` could still decide inconclusive cells (vectorised; each side as
-    compare.capped_welch's (mean, variance, count) of log repeat medians). Not when, at the cap and the spread
-    measured so far, the interval at the rule's level would be wider than the tolerance band even centred in it,
-    while the estimate lies inside the band (no slower/faster claim in view): the published side's own spread
-    sets that width's floor, and re-runs cannot lower it. Saying no only spends fewer re-runs: the levels are
-    fixed by the schedule, so the error rates hold either way."""
-    from scipy import stats as sps
-
-    mean_b, var_b, n_b = (np.asarray(x, dtype=float) for x in rerun)
-    log_ratio = mean_b - np.asarray(published[0], dtype=float)
-    _, se, dof = compare.capped_welch(published, (mean_b, var_b, np.maximum(n_b, cap)))
-    half = sps.t.ppf(0.5 + rule.tost_confidence / 2, dof) * se
-    upper, lower = math.log(1 + rule.tolerance_pct / 100), math.log(1 - rule.tolerance_pct / 100)
-    hopeless = (half >= (upper - lower) / 2) & (log_ratio >= lower) & (log_ratio <= upper)
-    return ~hopeless
 
 
 def with_added_repeats(judge: Callable[[], list], add: Callable[[dict[Hashable, int]], None], schedule: list[int],
@@ -221,7 +166,7 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
         _judge(cell, row, rule, max_rerun_repeats)
     for cell in cells:
         cell.fails = cell.verdict != REPRODUCED and not (cell.verdict == INCONCLUSIVE and allow_inconclusive)
-        if fail_above_pct is not None and cell.ratio_low is not None and cell.ratio_low > 1 + fail_above_pct / 100:
+        if fail_above_pct is not None and judge.interval_above(cell.ratio_low, 1 + fail_above_pct / 100):
             cell.fails = True
     return cells
 
@@ -230,6 +175,10 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
     """TOST against [1 - tolerance, 1 + tolerance], family-wise one-sided tests for slower/faster (module doc)."""
     n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
     tolerance = f"tolerance ±{rule.tolerance_pct:g}%"
+    if row.not_judged:  # a side with only busy rows, or rows of several environments: it decides nothing
+        cell.verdict, cell.detail = INCONCLUSIVE, row.not_judged
+        cell.resolvable = not row.a.not_judged  # more re-runs can help only the re-run side
+        return
     if min(n_pub, n_rerun) < compare.MIN_REPEATS:
         cell.verdict = INCONCLUSIVE
         cell.detail = (f"needs {compare.MIN_REPEATS} repeats a side; published has {n_pub}, re-run has {n_rerun} "
@@ -252,12 +201,7 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
         cell.detail += f"; one-sided p {p:.2g}: {rule.describe()}"
     elif cell.verdict == INCONCLUSIVE:
         cell.resolvable = True
-        if low > 1 + rule.tolerance_pct / 100 or high < 1 - rule.tolerance_pct / 100:
-            p = p_slower if low > 1 else p_faster
-            cell.detail += (f": beyond the tolerance as measured, but one-sided p {p:.2g} is not enough: "
-                            f"{rule.describe()} (more repeats needed)")
-        else:
-            cell.detail += ": the interval straddles a tolerance bound (more repeats or a quieter machine needed)"
+        cell.detail += judge.inconclusive_reason(low, high, p_slower, p_faster, rule)
         if cap is not None and n_rerun < cap:
             if not decidable_by(compare.log_moments(row.a.repeat_medians), compare.log_moments(row.b.repeat_medians),
                                 cap, rule):
@@ -265,24 +209,13 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
                 cell.detail += (f"; not re-run further: even {cap} re-run repeats would leave the interval wider "
                                 f"than the tolerance at the published side's spread (the publisher needs more repeats"
                                 f" or a quieter machine)")
-    _discount_busy(cell, row.a.busy, row.b.busy)
+    _note_busy(cell, row.a.busy, row.b.busy)
 
 
-def _discount_busy(cell: VerifiedCell, published_busy: int, rerun_busy: int) -> None:
-    """Load only slows a cell, so a busy side can explain a difference in one direction: "slower" stands only if
-    no re-run row was busy, "faster" only if no published row was. Otherwise the cell is inconclusive (it still
-    fails) and says a quiet re-run is needed. "reproduced" stands, noted: it held despite the load."""
-    if not (published_busy or rerun_busy):
-        return
-    busy = (f"busy rows: published {published_busy} of {cell.published_repeats}, "
-            f"re-run {rerun_busy} of {cell.rerun_repeats}")
-    if (cell.verdict == SLOWER and rerun_busy) or (cell.verdict == FASTER and published_busy):
-        cell.detail += (f"; {cell.verdict} as measured, but on a busy machine ({busy}), which slows cells by itself:"
-                        " not judged, a re-run on a quiet machine is needed")
-        cell.verdict = INCONCLUSIVE
-        cell.resolvable = False  # the busy rows stay: more repeats cannot clear them
-    else:
-        cell.detail += f"; {busy}"
+def _note_busy(cell: VerifiedCell, published_busy: int, rerun_busy: int) -> None:
+    """Busy rows decide nothing (the judge's policy): the verdict came from the quiet rows; say what was left out."""
+    if published_busy or rerun_busy:
+        cell.detail += f"; busy rows left out: published {published_busy}, re-run {rerun_busy}"
 
 
 def outcome(cells: list[VerifiedCell]) -> tuple[int, list[str]]:

@@ -1,5 +1,5 @@
 """`fwbench sweep` (cells at several versions of one package, or at several dates) and `fwbench bisect` (the first
-release at which a cell changed). See fwbench.engines.sweep and docs/versions.md."""
+release at which a cell changed). See fwbench.engines.sweep (the points), fwbench_aggregator.bisect (the search) and docs/versions.md."""
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ def register(app: typer.Typer) -> None:
         tolerance: a binary search, each tested point its own environment, 3+ repeats each."""
         from fwbench_aggregator import loading
         from fwbench_aggregator import sweep as report_sweep
-        from fwbench.engines.sweep import bisect, run_point
+        from fwbench.engines.sweep import run_point
+        from fwbench_aggregator.bisect import bisect
 
         repeats = options.repeats
         if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
@@ -207,7 +208,7 @@ def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
     other cells' rows in `out` out of it."""
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
-    from fwbench.engines.sweep import summary
+    from fwbench_aggregator.bisect import summary
 
     console.print("[bold]evidence[/]")
     for line in result.decisions:
@@ -227,17 +228,17 @@ def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
                       highlight=False)
     console.print(f"{result.environments} points measured")
     outcome = summary(result, tolerance)
-    first = {"found": "bold", "failed": "red", "inconclusive": "yellow", "no-change": "default"}[result.outcome]
+    first = {"found": "bold", "undecided": "bold yellow", "failed": "red", "inconclusive": "yellow",
+             "no-change": "default"}[result.outcome]
     for i, line in enumerate(outcome):
-        style = "bold red" if line.startswith("NOT BY A TEST") else first if i == 0 else "default"
-        console.print(f"[{style}]{escape(line)}[/]", highlight=False)
+        console.print(f"[{first if i == 0 else 'default'}]{escape(line)}[/]", highlight=False)
     report = write_bisect_report(out / "bisect-report", result, outcome, points)
     console.print(f"bisect report: {escape(str(report))}", highlight=False)
 
 
 def write_bisect_report(report_dir: Path, result, outcome: list[str], points: list[tuple[str, str, str]]) -> Path:
-    """REPORT_DIR/bisect.md: the outcome, every judgement, and ms/step at each tested point (a point placed without a
-    test says so)."""
+    """REPORT_DIR/bisect.md: the outcome, every judgement, and ms/step at each tested point (with its side of the
+    change, or why it has none: undecided, left out)."""
     from fwbench.core.atomic import write_atomically
 
     def cell(text: str) -> str:
@@ -245,12 +246,12 @@ def write_bisect_report(report_dir: Path, result, outcome: list[str], points: li
 
     lines = ["# fwbench bisect", ""]
     for i, line in enumerate(outcome):
-        lines += [f"**{cell(line)}**" if i == 0 or line.startswith("NOT BY A TEST") else cell(line), ""]
+        lines += [f"**{cell(line)}**" if i == 0 else cell(line), ""]
     lines += ["## Judgements", "", *[f"- {cell(line)}" for line in result.decisions], "", "## Tested points", "",
               "| point | ms/step | repeats | placed |", "|---|---|---|---|"]
     ends = list(result.tested)[:2]  # measured first: the good end, then the bad one
     for label, estimate, note in points:
-        placed = note or ("end" if label in ends else "by a test")
+        placed = note or ("end" if label in ends else "")
         lines.append(f"| {cell(label)} | {cell(estimate)} | {result.tested[label].repeats} | {cell(placed)} |")
     report_dir.mkdir(parents=True, exist_ok=True)
     write_atomically(report_dir / "bisect.md", "\n".join(lines) + "\n")
