@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fwbench.core import model_file, registry
+from fwbench.core import axes, model_file, registry
 from fwbench.core import stability as stability_core
 from fwbench.core.identity import SAFE_NAME, CellIdentity
 from fwbench.core.results import SCHEMA, preferred_row_key
@@ -216,11 +216,24 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
     empty = [name for name in REQUIRED_VALUES if pc.any(pc.is_null(table.column(name))).as_py()]
     if empty:
         return SkippedFile(path, f"a row has no value in {', '.join(empty)}")
+    table = upgrade_axes(table)
     problem = _identity_problem(table)
     if problem:
         return SkippedFile(path, problem)
     return table.append_column(pa.field(SOURCE_COLUMN, pa.string()),
                                pa.array([str(path)] * table.num_rows, pa.string()))
+
+
+def upgrade_axes(table: pa.Table) -> pa.Table:
+    """Every row's identity columns as the current schema has them (fwbench.core.axes.upgrade: a row written before
+    an axis existed holds the value it was measured at), so no consumer reads an old row's quirks."""
+    rows = [axes.upgrade(row) for row in table.select(axes.columns_read()).to_pylist()]
+    for axis in axes.AXES:
+        index = table.schema.get_field_index(axis.column)
+        values = pa.array([row[axis.column] for row in rows], type=table.schema.field(index).type)
+        table = table.set_column(index, axis.column, values)
+    return table
+
 
 
 def _identity_problem(table: pa.Table) -> str | None:

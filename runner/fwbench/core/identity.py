@@ -16,70 +16,53 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from fwbench.core import precision
+from fwbench.core import axes
+from fwbench.core.axes import plain as _plain
 
-# setting -> (row column, CellSpec attribute). The key fields (stack, task, preset, compile mode) are
-# the readable part; these are the settings beside them.
-SETTINGS: dict[str, tuple[str, str]] = {
-    "pin_set": ("pin_set", "pin_set"),
-    "jit": ("jit_policy", "jit"),
-    "image_variant": ("image_variant", "image_variant"),
-    "precision": ("precision", "precision"),
-    "threads": ("threads", "threads"),
-    "warmup": ("warmup_steps", "warmup"),
-    "steps": ("timed_steps", "steps"),
-    "per_step_sync": ("per_step_sync", "per_step_sync"),
-    "data_seed": ("data_seed", "seed"),
-    "device_model": ("device_model", "device_model"),
-    # A version-sweep point (fwbench.core.sweep): "transformers==4.38.2" or "date:2024-03-01"; None: no sweep.
-    "sweep_point": ("sweep_point", "sweep_point"),
-    # Data-parallel scaling (fwbench.core.scaling): the devices a fit ran data-parallel on, and the global batch
-    # asked for (--global-batch: strong scaling; None: weak scaling, the task's batch per device).
-    "devices": ("devices", "devices"),
-    "global_batch": ("global_batch_setting", "global_batch"),
-    # A user's model file (fwbench run --model, fwbench.core.model_file): its SHA-256, so an edited file is a new
-    # cell; None: a registry task.
-    "model_sha256": ("model_sha256", "model_sha256"),
-    # Keras steps_per_execution (fwbench run --model --steps-per-execution): steps per call of the compiled step.
-    "steps_per_execution": ("steps_per_execution", "steps_per_execution"),
-}
+# Everything below is derived from the one table of axes (fwbench.core.axes.AXES); `rebuild` derives it again, in
+# place, so that modules which imported these names see an axis declared later (a test's toy axis).
+# setting -> (row column, CellSpec attribute). The key fields (stack, task, preset, compile mode) are the readable
+# part; these are the settings beside them.
+SETTINGS: dict[str, tuple[str, str]] = {}
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
-
-# The rule for a new identity setting (docs/results-schema.md, "Cell identity"): it gets a default, and an entry
-# here saying what a row without its column (written before the setting existed) is read as, the value that row
-# was in fact measured at; so old results, `--resume` and published bundles still pair with new rows. Adding the
-# column bumps SCHEMA_VERSION (fwbench.core.schema). A setting can be read from an older column of the row.
-OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
-    "device_model": lambda row: row.get("device_name"),  # schema v1 recorded only device_name
-    # Before schema v7 the TF32 setting was the axis: default, on, off are published, tf32, fp32.
-    "precision": precision.of_row,
-    "sweep_point": lambda row: None,  # before schema v8 no row was a sweep point
-    "devices": lambda row: 1,  # before schema v9 every cell ran on one device
-    "global_batch": lambda row: None,  # ... with the task's batch (weak scaling's)
-    "model_sha256": lambda row: None,  # before schema v12 every row was a registry task
-    "steps_per_execution": lambda row: 1,  # before schema v13 every step was one call
-}
-# Settings read through their OLD_ROWS_READ_AS entry even when the row has the column (a `published` row beside a
-# --tf32 on/off is the same one-axis precision).
-ALWAYS_READ_AS = ("precision",)
-
-# Settings whose default does not depend on the host or the preset: shown in labels and file names
-# only when they differ from it.
-FIXED_DEFAULTS: dict[str, Any] = {"pin_set": "current", "jit": "published", "precision": "published",
-                                  "per_step_sync": True, "data_seed": 0, "sweep_point": None,
-                                  "devices": 1, "global_batch": None, "model_sha256": None,
-                                  "steps_per_execution": 1}
+# What a row without a setting's column (written before the setting existed) is read as: the value that row was in
+# fact measured at, so old results, `--resume` and published bundles still pair with new rows (axes.upgrade).
+OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
+# Settings read through their OLD_ROWS_READ_AS entry even when the row has the column.
+ALWAYS_READ_AS: list[str] = []
+# Settings whose default does not depend on the host or the preset: shown in labels and file names only when they
+# differ from it.
+FIXED_DEFAULTS: dict[str, Any] = {}
 # Axes with a report section of their own (the version sweep; data-parallel scaling): the headline (the report's
-# main tables, Keras 3 best, speed-ups, rankings, the published comparison) holds each at its FIXED_DEFAULTS value
-# (no sweep point, one device, the task's batch); their other values are compared in their own section.
-SECTION_AXES: dict[str, tuple[str, ...]] = {"sweep": ("sweep_point",), "scaling": ("devices", "global_batch")}
+# main tables, Keras 3 best, speed-ups, rankings, the published comparison) holds each at its FIXED_DEFAULTS value;
+# their other values are compared in their own section.
+SECTION_AXES: dict[str, tuple[str, ...]] = {}
 # How a non-default setting reads in a file name (also a strict, path-safe token).
-_TOKEN = {
-    "pin_set": "pins-{}", "jit": "jit-{}", "precision": "prec-{}", "threads": "threads-{}", "warmup": "warmup-{}",
-    "steps": "steps-{}", "data_seed": "seed-{}", "sweep_point": "at-{}",
-    "devices": "devices-{}", "global_batch": "gbatch-{}", "model_sha256": "file-{:.12}",
-    "steps_per_execution": "spe-{}",
-}
+_TOKEN: dict[str, str] = {}
+
+
+def rebuild() -> None:
+    """Derive the tables above from axes.AXES (at import, and after a change to AXES)."""
+    for table in (SETTINGS, OLD_ROWS_READ_AS, FIXED_DEFAULTS, SECTION_AXES, _TOKEN):
+        table.clear()
+    ALWAYS_READ_AS.clear()
+    sections: dict[str, list[str]] = {}
+    for axis in axes.AXES:
+        SETTINGS[axis.name] = (axis.column, axis.spec_field)
+        if axis.read_old is not None:
+            OLD_ROWS_READ_AS[axis.name] = axis.read_old
+        if axis.always_read_old:
+            ALWAYS_READ_AS.append(axis.name)
+        if axis.default is not axes.HOST:
+            FIXED_DEFAULTS[axis.name] = axis.default
+        if axis.token:
+            _TOKEN[axis.name] = axis.token
+        if axis.section:
+            sections.setdefault(axis.section, []).append(axis.name)
+    SECTION_AXES.update({section: tuple(names) for section, names in sections.items()})
+
+
+rebuild()
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
@@ -106,10 +89,9 @@ class CellIdentity:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> "CellIdentity":
-        values = {name: _plain(row.get(column)) for name, (column, _) in SETTINGS.items()}
-        for name, old_value in OLD_ROWS_READ_AS.items():
-            if values[name] is None or name in ALWAYS_READ_AS:
-                values[name] = _plain(old_value(row))
+        """The identity of a row of any schema (axes.upgrade reads an older row's settings as measured)."""
+        current = axes.upgrade(row)
+        values = {name: current[column] for name, (column, _) in SETTINGS.items()}
         return cls(*(str(row.get(f)) for f in KEY_FIELDS), tuple(values.items()))
 
     @classmethod
@@ -141,19 +123,6 @@ def settings_hash(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
-def _plain(value: Any) -> Any:
-    """numpy/pandas scalars and NaN -> plain Python, so rows read back compare equal to specs."""
-    if value is None:
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and value != value:  # NaN (a missing value read through pandas)
-        return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 def file_tokens(identity: CellIdentity, defaults: Mapping[str, Any]) -> list[str]:
     """Readable file-name tokens for the settings that differ from their defaults.
 
@@ -162,16 +131,23 @@ def file_tokens(identity: CellIdentity, defaults: Mapping[str, Any]) -> list[str
     tokens = []
     all_defaults = {**FIXED_DEFAULTS, **defaults}
     for name, value in identity.settings:
-        if name == "per_step_sync":
-            if value is False:
-                tokens.append("nosync")
-        elif name in _TOKEN and name in all_defaults and value != all_defaults[name]:
-            tokens.append(_TOKEN[name].format(_slug(value)))
+        if name in _TOKEN and name in all_defaults and value != all_defaults[name]:
+            tokens.append(_TOKEN[name].format(_slug(value)))  # per_step_sync's token is the word "nosync"
     return tokens
 
 
 def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", str(value))[:32]
+
+
+def varying_settings(identities) -> set[str]:
+    """The settings that take more than one value among these cell identities (the device model of two machines...):
+    labels and titles name them, so that no two cells read as one."""
+    values: dict[str, set] = {}
+    for identity in identities:
+        for name, value in identity.settings:
+            values.setdefault(name, set()).add(value)
+    return {name for name, seen in values.items() if len(seen) > 1}
 
 
 def differing_settings(identity: CellIdentity, varying: set[str]) -> tuple[tuple[str, Any], ...]:

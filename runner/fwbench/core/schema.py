@@ -6,6 +6,8 @@ Bump SCHEMA_VERSION on any change that renames, removes or retypes a column.
 
 from __future__ import annotations
 
+from fwbench.core import axes
+
 SCHEMA_VERSION = 14
 # Columns each version added; rows of an older version are read with the newer columns left empty.
 ADDED_IN_V2 = ("settings_id", "jit_policy", "image_variant", "device_model", "busy", "busy_reasons", "load_avg_1m",
@@ -59,8 +61,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("run_id", "string", "One id per `fwbench run` invocation."),
     ("record_id", "string", "Unique id of this row."),
     ("cell_id", "string", "stack.task.preset.compile-<mode>: the readable part of the cell identity."),
-    ("settings_id", "string", "Hash of the identity settings (pin set, image variant, TF32, threads, warm-up, "
-                              "steps, per-step sync, data seed, device model): equal cell_id and settings_id = "
+    ("settings_id", "string", "Hash of the identity settings (fwbench.core.axes: "
+                              + ", ".join(axis.name for axis in axes.AXES) + "): equal cell_id and settings_id = "
                               "repeats of one measurement."),
     ("stack", "string", "native-torch, keras3-tensorflow, keras3-jax, keras3-torch, keras2-tensorflow."),
     ("family", "string", "Workload family that ran it: torch or keras."),

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fwbench.core import registry
+from fwbench.core import axes, registry
 from fwbench.core.identity import FIXED_DEFAULTS, SETTINGS, CellIdentity
 from fwbench.release.record import read_release
 from fwbench.core.atomic import write_atomically
@@ -45,19 +45,16 @@ def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsign
         return f"NOT VERIFIED, --allow-unsigned: {exc}"
 
 
-# A re-run repeats every identity setting of a published cell (fwbench.core.identity.SETTINGS, read from older rows
-# as they were measured), so a new axis is one entry there, none here; except the ones the verifier's engine fills
-# in (its own device and image variant), and the ones a re-run in the released images cannot reproduce (refused).
-ENGINE_SETTINGS = ("image_variant", "device_model")
-NOT_RERUNNABLE = {"sweep_point": "a version-sweep point, measured in an environment built for it: the released "
-                                 "images hold one version of each package"}
-# Settings a verifier will re-run (inclusive bounds): a bundle asking for more is refused before anything runs.
-# The paper preset's heaviest cells use 100 timed steps; a published matrix has at most a few hundred cells.
-SETTING_BOUNDS = {"threads": (1, 1024), "warmup_steps": (0, 10_000), "timed_steps": (1, 100_000),
-                  "data_seed": (0, 2**31 - 1)}
-# Settings absent or null in older rows: scaling (before schema v9: one device, weak scaling; each device a process
-# or logical device of the re-run) and Keras's steps per call (before v13: one).
-SCALING_BOUNDS = {"devices": (1, 64), "global_batch_setting": (1, 1_000_000), "steps_per_execution": (1, 100_000)}
+# A re-run repeats every identity setting of a published cell (fwbench.core.axes, read from older rows as they were
+# measured), so a new axis is one entry there, none here; except the ones the verifier's engine fills in (its own
+# device and image variant), and the ones a re-run in the released images cannot reproduce (refused).
+ENGINE_SETTINGS = tuple(axis.name for axis in axes.AXES if axis.engine_filled)
+NOT_RERUNNABLE = {axis.name: axis.not_rerunnable for axis in axes.AXES if axis.not_rerunnable}
+# Settings a verifier will re-run (inclusive bounds, by row column): a bundle asking for more is refused before
+# anything runs. SETTING_BOUNDS' columns every published row has; SCALING_BOUNDS' may be null in older rows (each
+# then reads as its axis's default).
+SETTING_BOUNDS = {axis.column: axis.bounds for axis in axes.AXES if axis.bounds and axis.bounds_required}
+SCALING_BOUNDS = {axis.column: axis.bounds for axis in axes.AXES if axis.bounds and not axis.bounds_required}
 MAX_PUBLISHED_REPEATS = 100
 MAX_RERUNS = 5_000
 

@@ -1,0 +1,80 @@
+"""One table of axes (issue 49, part 1): an axis declared in fwbench.core.axes.AXES, and nowhere else, is in the cell
+identity, the file names, --resume's reading of older rows, labels, compare's --across and verify's keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+
+from fwbench.core import axes, identity, results
+from fwbench.core.spec import CellSpec
+
+
+@pytest.fixture
+def toy_axis(monkeypatch):
+    """A toy axis, declared in the table alone (the test's only change), derived again after it is gone."""
+    toy = axes.Axis("toy_knob", "toy_knob", "toy_knob", default=0, token="toy-{}", read_old=lambda row: 0,
+                    label="knob", bounds=(0, 9))
+    monkeypatch.setattr(axes, "AXES", [*axes.AXES, toy])
+    identity.rebuild()
+    yield toy
+    monkeypatch.undo()
+    identity.rebuild()
+
+
+def spec_with(knob: int, **fields):
+    """A CellSpec-like object carrying the toy axis's field (CellSpec itself is not the test's to change)."""
+    base = CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none", data_dir="/d",
+                    steps=20, **fields)
+    spec = types.SimpleNamespace(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, toy_knob=knob)
+    spec.identity = identity.CellIdentity.of_spec(spec)
+    return spec
+
+
+def test_a_toy_axis_declared_in_the_table_alone_reaches_every_consumer(toy_axis, tmp_path):
+    from fwbench.release import verify
+    from fwbench_aggregator import compare
+    from fwbench_aggregator.variants import Variant
+
+    default, knob3 = spec_with(0), spec_with(3)
+    assert default.identity != knob3.identity and knob3.identity.setting("toy_knob") == 3  # identity
+    assert default.identity.settings_id != knob3.identity.settings_id
+    assert ".toy-3." in results.readable_path(knob3, tmp_path).name  # file names
+    assert ".toy-" not in results.readable_path(default, tmp_path).name
+    old_row = {"stack": "native-torch", "task": "bert-fit", "preset": "tiny", "compile_mode": "none",
+               **{column: getattr(default, attribute) for column, attribute in identity.SETTINGS.values()
+                  if column != "toy_knob"}}
+    assert identity.CellIdentity.of_row(old_row) == default.identity  # a row without the column reads as measured
+    assert axes.upgrade(old_row)["toy_knob"] == 0
+    assert Variant("native-torch", "none", (("toy_knob", 3),)).label == "native-torch [none, knob=3]"  # labels
+    assert compare.across_settings(["toy_knob"]) == frozenset({"toy_knob"})  # --across
+    assert "toy_knob" in identity.differing_settings(knob3.identity, set()).__repr__()
+    assert verify.spec_key(knob3.identity) != verify.spec_key(default.identity)  # verify's keys
+
+
+def test_the_table_and_the_identity_agree():
+    """Every axis is a setting with its column and spec field; the fixed defaults and tokens are the axes'."""
+    assert list(identity.SETTINGS) == [axis.name for axis in axes.AXES]
+    for axis in axes.AXES:
+        assert identity.SETTINGS[axis.name] == (axis.column, axis.spec_field)
+        assert hasattr(CellSpec, axis.spec_field) or axis.spec_field in {f.name for f in dataclasses.fields(CellSpec)}
+    assert identity.FIXED_DEFAULTS["devices"] == 1 and "threads" not in identity.FIXED_DEFAULTS
+    assert identity.SECTION_AXES == {"sweep": ("sweep_point",), "scaling": ("devices", "global_batch")}
+
+
+def test_rows_of_older_schemas_are_upgraded_in_one_place():
+    """A schema v6 row (TF32 as the precision axis, no devices or model file) reads as the current axes."""
+    old = {"tf32_setting": "off", "device_name": "NVIDIA A100", "threads": 2.0, "data_seed": float("nan")}
+    row = axes.upgrade(old)
+    assert row["precision"] == "fp32" and row["device_model"] == "NVIDIA A100" and row["devices"] == 1
+    assert row["steps_per_execution"] == 1 and row["model_sha256"] is None and row["threads"] == 2
+    assert row["data_seed"] is None and axes.upgrade(row) == row  # idempotent
+
+
+def test_the_docs_show_the_axes_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "results-schema.md").read_text()
+    assert axes.markdown_table() in doc, "regenerate docs/results-schema.md's axes table: python -m fwbench.core.axes"
