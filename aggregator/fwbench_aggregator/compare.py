@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fwbench.core import axes
 from fwbench.core.identity import KEY_FIELDS, SETTINGS, CellIdentity, held_equal
 from fwbench_aggregator import judge, loading, scaling, stats
 # The test of a change is the judge's; these names stay importable from here for the benchmarks and tests.
@@ -67,15 +68,19 @@ METHOD_STEPS = "steps (block bootstrap, fewer than 3 repeats: descriptive)"
 # libraries came from: venv, a cpu/gpu image, the host); the engine column (not part of the identity) is
 # shown beside it whenever it differs.
 ACROSS_ALIASES = {"engine": "image_variant"}
-ACROSS_NAMES = (*SETTINGS, *ACROSS_ALIASES)
+
+
+def across_names() -> tuple[str, ...]:
+    """Every axis (fwbench.core.axes, read when asked: a later axis counts) and the aliases."""
+    return (*SETTINGS, *ACROSS_ALIASES)
 
 
 def across_settings(names) -> frozenset[str]:
     """The identity settings that --across NAMES lets differ; ValueError (one line) for an unknown name."""
     chosen = set()
     for name in names or ():
-        if name not in ACROSS_NAMES:
-            raise ValueError(f"unknown --across setting {name!r} (choose from: {', '.join(ACROSS_NAMES)})")
+        if name not in across_names():
+            raise ValueError(f"unknown --across setting {name!r} (choose from: {', '.join(across_names())})")
         chosen.add(ACROSS_ALIASES.get(name, name))
     return frozenset(chosen)
 
@@ -130,13 +135,20 @@ class CellComparison:
     unpaired_note: str = ""  # unpaired: why (the settings that differ from the nearest cell of the other side)
     scaling: ScalingRead | None = None  # paired across device counts: the speed-up and efficiency of B over A
 
+    def _across(self, compared: str) -> bool:
+        """Do A and B differ in an axis compared that way (fwbench.core.axes: RATIO_ONLY, SCALING...)?"""
+        table = axes.by_name()
+        return any(name in table and table[name].compared == compared for name, _, _ in self.differences)
+
     @property
     def across_device_models(self) -> bool:
-        return any(name == "device_model" for name, _, _ in self.differences)
+        """Another machine: a ratio only, never slower/faster, never gated."""
+        return self._across(axes.RATIO_ONLY)
 
     @property
     def across_device_counts(self) -> bool:
-        return any(name == "devices" for name, _, _ in self.differences)
+        """Another device count: scaling (speed-up and efficiency), never a regression."""
+        return self._across(axes.SCALING)
 
     @property
     def judged(self) -> bool:
@@ -326,6 +338,7 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
     # Variants (labels) from both sides together, so a setting that differs between A and B is named.
     frames = [a.frame().assign(_side="A"), b.frame().assign(_side="B")]
     both = assign_variants(pd.concat(frames, ignore_index=True))
+    cpu_identities = set(both.loc[both["device"] == "cpu", "_identity"])  # scaling on a CPU makes no speed claim
     sides_a, sides_b = cell_sides(both[both["_side"] == "A"]), cell_sides(both[both["_side"] == "B"])
     pairs, notes = pair_cells(list(sides_a), list(sides_b), across)
     paired_a, paired_b = {p[0] for p in pairs}, {p[1] for p in pairs}
@@ -370,7 +383,7 @@ def compare(a: loading.LoadedResults, b: loading.LoadedResults, alpha: float = D
         elif r.not_judged:
             r.verdict = r.not_judged
         elif r.across_device_counts:
-            r.scaling = scaling_read(r)
+            r.scaling = scaling_read(r, on_cpu=bool({r.identity, r.identity_b} & cpu_identities))
             r.verdict = r.scaling.text()
         elif r.across_device_models:
             r.verdict = across_devices_verdict(r)
@@ -409,25 +422,30 @@ class ScalingRead:
     speedup: scaling.Interval | None
     efficiency: scaling.Interval | None
     without_interval: str | None = None
+    # A side ran on a CPU: its N devices were logical ones sharing the cores, so the read checks correctness only.
+    no_speed_claim: bool = False
 
     def text(self) -> str:
         if self.speedup is None:
-            return f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: no speed-up ({self.without_interval})"
-        speedup = scaling.fmt_interval(self.speedup, "{:.2f}x", "{:.2f}", self.without_interval)
-        efficiency = scaling.fmt_efficiency(self.efficiency, self.without_interval)
-        return (f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: speed-up {speedup}, "
-                f"efficiency {efficiency} (no verdict)")
+            text = f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: no speed-up ({self.without_interval})"
+        else:
+            speedup = scaling.fmt_interval(self.speedup, "{:.2f}x", "{:.2f}", self.without_interval)
+            efficiency = scaling.fmt_efficiency(self.efficiency, self.without_interval)
+            text = (f"{self.kind} {self.devices[0]} -> {self.devices[1]} devices: speed-up {speedup}, "
+                    f"efficiency {efficiency} (no verdict)")
+        return f"{text}; {scaling.NO_SPEED_CLAIM}" if self.no_speed_claim else text
 
 
-def scaling_read(row: CellComparison) -> ScalingRead:
+def scaling_read(row: CellComparison, *, on_cpu: bool = False) -> ScalingRead:
     """samples/s of B over A = (G_B / G_A) x (ms_A / ms_B), the interval of compare's B/A ratio carried over; the
-    efficiency divides by N_B / N_A (fwbench_aggregator.scaling defines both for the report)."""
+    efficiency divides by N_B / N_A (fwbench_aggregator.scaling defines both for the report). on_cpu: either side's
+    rows ran on a CPU (the row column `device`), where the read makes no speed claim, as the report's table."""
     n_a, n_b = int(row.identity.setting("devices")), int(row.identity_b.setting("devices"))
     g_a, g_b = row.identity.setting("global_batch"), row.identity_b.setting("global_batch")
     kind = ("weak scaling" if g_a is None and g_b is None else "strong scaling" if g_a == g_b else
             f"global batch {g_a or 'per device'} -> {g_b or 'per device'}")
     if not (row.a.global_batch and row.b.global_batch):
-        return ScalingRead((n_a, n_b), kind, None, None, "a side has no batch size")
+        return ScalingRead((n_a, n_b), kind, None, None, "a side has no batch size", no_speed_claim=on_cpu)
     batches = row.b.global_batch / row.a.global_batch
     if row.has_interval:
         speedup = scaling.Interval(1 / row.ratio, 1 / row.ratio_high, 1 / row.ratio_low).scaled(batches)
@@ -435,7 +453,7 @@ def scaling_read(row: CellComparison) -> ScalingRead:
     else:
         speedup = scaling.Interval(1 / row.ratio, 1 / row.ratio, 1 / row.ratio).scaled(batches)
         without = f"no interval: {row.verdict}"
-    return ScalingRead((n_a, n_b), kind, speedup, speedup.scaled(n_a / n_b), without)
+    return ScalingRead((n_a, n_b), kind, speedup, speedup.scaled(n_a / n_b), without, no_speed_claim=on_cpu)
 
 
 def across_devices_verdict(row: CellComparison) -> str:

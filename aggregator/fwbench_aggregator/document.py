@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,9 +124,16 @@ def to_html(doc: Document) -> str:
     return "\n".join(parts)
 
 
-# Click a column header to sort its table (again: the other way); numbers ("21.0 [20.1–22.3]", "+46%", "1.2x")
-# sort by their first number, the rest as text. Inline, so the report stays one file that needs no network.
+# A table cell sorts as a number only when its text starts with one, after optional whitespace and a ratio's "x"
+# ("x1.32 [1.10–1.58]"): "21.0 [20.1–22.3]", "+46%", "-5%", "1.2x". Anything else sorts as text, after the numbers,
+# so "— (no keras2-tensorflow [xla] cell)" is not read as the 2 in the name inside it. The script below uses this
+# very pattern.
+SORT_NUMBER = r"^\s*x?([+\-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+\-]?\d+)?)"
+
+# Click a column header to sort its table (again: the other way). Inline, so the report stays one file that needs
+# no network.
 _SORT_JS = """
+var SORT_NUMBER = new RegExp(%s);
 document.querySelectorAll("table").forEach(function (table) {
   table.querySelectorAll("thead th").forEach(function (th, column) {
     th.title = "sort"; th.style.cursor = "pointer";
@@ -133,8 +141,8 @@ document.querySelectorAll("table").forEach(function (table) {
       var body = table.tBodies[0], rows = Array.from(body.rows), up = th.dataset.order !== "up";
       function key(row) {
         var text = row.cells[column] ? row.cells[column].textContent.trim() : "";
-        var number = parseFloat(text.replace(/^[^0-9+\\-.]*/, ""));
-        return isNaN(number) ? text.toLowerCase() : number;
+        var number = SORT_NUMBER.exec(text);
+        return number ? parseFloat(number[1]) : text.toLowerCase();
       }
       rows.sort(function (a, b) {
         var x = key(a), y = key(b);
@@ -146,7 +154,7 @@ document.querySelectorAll("table").forEach(function (table) {
     });
   });
 });
-"""
+""" % json.dumps(SORT_NUMBER)
 
 
 def _html_block(block) -> str:

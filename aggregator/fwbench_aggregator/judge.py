@@ -57,13 +57,11 @@ FASTER, SLOWER, TIE, CANNOT_RANK = "faster", "slower", "tie", "cannot rank"
 EQUIVALENT = "equivalent"
 NOT_JUDGED_BUSY = "not judged: busy"
 INCONCLUSIVE = "inconclusive"
-# Environment facts that move step time: rows of one identity that differ in them are never pooled.
-ENVIRONMENT_FACTS = ("library_versions", "compile_cache_warm")
 
 
 # --- which rows decide --------------------------------------------------------------------------------------------
 
-def busy_mask(frame) -> "Any":
+def busy_mask(frame):
     """True for busy rows (pandas Series over `frame`'s index; a frame without the column has none)."""
     import pandas as pd
 
@@ -87,18 +85,17 @@ def busy_might_have_won(busy: stats.Estimate, best: stats.Estimate | None) -> bo
 
 def environment_key(row: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """The environment facts of a row that move step time, as sorted (name, value) pairs: each tracked library's
-    version, and the compile cache's state (warm, cold, or none used)."""
+    version (`library_versions`), and the compile cache's state (`compile_cache_warm`: warm, cold, or none used).
+    The machine is the identity's (device_model): hosts of one device model pool, as the GPU kit's windows do."""
     facts = []
     versions = row.get("library_versions")
-    if isinstance(versions, dict):
-        versions = json.dumps(versions)
     if isinstance(versions, str) and versions.strip():
         try:
-            parsed = json.loads(versions)
+            versions = json.loads(versions)
         except ValueError:
-            parsed = {"library_versions": versions}
-        if isinstance(parsed, dict):
-            facts += [(str(name), str(value)) for name, value in parsed.items() if value is not None]
+            versions = {"library_versions": versions}
+    if isinstance(versions, dict):
+        facts += [(str(name), str(value)) for name, value in versions.items() if value is not None]
     cache = row.get("compile_cache_warm")
     if cache is not None and cache == cache:  # NaN: not recorded
         facts.append(("compile cache", "warm" if bool(cache) else "cold"))

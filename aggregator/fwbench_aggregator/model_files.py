@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from fwbench.core import registry
-from fwbench.core.identity import CellIdentity
+from fwbench.core.identity import CellIdentity, describe
 from fwbench_aggregator import document as d
 from fwbench_aggregator import judge, stats
 from fwbench_aggregator.stats import fmt_estimate, fmt_ms
@@ -149,16 +149,12 @@ def _backend_labels(cells: list[tuple[CellIdentity, str, list[dict]]]) -> list[s
         label = base[index]
         twins = [cells[i][0] for i in range(len(cells)) if base[i] == label and i != index]
         if twins:
-            named = [f"{name}={describe_value(identity.setting(name))}" for name in _SAME_TABLE
+            named = [describe(((name, identity.setting(name)),)) for name in _SAME_TABLE
                      if any(t.setting(name) != identity.setting(name) for t in twins)]
             named += [environment] if environment else []
             label = label[:-1] + ", " + ", ".join(named) + ")" if named else label
         labels.append(label)
     return labels
-
-
-def describe_value(value) -> str:
-    return "?" if value is None else str(value)
 
 
 def _title_settings(found: list[ModelTable]) -> None:
@@ -173,7 +169,7 @@ def _title_settings(found: list[ModelTable]) -> None:
         varying = [name for name in settings[0] if name not in _SAME_TABLE
                    and len({str(s.get(name)) for s in settings}) > 1]
         for table, values in zip(tables_, settings):
-            table.title_settings = ", ".join(f"{name}={describe_value(values[name])}" for name in varying)
+            table.title_settings = describe(tuple((name, values[name]) for name in varying))
 
 
 def _backend(label: str, rows: pd.DataFrame, include_busy: bool) -> Backend:

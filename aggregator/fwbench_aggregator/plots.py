@@ -3,6 +3,7 @@ data-parallel scaling."""
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from fwbench_aggregator.summary import SPEEDUP_BASELINES, PresetSummary, speedup
 from fwbench_aggregator.variants import NATIVE_EAGER, Variant
 
 LOG_SCALE_SPREAD = 20  # use a log axis when the slowest bar is this many times the fastest
+TITLE_LAYOUT_TRIES = 6  # lay a figure out at most this many times while its titles are wrapped to fit
 
 
 def _pyplot():
@@ -19,6 +21,30 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def fit_titles(fig, *titles) -> None:
+    """Lays the figure out (tight_layout) with each title wrapped onto as many lines as it needs to be drawn whole: an
+    axes' title within its axes' width (it must not run over a neighbouring panel), the figure's title within the
+    figure's. A long device name or settings list would otherwise run off both edges and be cut off in the PNG."""
+    given = {title: title.get_text() for title in titles}
+    for _ in range(TITLE_LAYOUT_TRIES):
+        fig.tight_layout()
+        renderer = fig.canvas.get_renderer()
+        rewrapped = False
+        for title, text in given.items():
+            room = (title.axes.get_window_extent(renderer) if title.axes is not None else fig.bbox).width
+            drawn = title.get_window_extent(renderer)
+            if drawn.width <= room:
+                continue
+            # Characters per line in proportion to the room, a little under so that the next layout fits.
+            longest = max(len(line) for line in title.get_text().splitlines())
+            columns = max(int(longest * room / drawn.width) - 2, 10)
+            title.set_text("\n".join(textwrap.fill(line, columns) for line in text.splitlines()))
+            rewrapped = True
+        if not rewrapped:
+            return
+    fig.tight_layout()  # out of tries: at least lay the last wrapping out
 
 
 def chart_subject(summary: PresetSummary) -> str:
@@ -65,9 +91,9 @@ def ms_per_step_chart(summary: PresetSummary, path: Path) -> Path | None:
         ax.set_yscale("log")
     ax.set_xticks(range(len(tasks)), tasks, rotation=30, ha="right")
     ax.set_ylabel("ms per step (median, 95% CI; lower is better)")
-    ax.set_title(f"ms per step by task, {chart_subject(summary)}", parse_math=False)
+    title = ax.set_title(f"ms per step by task, {chart_subject(summary)}", parse_math=False)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fit_titles(fig, title)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -118,9 +144,9 @@ def speedup_chart(summary: PresetSummary, path: Path) -> Path | None:
     ax.set_yticks(range(len(tasks)), tasks)
     ax.invert_yaxis()
     ax.set_xlabel("speed-up % = (baseline ms / ms - 1) x 100 (right of 0 = faster)")
-    ax.set_title(f"{title}, {chart_subject(summary)}", parse_math=False)
+    drawn_title = ax.set_title(f"{title}, {chart_subject(summary)}", parse_math=False)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    fit_titles(fig, drawn_title)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -154,8 +180,7 @@ def _save_panels(plt, fig, axes, used: int, title: str, path: Path) -> Path:
     """A grid of panels saved as a PNG: the unused panels hidden, one title over them all."""
     for ax in list(axes.flat)[used:]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fit_titles(fig, fig.suptitle(title, fontsize=10), *(ax.title for ax in list(axes.flat)[:used]))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

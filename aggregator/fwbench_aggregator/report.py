@@ -79,17 +79,42 @@ def _backend(variant: Variant) -> str:
     return variant.stack.removeprefix("keras3-")
 
 
-# Marks a cell of an `xla` column that ran without XLA (as published: Keras 2 SAM predict and SD fit).
+# Marks a cell of an `xla` column that ran without XLA, with the reason, which the note under the table gives: as
+# published (Keras 2 SAM predict and SD fit at --jit published), or because --jit off asked for it.
 NO_XLA_MARK = "†"
-NO_XLA_NOTE = f"{NO_XLA_MARK} ran with jit_compile=False, as published for this cell, although its column says xla."
+NO_XLA_AS_PUBLISHED = "as published"
+NO_XLA_JIT_OFF = "jit off"
+NO_XLA_NOTES = {
+    NO_XLA_AS_PUBLISHED: f"{NO_XLA_MARK} ran with jit_compile=False, as published for this cell, although its column "
+                         "says xla.",
+    NO_XLA_JIT_OFF: f"{NO_XLA_MARK} in a jit=off column: ran with jit_compile=False because --jit off asked for it, "
+                    "although its column says xla.",
+}
+
+
+def _no_xla_reason(summary: PresetSummary, task: str, variant: Variant) -> str | None:
+    """Why a cell of an `xla` column ran without XLA (NO_XLA_AS_PUBLISHED or NO_XLA_JIT_OFF); None when it used XLA,
+    or is no such cell."""
+    facts = summary.facts.get((task, variant))
+    # Parquet booleans arrive as numpy.bool_: test truth, not identity.
+    if not (variant.compile_mode == "xla" and facts is not None and facts.jit_compile is not None
+            and not bool(facts.jit_compile)):
+        return None
+    identity = summary.identities.get((task, variant))
+    policy = identity.setting("jit") if identity is not None else dict(variant.settings).get("jit", "published")
+    # Off the published policy only --jit off turns XLA off (--jit on forces it on).
+    return NO_XLA_AS_PUBLISHED if policy == "published" else NO_XLA_JIT_OFF
 
 
 def _label_mark(summary: PresetSummary, task: str, variant: Variant) -> str:
-    facts = summary.facts.get((task, variant))
-    # Parquet booleans arrive as numpy.bool_: test truth, not identity.
-    ran_without_xla = (variant.compile_mode == "xla" and facts is not None and facts.jit_compile is not None
-                       and not bool(facts.jit_compile))
-    return f" {NO_XLA_MARK}" if ran_without_xla else ""
+    return f" {NO_XLA_MARK}" if _no_xla_reason(summary, task, variant) else ""
+
+
+def _no_xla_notes(summary: PresetSummary) -> list[str]:
+    """The † notes the table's marked cells need, one per reason among them."""
+    reasons = {_no_xla_reason(summary, task, variant) for task in summary.tasks for variant in summary.variants
+               if (task, variant) in summary.estimates}
+    return [note for reason, note in NO_XLA_NOTES.items() if reason in reasons]
 
 
 def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
@@ -283,8 +308,7 @@ def _preset_section(summary: PresetSummary, reference: dict, report_dir: Path) -
         blocks.append(d.Paragraph(CONCURRENT_NOTE, "note"))
     if summary.busy_estimates:
         blocks.append(d.Paragraph(BUSY_NOTE, "note"))
-    if any(NO_XLA_MARK in cell for row in rows for cell in row[1:]):
-        blocks.append(d.Paragraph(NO_XLA_NOTE, "note"))
+    blocks += [d.Paragraph(note, "note") for note in _no_xla_notes(summary)]
     single = sorted({f"{t} {v.label}" for (t, v), e in summary.estimates.items() if e.repeats == 1})
     if single:
         blocks.append(d.Paragraph(f"{len(single)} cell(s) have a single repeat: their CI only covers step-to-step "

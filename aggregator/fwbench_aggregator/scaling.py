@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fwbench.core import registry
-from fwbench.core.identity import CellIdentity, describe, differing_settings, off_headline
+from fwbench.core.identity import CellIdentity, describe, differing_settings, off_headline, varying_settings
 from fwbench_aggregator import document as d
 from fwbench_aggregator import plots, stats
 from fwbench_aggregator.variants import Variant
@@ -33,6 +33,8 @@ from fwbench_aggregator.marks import BUSY_MARK
 HEADERS = ["task", "stack", "preset", "settings", "devices", "per-device batch", "global batch",
            "ms/step [95% CI]", "samples/s [95% CI]", "speed-up [95% CI]", "efficiency [95% CI]", "comm", "device"]
 ONE_SAMPLE = "1 sample"  # why a value has no interval: its cell has a single timing to resample
+# Beside a speed-up of CPU rows (here and in `fwbench compare --across devices`): N logical devices share the cores.
+NO_SPEED_CLAIM = "no speed claim (CPU: logical devices share the cores)"
 CHART = "scaling.png"  # a fixed name, never built from row content
 TASK_ORDER = tuple(registry.TASKS)
 
@@ -162,10 +164,11 @@ def cells(frame) -> list[ScalingCell]:
     return sorted(out, key=_order_key)
 
 
-def settings(identity: CellIdentity) -> str:
-    """The settings off their defaults but the devices (strong scaling's global batch, --jit off...): 'default' when
-    none."""
-    shown = tuple((name, value) for name, value in differing_settings(identity, set()) if name != "devices")
+def settings(identity: CellIdentity, varying: set[str] = frozenset(), leave_out: tuple[str, ...] = ()) -> str:
+    """The settings off their defaults (strong scaling's global batch, --jit off...) and those in `varying`, but the
+    devices (a column of their own) and `leave_out`: 'default' when none."""
+    shown = tuple((name, value) for name, value in differing_settings(identity, varying)
+                  if name != "devices" and name not in leave_out)
     return describe(shown) or "default"
 
 
@@ -197,11 +200,12 @@ def _fmt_ms(cell: ScalingCell) -> str:
 
 
 def table_rows(scaling_cells: list[ScalingCell]) -> list[list[str]]:
+    varying = varying_settings(c.identity for c in scaling_cells)
     rows = []
     for c in scaling_cells:
         mark = f"\u00a0{BUSY_MARK}" if c.busy else ""
-        rows.append([c.identity.task, c.identity.stack, c.identity.preset, settings(c.identity), str(c.devices),
-                     _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), _fmt_ms(c) + mark,
+        rows.append([c.identity.task, c.identity.stack, c.identity.preset, settings(c.identity, varying),
+                     str(c.devices), _fmt(c.per_device_batch, "{}"), _fmt(c.global_batch, "{}"), _fmt_ms(c) + mark,
                      fmt_interval(c.samples_per_s, "{:.1f}", "{:.1f}", c.ms_without_interval),
                      fmt_interval(c.speedup, "{:.2f}x", "{:.2f}", c.speedup_without_interval),
                      fmt_efficiency(c.efficiency, c.speedup_without_interval),
@@ -212,6 +216,7 @@ def table_rows(scaling_cells: list[ScalingCell]) -> list[list[str]]:
 def chart_panels(scaling_cells: list[ScalingCell]) -> list[plots.ScalingPanel]:
     """One panel per task, preset and settings group: a series per stack (report order) of (N, speed-up, interval);
     points without an interval (the N=1 reference, single samples) carry none."""
+    varying = varying_settings(c.identity for c in scaling_cells)
     panels: dict[tuple, plots.ScalingPanel] = {}
     for cell in scaling_cells:  # already in table order: stacks in report order within a group
         if cell.speedup is None:
@@ -219,8 +224,9 @@ def chart_panels(scaling_cells: list[ScalingCell]) -> list[plots.ScalingPanel]:
         key = _group_key(cell)
         if key not in panels:
             where = cell.identity.setting("device_model") or cell.device or "?"
+            shown = settings(cell.identity, varying, leave_out=("device_model",))  # "on {where}" names it
             panels[key] = plots.ScalingPanel(
-                f"{cell.identity.task} ({cell.identity.preset}, {settings(cell.identity)}) on {where}",
+                f"{cell.identity.task} ({cell.identity.preset}, {shown}) on {where}",
                 no_speed_claim=cell.no_speed_claim, series={})
         interval = None if cell.speedup_without_interval else (cell.speedup.low, cell.speedup.high)
         panels[key].series.setdefault(cell.stack_label, []).append((cell.devices, cell.speedup.value, interval))
@@ -234,13 +240,14 @@ def failed(frame) -> list[str]:
         return []
     rows = [(CellIdentity.of_row(row), row) for row in frame.to_dict("records")]
     with_ok = {identity for identity, row in rows if row.get("status") == "ok"}
+    listed = [(identity, row) for identity, row in rows
+              if identity not in with_ok and off_headline(identity, "scaling")]
+    varying = varying_settings(identity for identity, _ in listed)
     lines = []
-    for identity, row in rows:
-        if identity in with_ok or not off_headline(identity, "scaling"):
-            continue
+    for identity, row in listed:
         message = str(row.get("error_message") or "").strip()
         line = (f"{identity.task} {Variant(identity.stack, identity.compile_mode).label} ({identity.preset}), "
-                f"{describe(differing_settings(identity, set()))}: {row.get('status')}"
+                f"{describe(differing_settings(identity, varying))}: {row.get('status')}"
                 + (f": {message.splitlines()[0][:300]}" if message else ""))
         if line not in lines:
             lines.append(line)

@@ -26,11 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fwbench.core import sweep as sweeps_core
-from fwbench.core.identity import SECTION_AXES, CellIdentity, held_equal
+from fwbench.core.identity import SECTION_AXES, CellIdentity, differing_settings, held_equal, varying_settings
 from fwbench_aggregator import compare as cmp
 from fwbench_aggregator import document as d
 from fwbench_aggregator import judge, stats
 from fwbench_aggregator.loading import LoadedResults
+from fwbench_aggregator.variants import Variant
 
 DEFAULT_TOLERANCE_PCT = cmp.DEFAULT_MIN_EFFECT_PCT
 EQUIVALENT, FASTER, SLOWER, INCONCLUSIVE = judge.EQUIVALENT, judge.FASTER, judge.SLOWER, judge.INCONCLUSIVE
@@ -155,6 +156,7 @@ def cell_sweeps(loaded: LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_
         for v in judge(rows_at(loaded, before), rows_at(loaded, after), tolerance_pct, alpha):
             if v.identity in of_pair:
                 verdicts[(v.identity, before, after)] = v
+    varying = varying_settings(cells)
     out = []
     for cell, points in cells.items():
         rows = frame[frame["_cell"] == cell]
@@ -174,12 +176,16 @@ def cell_sweeps(loaded: LoadedResults, tolerance_pct: float = DEFAULT_TOLERANCE_
         steps = [verdicts.get((cell, b, a)) or StepVerdict(cell, b, a, None, None, None, INCONCLUSIVE,
                                                             "no ok rows on one side", "", tolerance_pct)
                  for b, a in zip(points, points[1:])]
-        out.append(CellSweep(cell, _cell_label(cell), results, steps))
+        out.append(CellSweep(cell, _cell_label(cell, varying), results, steps))
     return out
 
 
-def _cell_label(cell: CellIdentity) -> str:
-    return f"{cell.stack} [{cell.compile_mode}] {cell.task} ({cell.preset})"
+def _cell_label(cell: CellIdentity, varying: set[str]) -> str:
+    """'keras3-jax [xla] bert-fit (tiny)', then every setting off its default or told apart among the sweep's cells
+    (as the report's column labels name them: 'device=NVIDIA H100 80GB HBM3'), so no two cells share a title."""
+    label = f"{cell.stack} [{cell.compile_mode}] {cell.task} ({cell.preset})"
+    settings = Variant("", "", differing_settings(cell, varying)).settings_text
+    return f"{label}, {settings}" if settings else label
 
 
 def fmt_estimate(e: stats.Estimate | None) -> str:
@@ -200,7 +206,7 @@ def sweep_chart(cell: CellSweep, path: Path) -> Path | None:
     with_data = [p for p in cell.points if p.estimate is not None]
     if not with_data:
         return None
-    from fwbench_aggregator.plots import _pyplot
+    from fwbench_aggregator.plots import _pyplot, fit_titles
 
     plt = _pyplot()
     xs = list(range(len(cell.points)))
@@ -215,8 +221,8 @@ def sweep_chart(cell: CellSweep, path: Path) -> Path | None:
     ax.set_xticks(xs, [p.label for p in cell.points], rotation=20, ha="right")
     ax.set_ylim(bottom=0)
     ax.set_ylabel("ms per step (median, 95% CI; lower is better)")
-    ax.set_title(cell.label, fontsize=9)
-    fig.tight_layout()
+    # parse_math off: the label holds row text (a device model), which a stray "$" must not break.
+    fit_titles(fig, ax.set_title(cell.label, fontsize=9, parse_math=False))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from fwbench.core import registry
-from fwbench.core.identity import CellIdentity, describe, differing_settings
+from fwbench.core import axes, registry
+from fwbench.core.identity import CellIdentity, describe, differing_settings, varying_settings
 from fwbench_aggregator import judge
 
 # Published column order (the stack definitions' report order), then native PyTorch eager and compiled.
@@ -26,11 +26,13 @@ NATIVE_COMPILED = ("native-torch", "reduce-overhead")
 KERAS2 = ("keras2-tensorflow", "xla")
 
 
-# Shorter names for settings in labels.
-SETTING_NAMES = {"pin_set": "pins", "image_variant": "image", "per_step_sync": "sync", "data_seed": "seed",
-                 "device_model": "device", "model_sha256": "file"}
-# Settings whose values a label shortens (a model file's SHA-256: its first 12 hex digits, as in its file names).
-SHORTENED = {"model_sha256": 12}
+# Shorter names for settings in labels, and values a label shortens (a model file's SHA-256: its first 12 hex
+# digits, as in its file names): the axes' own (fwbench.core.axes).
+def _label_text(name: str, value: Any) -> tuple[str, Any]:
+    axis = axes.by_name().get(name)
+    if axis is None:
+        return name, value
+    return axis.label_name, (str(value)[:axis.shorten] if axis.shorten and value else value)
 
 
 @dataclass(frozen=True, order=True)
@@ -45,8 +47,7 @@ class Variant:
     @property
     def settings_text(self) -> str:
         """The named settings as the label shows them: 'pins=paper-2024, threads=4' ('' when none)."""
-        return describe(tuple((SETTING_NAMES.get(k, k), str(v)[:SHORTENED[k]] if k in SHORTENED and v else v)
-                              for k, v in self.settings))
+        return describe(tuple(_label_text(k, v) for k, v in self.settings))
 
     @property
     def label(self) -> str:
@@ -88,13 +89,7 @@ def assign_variants(frame: pd.DataFrame, unnamed: tuple[str, ...] = ()) -> pd.Da
     ids = identities(frame)
     frame = frame.assign(_identity=ids)
     variants = []
-    varying: dict[str, set[str]] = {}
-    for preset, rows in frame.groupby("preset"):
-        names = set()
-        for index, (name, _) in enumerate(ids[0].settings if ids else ()):
-            if len({i.settings[index][1] for i in rows["_identity"]}) > 1:
-                names.add(name)
-        varying[str(preset)] = names
+    varying = {str(preset): varying_settings(rows["_identity"]) for preset, rows in frame.groupby("preset")}
     environments = _environment_labels(frame, ids)
     for index, identity in enumerate(ids):
         shown = tuple((name, value) for name, value in differing_settings(identity, varying.get(identity.preset, set()))

@@ -21,8 +21,8 @@ from fwbench.core.usage import UsageError
 from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
                                  default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
                                  warn_if_busy)
-from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, matrix_options,
-                                  require_stack_or_model)
+from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, declaration,
+                                  matrix_options, require_stack_or_model)
 
 # -h as well as --help, in every command and group (Click passes context settings down to subcommands).
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -48,7 +48,8 @@ def _top(version: bool = typer.Option(False, "--version", "-V", callback=_print_
 
 
 @app.command("list")
-def list_cmd(preset: str = typer.Option("tiny", help="Preset whose batch sizes to show: tiny, small or paper.")) -> None:
+def list_cmd(preset: str = typer.Option(MatrixOptions.preset, envvar=declaration("preset").envvar,  # as `run` has it
+                                        help="Preset whose batch sizes to show: tiny, small or paper.")) -> None:
     """Show the stacks, tasks and presets."""
     registry.get_preset(preset)
     stacks = Table(title="Stacks")

@@ -8,6 +8,7 @@ import typer
 
 from fwbench.core import registry
 from fwbench.cli import stackdoc
+from fwbench.cli.options import MatrixOptions, declaration
 
 # Where every cell's timed window is measured (the device synced before each read), whatever its stack.
 HARNESS_CLOCK = "fwbench.harness.clock"
@@ -43,7 +44,9 @@ def register(app: typer.Typer) -> None:
     def show_cmd(
         stack: str = typer.Argument(..., help="Stack id; see `fwbench list`."),
         task: str = typer.Argument(..., help="Task id."),
-        preset: str = typer.Option("tiny", help="Preset whose batch size and step counts to show: tiny, small or paper."),
+        # --preset as `run` declares it (its default and FWBENCH_PRESET), with this command's help.
+        preset: str = typer.Option(MatrixOptions.preset, envvar=declaration("preset").envvar,
+                                   help="Preset whose batch size and step counts to show: tiny, small or paper."),
     ) -> None:
         """Show a cell's timed call, the files of its code and its settings."""
         for line in describe_cell(stack, task, preset):
