@@ -210,3 +210,12 @@ def test_the_docs_table_of_the_rankings_error_rates_is_made_from_its_result_file
     assert module.rank_table(record_) in (root / "docs" / "aggregator.md").read_text()
     assert all(row["target_met"] for row in record_["rows"])
     assert all(row["false_order"] <= 0.06 and row["wrong_winner"] <= 0.06 for row in record_["rows"])
+
+
+def test_repeats_of_two_compile_cache_states_are_split_not_pooled(tmp_path):
+    """A keras3-jax cell whose first repeat compiled (cache cold) and the others loaded (warm): two parts."""
+    out = tmp_path / "res"
+    rows_at(out, "keras3-jax", "bert-fit", [10.0] * 20, compile_cache_warm=False)
+    rows_at(out, "keras3-jax", "bert-fit", [10.4] * 20, repeats=2, first_repeat=1, compile_cache_warm=True)
+    labels = sorted(v.label for v in aggregate([out], tmp_path / "rep").summaries[0].variants)
+    assert labels == ["keras3-jax [xla] (compile cache cold)", "keras3-jax [xla] (compile cache warm)"]
