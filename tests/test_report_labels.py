@@ -9,12 +9,10 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from fwbench.cli.commands import main
 from fwbench.core import registry
 from fwbench.core.identity import CellIdentity
 from fwbench_aggregator import compare as cmp
@@ -23,6 +21,7 @@ from fwbench_aggregator import sweep as report_sweep
 from fwbench_aggregator.aggregate import aggregate
 from tests.aggregator_rows import record, samples, write
 from tests.test_options import commands
+from tests.test_show import fwbench  # the CLI run in-process, as show's own tests run it
 
 A100, H100 = "NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3"
 
@@ -189,15 +188,6 @@ def test_a_scaling_read_of_cpu_rows_makes_no_speed_claim(tmp_path):
 
 # --- 5. show and list honour FWBENCH_PRESET ------------------------------------------------------------------------
 
-def fwbench(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["fwbench", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_show_and_list_read_the_preset_from_fwbench_preset_as_run_does(monkeypatch, capsys):
