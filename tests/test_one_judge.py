@@ -219,3 +219,17 @@ def test_repeats_of_two_compile_cache_states_are_split_not_pooled(tmp_path):
     rows_at(out, "keras3-jax", "bert-fit", [10.4] * 20, repeats=2, first_repeat=1, compile_cache_warm=True)
     labels = sorted(v.label for v in aggregate([out], tmp_path / "rep").summaries[0].variants)
     assert labels == ["keras3-jax [xla] (compile cache cold)", "keras3-jax [xla] (compile cache warm)"]
+
+
+def test_your_models_with_only_busy_rows_says_so_with_or_without_include_busy(tmp_path):
+    """With --include-busy the busy rows' numbers are shown, but still rank nothing: the sentence said 'No backend
+    ran ok.' of backends that had run ok (seen in CI)."""
+    out = tmp_path / "res"
+    for stack in ("keras3-jax", "keras3-torch"):
+        write(out, record(stack, MODEL_TASK, step_ms=[10.0] * 20, model_sha256=SHA, model_file="/x/my_model.py",
+                          busy=True))
+    frame = loading.load_results([out]).frame()
+    for include_busy in (False, True):
+        (table,) = model_files.tables(frame, include_busy)
+        assert model_files.verdict(table).startswith("No backend ran ok on a quiet machine"), include_busy
+        assert all(b.estimate is not None for b in table.backends) and not table.ranked

@@ -213,9 +213,9 @@ def table_rows(table: ModelTable) -> list[list[str]]:
 def verdict(table: ModelTable) -> str:
     """One sentence: the judge's winner and by how much, or the backends it cannot rank apart."""
     ranking = table.ranking
-    if ranking is None:
-        return "No backend ran ok" + (" on a quiet machine (busy rows only: see ⚠)." if any(
-            b.busy_only for b in table.backends) else ".")
+    if ranking is None:  # busy rows only (shown marked, or counted in with --include-busy), or no ok row at all
+        ran_busy = any(b.estimate is not None for b in table.backends)
+        return "No backend ran ok" + (" on a quiet machine (busy rows only, which never rank)." if ran_busy else ".")
     by_label = {b.label: b for b in table.backends}
     fastest = by_label[ranking.order[0]]
     if len(ranking.order) == 1:
