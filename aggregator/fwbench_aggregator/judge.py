@@ -42,7 +42,7 @@ import numpy as np
 
 from fwbench_aggregator import stats
 
-CONFIDENCE = 0.95
+CONFIDENCE = stats.CONFIDENCE  # every interval the judge states: 95%
 MIN_REPEATS = 3  # per side, for any test of a change and for a ranking from the repeats' own spread
 # The process-to-process spread assumed where a side has fewer than MIN_REPEATS repeats: the log standard deviation
 # of one process's median around the cell's. 0.15 covers the quiet CPU processes measured here (coefficients of
@@ -117,6 +117,16 @@ def environment_parts(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list
         label = ", ".join(f"{name} {facts.get(name, 'not recorded')}" for name in differing)
         parts.append((label, [i for i, k in enumerate(keys) if k == key]))
     return parts
+
+
+def environment_part_of(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[int | None]]:
+    """Rows of one cell identity, ok or not, split by the environments of their ok rows: the parts' labels
+    (environment_parts'), and each row's part: the one of its environment, None for a row that did not run ok in an
+    environment no ok row has (its caller decides where it goes)."""
+    ok = [i for i, row in enumerate(rows) if row.get("status") == "ok"]
+    parts = environment_parts([rows[i] for i in ok])
+    part_of_key = {environment_key(rows[ok[i]]): index for index, (_, members) in enumerate(parts) for i in members}
+    return [label for label, _ in parts], [part_of_key.get(environment_key(row)) for row in rows]
 
 
 # --- Welch's t on log repeat medians ------------------------------------------------------------------------------
@@ -364,31 +374,28 @@ METHOD_PRIOR = (f"steps' bootstrap widened by an assumed process spread ({PROCES
                 f"than {MIN_REPEATS} repeats a side)")
 
 
-def ratio(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, confidence: float = CONFIDENCE,
-          equivalence_pct: float = EQUIVALENCE_PCT) -> Ratio:
+def ratio(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, equivalence_pct: float = EQUIVALENCE_PCT) -> Ratio:
     """B/A (each side: the per-step samples of each quiet repeat) and its verdict (module doc)."""
     a, b = [np.asarray(r, dtype=float) for r in a if len(r)], [np.asarray(r, dtype=float) for r in b if len(r)]
     if not a or not b:
         raise ValueError("a side has no samples")
-    from scipy import stats as sps
-
     medians_a = np.array([stats.median(r) for r in a])
     medians_b = np.array([stats.median(r) for r in b])
     test = log_ratio_test(medians_a, medians_b) if min(len(a), len(b)) >= MIN_REPEATS else None
     if test is not None:
-        low, high = test.interval(confidence)
+        low, high = test.interval(CONFIDENCE)
         centre, method = test.ratio, METHOD_REPEATS
     else:
         pooled_a, pooled_b = np.concatenate(a), np.concatenate(b)
-        centre = stats.median(pooled_b) / stats.median(pooled_a)
-        if np.all(pooled_a == pooled_a[0]) and np.all(pooled_b == pooled_b[0]) and centre == 1:
+        if np.all(pooled_a == pooled_a[0]) and np.all(pooled_b == pooled_b[0]) and pooled_a[0] == pooled_b[0]:
             return Ratio(1.0, 1.0, 1.0, TIE, "identical samples on both sides")
-        boot = np.log(stats.bootstrap_medians(b) / stats.bootstrap_medians(a, seed=stats.BOOTSTRAP_SEED + 1))
-        z = float(sps.norm.ppf(0.5 + confidence / 2))
-        steps_half = (np.percentile(boot, 100 * (0.5 + confidence / 2))
-                      - np.percentile(boot, 100 * (0.5 - confidence / 2))) / 2
+        from scipy import stats as sps  # lazy: scipy is slow to import
+
+        steps = stats.ratio_estimate(b, a)  # the steps' two-level bootstrap interval of B/A
+        centre = steps.ratio
+        steps_half = math.log(steps.high / steps.low) / 2
         process_se = PROCESS_SPREAD_PRIOR * math.sqrt(1 / len(a) + 1 / len(b))
-        half = math.sqrt(steps_half ** 2 + (z * process_se) ** 2)
+        half = math.hypot(steps_half, float(sps.norm.ppf(0.5 + CONFIDENCE / 2)) * process_se)
         low, high = centre * math.exp(-half), centre * math.exp(half)
         method = METHOD_PRIOR
     band = 1 + equivalence_pct / 100
@@ -431,18 +438,18 @@ def rank(candidates: Mapping[Any, Sequence[np.ndarray]]) -> Ranking | None:
     return Ranking(tuple(order), None if unranked else fastest, against, (fastest, *unranked) if unranked else ())
 
 
-def ordered_pairs(candidates: Mapping[Any, Sequence[np.ndarray]]) -> dict[tuple[Any, Any], str]:
-    """(faster, slower) -> FASTER for every pair the judge can order; pairs it cannot order are absent (a tie or
-    "cannot rank"). The published-order comparison uses only these."""
+def ordered_pairs(candidates: Mapping[Any, Sequence[np.ndarray]]) -> list[tuple[Any, Any]]:
+    """(faster, slower) for every pair the judge can order; pairs it cannot order are absent (a tie or "cannot
+    rank"). The published-order comparison uses only these."""
     keys = list(candidates)
-    pairs = {}
+    pairs = []
     for i, first in enumerate(keys):
         for second in keys[i + 1:]:
             word = ratio(candidates[first], candidates[second]).word
             if word == FASTER:
-                pairs[(first, second)] = FASTER
+                pairs.append((first, second))
             elif word == SLOWER:
-                pairs[(second, first)] = FASTER
+                pairs.append((second, first))
     return pairs
 
 

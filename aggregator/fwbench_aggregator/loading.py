@@ -225,9 +225,9 @@ def _validate(path: Path, table: pa.Table) -> pa.Table | SkippedFile:
 
 
 def upgrade_axes(table: pa.Table) -> pa.Table:
-    """Every row's identity columns as the current schema has them (fwbench.core.axes.upgrade: a row written before
-    an axis existed holds the value it was measured at), so no consumer reads an old row's quirks."""
-    rows = [axes.upgrade(row) for row in table.select(axes.columns_read()).to_pylist()]
+    """Every row's identity columns as the current schema has them (fwbench.core.axes.current_values: a row written
+    before an axis existed holds the value it was measured at), so no consumer reads an old row's quirks."""
+    rows = [axes.current_values(row) for row in table.select(axes.columns_read()).to_pylist()]
     for axis in axes.AXES:
         index = table.schema.get_field_index(axis.column)
         values = pa.array([row[axis.column] for row in rows], type=table.schema.field(index).type)

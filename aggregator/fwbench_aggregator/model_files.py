@@ -12,6 +12,7 @@ numbers in the estimates).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -71,9 +72,10 @@ class ModelTable:
     backends: list[Backend]
     title_settings: str = ""  # the settings that tell this table from another of the same file, kind and batch
 
-    @property
+    @functools.cached_property
     def ranking(self) -> judge.Ranking | None:
-        """The judge's ranking of the backends with quiet rows (busy rows never decide)."""
+        """The judge's ranking of the backends with quiet rows (busy rows never decide); once a table (its rows,
+        verdict and ranks all read it)."""
         return judge.rank({b.label: b.quiet_samples for b in self.backends if b.quiet_samples})
 
     @property
@@ -121,15 +123,12 @@ def tables(frame: pd.DataFrame, include_busy: bool = False) -> list[ModelTable]:
             by_cell.setdefault(CellIdentity.of_row(row), []).append(row)
         cells = []
         for identity, cell_rows in by_cell.items():
-            ok = [r for r in cell_rows if r.get("status") == "ok"]
-            parts = judge.environment_parts(ok)
-            keys = [{judge.environment_key(ok[i]) for i in members_} for _, members_ in parts]
+            part_labels, part_of = judge.environment_part_of(cell_rows)
             # A row that did not run ok joins the part of its environment, else the first part (nothing is dropped).
-            placed: list[list[dict]] = [[] for _ in parts]
-            for row in cell_rows:
-                key = judge.environment_key(row)
-                placed[next((k for k, part_keys in enumerate(keys) if key in part_keys), 0)].append(row)
-            cells += [(identity, environment, part) for (environment, _), part in zip(parts, placed)]
+            placed: list[list[dict]] = [[] for _ in part_labels]
+            for row, part in zip(cell_rows, part_of):
+                placed[part or 0].append(row)
+            cells += [(identity, environment, part) for environment, part in zip(part_labels, placed)]
         labels = _backend_labels(cells)
         backends = [_backend(label, pd.DataFrame(part), include_busy) for label, (_, _, part) in zip(labels, cells)]
         parsed = registry.model_file_task(task)

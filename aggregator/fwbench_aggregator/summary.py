@@ -112,6 +112,9 @@ class PresetSummary:
     costs: dict[tuple[str, Variant], CellCosts] = field(default_factory=dict)
     # Per cell: the per-repeat samples of its quiet ok rows, whatever --include-busy shows: what verdicts use.
     quiet_samples: dict[tuple[str, Variant], list] = field(default_factory=dict)
+    # The judge's rankings, once per (task, group, Keras 3 only): the best cell, speed-ups, noise warnings and the
+    # published order all ask for them, and each costs a bootstrap per candidate.
+    _rankings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def title(self) -> str:
@@ -136,8 +139,12 @@ class PresetSummary:
 
     def ranking(self, task: str, settings: tuple = (), *, keras3_only: bool = False) -> judge.Ranking | None:
         """The judge's ranking of one like-for-like group's cells, from their quiet rows only."""
-        return judge.rank({v: self.quiet_samples[(task, v)] for v in self.groups(task).get(settings, ())
-                           if (task, v) in self.quiet_samples and (v.is_keras3 or not keras3_only)})
+        key = (task, settings, keras3_only)
+        if key not in self._rankings:
+            self._rankings[key] = judge.rank({
+                v: self.quiet_samples[(task, v)] for v in self.groups(task).get(settings, ())
+                if (task, v) in self.quiet_samples and (v.is_keras3 or not keras3_only)})
+        return self._rankings[key]
 
     def keras3_best(self, task: str, settings: tuple = ()) -> tuple[Variant, stats.Estimate] | None:
         """The Keras 3 cell with the lowest median of its quiet rows in one like-for-like group, as the published
@@ -271,8 +278,9 @@ def _summary(preset: str, precision: str, rows: pd.DataFrame, include_busy: bool
         ok = cell[(cell["status"] == "ok") & (include_busy | ~busy)]
         status.concurrent = int(ran_concurrently(ok).sum())
         batches[(task, variant)] = set(int(b) for b in cell["batch_size"].dropna())
-        if (~busy & (cell["status"] == "ok")).any():
-            quiet_samples[(task, variant)] = _samples(cell[~busy & (cell["status"] == "ok")])
+        quiet, _ = judge.quiet(cell)
+        if len(quiet):
+            quiet_samples[(task, variant)] = _samples(quiet)
         if len(ok):
             samples[(task, variant)] = _samples(ok)
             estimates[(task, variant)] = stats.estimate(samples[(task, variant)])

@@ -100,7 +100,7 @@ def assign_variants(frame: pd.DataFrame, unnamed: tuple[str, ...] = ()) -> pd.Da
 
 def _environment_labels(frame: pd.DataFrame, ids: list[CellIdentity]) -> dict[int, str]:
     """Row position -> its environment part's label, for the identities whose ok rows ran in more than one
-    environment (judge.environment_parts). A row that did not run ok joins the part of its own environment, or
+    environment (judge.environment_part_of). A row that did not run ok joins the part of its own environment, or
     stays unlabelled when no ok row shares it."""
     records = frame.to_dict("records")
     by_identity: dict[CellIdentity, list[int]] = {}
@@ -108,15 +108,9 @@ def _environment_labels(frame: pd.DataFrame, ids: list[CellIdentity]) -> dict[in
         by_identity.setdefault(identity, []).append(index)
     labels: dict[int, str] = {}
     for positions in by_identity.values():
-        ok = [i for i in positions if records[i].get("status") == "ok"]
-        parts = judge.environment_parts([records[i] for i in ok])
-        if len(parts) < 2:
-            continue
-        label_of_key = {judge.environment_key(records[ok[members[0]]]): label for label, members in parts}
-        for i in positions:
-            label = label_of_key.get(judge.environment_key(records[i]))
-            if label:
-                labels[i] = label
+        part_labels, part_of = judge.environment_part_of([records[i] for i in positions])
+        if len(part_labels) > 1:
+            labels.update({i: part_labels[part] for i, part in zip(positions, part_of) if part is not None})
     return labels
 
 

@@ -8,8 +8,8 @@ labels (fwbench_aggregator.variants), compare's --across and its comparability (
 keys and bounds (fwbench.release.verify) and the report's sections are all derived from AXES: adding an axis is one
 entry below (plus its CellSpec field and, for a new column, the schema's), nothing in the consumers.
 
-Rows of older schemas are upgraded to the current axes in one place, `upgrade` (each axis's `read_old`); no consumer
-reads an old row's quirks itself.
+Rows of older schemas are upgraded to the current axes in one place, `current_values` (each axis's `read_old`); no
+consumer reads an old row's quirks itself.
 
 Plain Python: the cell process and the aggregator both import it.
 """
@@ -114,21 +114,26 @@ def plain(value: Any) -> Any:
 
 
 def columns_read() -> list[str]:
-    """Every column `upgrade` reads: the axes' own and those their read_old look at."""
+    """Every column `current_values` reads: the axes' own and those their read_old look at."""
     return list(dict.fromkeys([axis.column for axis in AXES] + [c for axis in AXES for c in axis.old_columns]))
 
 
-def upgrade(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row of any schema with every axis column as the current schema has it: a column the row lacks (written
-    before the axis existed) holds the value it was measured at (the axis's read_old). The one reader of old rows'
-    axes; idempotent, so a row read twice reads the same."""
-    upgraded = dict(row)
+def current_values(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Each axis column's value as the current schema has it: a column the row lacks (written before the axis
+    existed) holds the value it was measured at (the axis's read_old). The one reader of old rows' axes."""
+    values = {}
     for axis in AXES:
         value = plain(row.get(axis.column))
         if axis.read_old is not None and (value is None or axis.always_read_old):
             value = plain(axis.read_old(row))
-        upgraded[axis.column] = value
-    return upgraded
+        values[axis.column] = value
+    return values
+
+
+def upgrade(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of any schema with every axis column as the current schema has it (current_values); idempotent, so a
+    row read twice reads the same."""
+    return {**row, **current_values(row)}
 
 
 def _shown(value: Any) -> str:

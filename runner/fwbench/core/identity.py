@@ -26,7 +26,7 @@ from fwbench.core.axes import plain as _plain
 SETTINGS: dict[str, tuple[str, str]] = {}
 KEY_FIELDS = ("stack", "task", "preset", "compile_mode")
 # What a row without a setting's column (written before the setting existed) is read as: the value that row was in
-# fact measured at, so old results, `--resume` and published bundles still pair with new rows (axes.upgrade).
+# fact measured at, so old results, `--resume` and published bundles still pair with new rows (axes.current_values).
 OLD_ROWS_READ_AS: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
 # Settings read through their OLD_ROWS_READ_AS entry even when the row has the column.
 ALWAYS_READ_AS: list[str] = []
@@ -89,8 +89,8 @@ class CellIdentity:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> "CellIdentity":
-        """The identity of a row of any schema (axes.upgrade reads an older row's settings as measured)."""
-        current = axes.upgrade(row)
+        """The identity of a row of any schema (axes.current_values reads an older row's settings as measured)."""
+        current = axes.current_values(row)
         values = {name: current[column] for name, (column, _) in SETTINGS.items()}
         return cls(*(str(row.get(f)) for f in KEY_FIELDS), tuple(values.items()))
 
