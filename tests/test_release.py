@@ -213,6 +213,12 @@ def test_busy_rows_decide_nothing_in_verify(tmp_path):
                    and "5 busy ok row(s), no quiet one" in c.detail for c in cells.values()), folder
     allowed = judged(tmp_path / "e", 10.0, 10.1, busy=5, allow_inconclusive=True)
     assert not any(c.fails for c in allowed.values())
+    # Busy rows that leave a side short of 3 quiet repeats: the detail names them as the reason (CI saw "needs 3
+    # repeats a side; published has 1, re-run has 2" on a busy machine, with no word of the 4 + 1 busy rows).
+    short = judged(tmp_path / "f", 10.0, 30.0, published_busy=4, busy=1, rerun_repeats=3)
+    assert all(c.verdict == verification.INCONCLUSIVE and c.fails
+               and c.detail.startswith("needs 3 repeats a side; published has 1, re-run has 2")
+               and "busy rows left out: published 4, re-run 1" in c.detail for c in short.values())
 
 
 def test_an_interval_across_a_tolerance_bound_is_inconclusive_and_fails_unless_allowed(tmp_path):

@@ -184,11 +184,13 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
         cell.detail = (f"needs {compare.MIN_REPEATS} repeats a side; published has {n_pub}, re-run has {n_rerun} "
                        f"(B/A {row.ratio:.3f} not judged)")
         cell.resolvable = n_pub >= compare.MIN_REPEATS  # more re-runs help only the re-run side
+        _note_busy(cell, row.a.busy, row.b.busy)
         return
     if row.test is None:
         cell.verdict = INCONCLUSIVE
         cell.detail = f"identical repeats on both sides: no spread to judge (B/A {row.ratio:.3f} not judged)"
         cell.resolvable = True
+        _note_busy(cell, row.a.busy, row.b.busy)
         return
     (verdict,), (low,), (high,), (p_slower,), (p_faster,) = judge_arrays(
         [row.test.log_ratio], [row.test.se], [row.test.dof], rule)
