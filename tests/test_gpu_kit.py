@@ -837,3 +837,19 @@ def test_the_results_page_sets_only_published_precision_ratios_beside_the_publis
     assert len(bf16_lines) == 1 and "1.175 [" in bf16_lines[0] and str(published_ratio) not in bf16_lines[0]
     assert bf16_lines[0].split(" | ")[3].startswith("0.318 [") and bf16_lines[0].split(" | ")[3].endswith("]")
     assert "not settled" in bf16_lines[0].split(" | ")[4]  # the judge's column: one process a side
+
+
+def test_the_kit_declares_the_commit_it_runs_to_every_cell(tmp_path, monkeypatch):
+    """The host's copy of the repository carried a stale .git; the kit's cells must record the commit prepare saved
+    (source.json), not git's HEAD there, as their rows' source_commit."""
+    import kit_install
+
+    saved = tmp_path / "source.json"
+    saved.write_text(json.dumps({"git_revision": "ab" * 20, "git_dirty": False, "prepared_at": "now"}))
+    monkeypatch.setattr(kit_install, "SOURCE", saved)
+    monkeypatch.delenv("FWBENCH_SOURCE_COMMIT", raising=False)
+    environment = kit_install.kit_environment(tmp_path / "site")
+    assert environment["FWBENCH_SOURCE_COMMIT"] == "ab" * 20
+    from fwbench.harness import envinfo
+
+    assert envinfo.read_source_commit(None, environment) == "ab" * 20

@@ -103,8 +103,14 @@ def install(wheels: Path, site: Path) -> None:
 
 
 def kit_environment(site: Path) -> dict[str, str]:
+    """The kit's path, and the commit it runs declared to every cell (its rows' source_commit): the host's copy of
+    the repository can carry a stale .git, which the cells would otherwise read."""
     paths = [str(site), str(REPO / "runner"), str(REPO / "aggregator"), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    revision = source_revision()["git_revision"]
+    if revision and "FWBENCH_SOURCE_COMMIT" not in os.environ:
+        environment["FWBENCH_SOURCE_COMMIT"] = revision
+    return environment
 
 
 # What each of the kit's stacks imports to run its cells (fwbench's own modules are checked apart: without them
