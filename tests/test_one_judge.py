@@ -66,6 +66,21 @@ def test_a_winner_carries_its_ratio_and_interval(tmp_path):
     assert best.startswith("10.1 (jax), x1.99 [") and best.endswith("] faster than torch")
 
 
+def test_the_speed_up_table_says_what_the_judge_can_say_of_each_speed_up(tmp_path):
+    """'+10%' over PyTorch eager from one process a side read as a finding; the judge cannot rank it."""
+    out = tmp_path / "res"
+    rows_at(out, "keras3-jax", "bert-fit", [40.0, 40.4] * 10)
+    rows_at(out, "native-torch", "bert-fit", [44.0, 44.4] * 10)
+    rows_at(out, "keras3-jax", "bert-predict", [10.0, 10.1] * 10)
+    rows_at(out, "native-torch", "bert-predict", [30.0, 30.3] * 10)
+    md = aggregate([out], tmp_path / "rep").report_md.read_text()
+    table = md.split("| task | Keras 3 best vs PyTorch eager", 1)[1].split("\n\n", 1)[0]
+    fit = next(line for line in table.splitlines() if line.startswith("| bert-fit |"))
+    predict = next(line for line in table.splitlines() if line.startswith("| bert-predict |"))
+    assert "+10% (cannot rank)" in fit
+    assert "+200% (faster)" in predict
+
+
 def test_your_models_names_no_fastest_where_the_ratio_interval_reaches_across_1(tmp_path):
     """'Fastest: keras3-jax x1.05 [0.66-1.99] faster than the next' with no 'cannot rank'."""
     out = tmp_path / "res"

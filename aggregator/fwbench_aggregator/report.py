@@ -144,8 +144,8 @@ def main_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
-    """Per task and like-for-like group with a Keras 3 best: its speed-up over each baseline of the same group, or
-    '—' and why that group has no such baseline."""
+    """Per task and like-for-like group with a Keras 3 best: its speed-up over each baseline of the same group (the
+    published formula) with the judge's word on the pair, or '—' and why that group has no such baseline."""
     headers = ["task"] + [f"Keras 3 best vs {name}" for name, _ in SPEEDUP_BASELINES]
     rows = []
     for task in summary.tasks:
@@ -154,9 +154,15 @@ def speedup_table(summary: PresetSummary) -> tuple[list[str], list[list[str]]]:
             rows.append([task] + ["—"] * len(SPEEDUP_BASELINES))  # no Keras 3 cell ran ok: nothing to compare
         for settings in groups:
             rows.append([_group_name(task, settings)] + [
-                fmt_speedup(value) if (value := summary.speedup(task, key, settings)) is not None
+                _speedup_cell(value, summary.speedup_verdict(task, key, settings))
+                if (value := summary.speedup(task, key, settings)) is not None
                 else fmt_missing(summary.missing(task, settings, *key)) for _, key in SPEEDUP_BASELINES])
     return headers, rows
+
+
+def _speedup_cell(value: float, verdict: str | None) -> str:
+    """'+215% (faster)': the published formula's figure beside what the judge can say of it."""
+    return fmt_speedup(value) + ("" if verdict is None else f" ({verdict})")
 
 
 COST_HEADERS = ["task", "variant", "batch", "samples/s", "tokens/s", "first step s", "peak memory GB", "J/step"]

@@ -175,6 +175,15 @@ class PresetSummary:
             return None
         return speedup_percent(baseline.median, best[1].median)
 
+    def speedup_verdict(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> str | None:
+        """The judge's word on Keras 3 best against a baseline of its group, from quiet rows: 'faster', 'slower'
+        (the Keras 3 best's side), 'tie' or 'cannot rank'; None where either side is missing."""
+        best = self.keras3_best(task, settings)
+        baseline = Variant(*baseline_key, settings)
+        if best is None or (task, baseline) not in self.quiet_samples or (task, best[0]) not in self.quiet_samples:
+            return None
+        return judge.ratio(self.quiet_samples[(task, best[0])], self.quiet_samples[(task, baseline)]).word
+
     def ranked(self, task: str, settings: tuple = ()) -> list[tuple[Variant, stats.Estimate]]:
         """One like-for-like group's variants with quiet rows, in the judge's order (lowest median first; which of
         them it can tell apart: ranking)."""
