@@ -78,3 +78,36 @@ def test_the_docs_show_the_axes_table():
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "results-schema.md").read_text()
     assert axes.markdown_table() in doc, "regenerate docs/results-schema.md's axes table: python -m fwbench.core.axes"
+
+
+# Axes no option sets, with why: the engine fills them in, or a command of their own sets them.
+NOT_AN_OPTION = {"image_variant": "the engine's image or environment", "device_model": "the host's device",
+                 "sweep_point": "`fwbench sweep` sets each point"}
+
+
+def test_every_settable_axis_is_one_option_whose_default_and_spec_field_are_the_axis():
+    """The command line's options and the cell spec take an axis's default and field from the table: an option
+    that sets an axis declares it, and one without an axis cannot set an identity setting of the spec."""
+    from fwbench.cli import options
+
+    by_axis: dict[str, list[str]] = {}
+    for option in dataclasses.fields(options.MatrixOptions):
+        declared = options.declaration(option.name)
+        if declared.axis is not None:
+            by_axis.setdefault(declared.axis, []).append(option.name)
+            axis = axes.by_name()[declared.axis]
+            assert option.default == (None if axis.default is axes.HOST else axis.default) or declared.axis == "pin_set"
+            assert declared.spec_field in (None, axis.spec_field), option.name
+        else:
+            assert declared.spec_field not in {axis.spec_field for axis in axes.AXES}, option.name
+    settable = [axis.name for axis in axes.AXES if axis.name not in NOT_AN_OPTION]
+    assert {name: len(found) for name, found in by_axis.items()} == {name: 1 for name in settable}
+    spec_defaults = {f.name: f.default for f in dataclasses.fields(CellSpec)}
+    for axis in axes.AXES:
+        if axis.default is not axes.HOST:
+            assert spec_defaults[axis.spec_field] == axis.default, axis.name
+    # A plain run's base spec holds every axis at its default.
+    base = options.MatrixOptions(stack=["native-torch"]).base_spec(data_dir="/data", threads=2)
+    for axis in axes.AXES:
+        if axis.default is not axes.HOST and axis.name != "pin_set":
+            assert getattr(base, axis.spec_field) == axis.default, axis.name

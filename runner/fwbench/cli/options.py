@@ -16,7 +16,8 @@ any cluster is probed, environment built, Docker asked or folder made. tests/tes
 commands to this.
 
 Adding an option (a precision, say) is one field below: its default, help, check and the CellSpec field it
-sets (spec_field).
+sets (spec_field). An option that sets an axis of the cell (fwbench.core.axes) is declared with `_axis_option`:
+its default and CellSpec field are the axis's, and tests/test_axes.py holds every settable axis to one option.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from fwbench.core import axes
 from fwbench.core import model_file
 from fwbench.core import precision as precisions
 from fwbench.core import registry
@@ -58,6 +60,7 @@ class Declaration:
     parse: Callable[[Any], Any] | None = None
     # Shown only by the commands that ask for it (matrix_options(opt_in=...)): `run --model`.
     opt_in: bool = False
+    axis: str | None = None  # the axis of the cell identity this option sets (fwbench.core.axes)
 
 
 _UNCHANGED: Any = object()
@@ -93,6 +96,14 @@ def require_stack_or_model(options: "MatrixOptions") -> None:
 
 def _declared(default: Any, help: str, **declaration: Any) -> Any:
     return field(default=default, metadata={"option": Declaration(help, **declaration)})
+
+
+def _axis_option(name: str, help: str, *, direct: bool = True, **declaration: Any) -> Any:
+    """An option that sets the axis `name`: the axis's default (None where the host or preset decides) and, when the
+    value goes to the spec as given (`direct`), the axis's CellSpec field."""
+    axis = axes.by_name()[name]
+    default = declaration.pop("default", None if axis.default is axes.HOST else axis.default)
+    return _declared(default, help, axis=name, spec_field=axis.spec_field if direct else None, **declaration)
 
 
 def _each(check: Callable[[Any], Any]) -> Callable[[Any], None]:
@@ -155,51 +166,59 @@ class MatrixOptions:
     compile: Optional[List[str]] = _declared(
         None, "native-torch: none, reduce-overhead, default, max-autotune (repeatable).",
         default_text="each stack's first: none, or xla for Keras")
-    steps: Optional[int] = _declared(None, "Timed steps.", check=_at_least("--steps", 1),
-                                     default_text="the preset's; at paper, 10 for generate", spec_field="steps")
-    warmup: Optional[int] = _declared(None, "Untimed warm-up steps.", check=_at_least("--warmup", 0),
-                                      default_text="the preset's, 2")
+    steps: Optional[int] = _axis_option("steps", "Timed steps.", check=_at_least("--steps", 1),
+                                        default_text="the preset's; at paper, 10 for generate")
+    # The preset's when not given (base_spec).
+    warmup: Optional[int] = _axis_option("warmup", "Untimed warm-up steps.", check=_at_least("--warmup", 0),
+                                         default_text="the preset's, 2", direct=False)
     repeats: int = _declared(1, "Independent processes per cell.", check=_at_least("--repeats", 1))
     timeout: Optional[float] = _declared(None, "Per-cell timeout in seconds.", check=_positive("--timeout"),
                                          default_text="the preset's")
-    pin_set: Optional[str] = _declared(None, PIN_SET_HELP, check=check_pin_set, envvar="FWBENCH_PIN_SET")
-    jit: str = _declared("published", "Keras XLA: published (each task as in the published run), on, off.",
-                         check=_choice("--jit policy", registry.JIT_POLICIES), spec_field="jit")
-    precision: str = _declared("published", "Numeric precision: published (as the published table ran each task: "
+    # The command's engine resolves it (None: the current pin set, or the image's).
+    pin_set: Optional[str] = _axis_option("pin_set", PIN_SET_HELP, check=check_pin_set, envvar="FWBENCH_PIN_SET",
+                                          default=None, direct=False)
+    jit: str = _axis_option("jit", "Keras XLA: published (each task as in the published run), on, off.",
+                            check=_choice("--jit policy", registry.JIT_POLICIES))
+    # With its --tf32 alias applied (resolved_precision).
+    precision: str = _axis_option("precision", "Numeric precision: published (as the published table ran each task: "
                                "the LLMs in bfloat16, the others in float32 with the framework's TF32 default), "
                                "fp32 (TF32 off), tf32 (TF32 on), bf16 or fp16 (mixed precision in each stack's "
                                "own idiom; the LLMs in that type).",
-                               check=_choice("--precision", precisions.PRECISIONS))
+                               check=_choice("--precision", precisions.PRECISIONS), direct=False)
     tf32: str = _declared("default", "TF32 policy, an alias of --precision: default (published), on (tf32), off "
                           "(fp32).", check=_choice("TF32 policy", TF32_POLICIES))
-    threads: Optional[int] = _declared(None, "CPU threads per cell.", check=_at_least("--threads", 1),
-                                       default_text="all cores, or the cores of a cell's slot where cells run side by side")
+    # The command decides from the host and the slots (base_spec's threads).
+    threads: Optional[int] = _axis_option("threads", "CPU threads per cell.", check=_at_least("--threads", 1),
+                                          default_text="all cores, or the cores of a cell's slot where cells run side "
+                                                       "by side", direct=False)
     data: Optional[Path] = _declared(None, "Shared data folder.",
                                      default_text="$FWBENCH_DATA or ~/.cache/fwbench/data")
-    seed: int = _declared(0, "Seed of the shared data.", spec_field="seed")
-    per_step_sync: bool = _declared(True, "Sync after every timed step (per-step times).", spec_field="per_step_sync")
-    devices: int = _declared(1, "Data-parallel devices per fit cell (each stack's own data parallelism; on a CPU, "
+    seed: int = _axis_option("data_seed", "Seed of the shared data.")
+    per_step_sync: bool = _axis_option("per_step_sync", "Sync after every timed step (per-step times).")
+    devices: int = _axis_option("devices", "Data-parallel devices per fit cell (each stack's own data parallelism; on a CPU, "
                              "logical devices sharing the cell's cores: correctness, not speed). Other tasks with "
                              "more than 1 are unsupported rows.", check=_at_least("--devices", 1),
-                             spec_field="devices", parse=_integer("--devices"))
-    global_batch: Optional[int] = _declared(None, "Strong scaling: the global batch, split evenly over --devices.",
+                             parse=_integer("--devices"))
+    global_batch: Optional[int] = _axis_option("global_batch", "Strong scaling: the global batch, split evenly over --devices.",
                                             check=_at_least("--global-batch", 1),
                                             default_text="weak scaling, the task's batch on each device",
-                                            spec_field="global_batch", parse=_integer("--global-batch"))
+                                            parse=_integer("--global-batch"))
     device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
     parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
     inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss | overflow:STEP.", hidden=True,
                                             spec_field="fault")
     # A user's model file as the cells' source (docs/your-model.md): `run` only.
-    model: Optional[Path] = _declared(None, "Your model file (docs/your-model.md): its Keras 3 model on every Keras 3 "
-                                      "stack and its PyTorch twin, if it has one, on native-torch.", opt_in=True)
+    # Its SHA-256 is the axis (model_files.plan reads the file).
+    model: Optional[Path] = _axis_option("model_sha256", "Your model file (docs/your-model.md): its Keras 3 model on "
+                                         "every Keras 3 stack and its PyTorch twin, if it has one, on native-torch.",
+                                         opt_in=True, direct=False)
     batch: Optional[int] = _declared(None, "Batch size of --model's cells.", check=_at_least("--batch", 1),
                                      default_text=f"{model_file.DEFAULT_BATCH}", parse=_integer("--batch"), opt_in=True)
-    steps_per_execution: int = _declared(1, "Keras compile(steps_per_execution=N) for --model's Keras cells: N steps per "
-                                            "call of the compiled step (must divide --steps; the twin runs one a call).",
-                                         check=_at_least("--steps-per-execution", 1), opt_in=True,
-                                         spec_field="steps_per_execution", parse=_integer("--steps-per-execution"))
+    steps_per_execution: int = _axis_option(
+        "steps_per_execution", "Keras compile(steps_per_execution=N) for --model's Keras cells: N steps per call of "
+        "the compiled step (must divide --steps; the twin runs one a call).",
+        check=_at_least("--steps-per-execution", 1), opt_in=True, parse=_integer("--steps-per-execution"))
 
     def check(self) -> None:
         """Every value, in the order of the fields; a bad one raises a one-line error."""

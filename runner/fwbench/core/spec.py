@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from fwbench.core import axes
 from fwbench.core import precision as precisions
 from fwbench.core.identity import CellIdentity
+
+
+def _axis_default(name: str):
+    """The axis's default (fwbench.core.axes): a spec field of an axis with a fixed default takes it from there."""
+    return axes.by_name()[name].default
 
 
 PLACEMENT_FIELDS = ("cpu_set", "gpu_index", "gpu_indices")
@@ -26,17 +32,17 @@ class CellSpec:
     steps: int | None  # None only in a plan's base spec: each task's default (registry.default_steps)
     warmup: int = 2
     repeat: int = 0
-    seed: int = 0
+    seed: int = _axis_default("data_seed")
     threads: int = 1
-    per_step_sync: bool = True
+    per_step_sync: bool = _axis_default("per_step_sync")
     timeout_s: float = 900.0
     engine: str = "local"
     run_id: str = ""
-    pin_set: str = "current"
-    jit: str = "published"  # Keras jit_compile policy: published (per task, as published), on, off
+    pin_set: str = _axis_default("pin_set")
+    jit: str = _axis_default("jit")  # Keras jit_compile policy: published (per task, as published), on, off
     # published | fp32 | tf32 | bf16 | fp16 (fwbench.core.precision): the numeric precision the model runs in, and
     # with it the TF32 policy (`tf32`; --tf32 is an alias of this one axis).
-    precision: str = "published"
+    precision: str = _axis_default("precision")
     # Filled in by the runner from the engine and the host (part of the identity).
     image_variant: str = "venv"  # cpu | gpu (an image), venv (local engine), host (current engine)
     device_model: str | None = None  # GPU model (NVML) or CPU model the cell is expected to run on
@@ -57,12 +63,12 @@ class CellSpec:
     fault: str | None = None
     # A version-sweep point (fwbench.core.sweep; part of the identity): "transformers==4.38.2" or "date:2024-03-01",
     # the environment the cell runs in being the pin set's with that change. None: no sweep.
-    sweep_point: str | None = None
+    sweep_point: str | None = _axis_default("sweep_point")
     # Data-parallel scaling (fwbench.core.scaling; both part of the identity): the devices a fit runs data-parallel
     # on, and the global batch (None: weak scaling, the task's batch on each device; G: strong scaling, G / devices
     # per device).
-    devices: int = 1
-    global_batch: int | None = None
+    devices: int = _axis_default("devices")
+    global_batch: int | None = _axis_default("global_batch")
     # Test-only (tests/test_scaling_equivalence.py; never set by the CLI): a fit builds its model with dropout off
     # and writes its weights after the last step to this .npz path (rank 0), so that data-parallel updates can be
     # compared with one device's.
@@ -73,10 +79,10 @@ class CellSpec:
     # `fwbench run --model FILE` (fwbench.core.model_file): the file the cell imports its model from, and its SHA-256
     # (part of the identity; the cell refuses a file that no longer has it). None: a registry task.
     model_file: str | None = None
-    model_sha256: str | None = None
+    model_sha256: str | None = _axis_default("model_sha256")
     # Keras compile(steps_per_execution=N) (fwbench run --model --steps-per-execution; part of the identity): N steps
     # per call of the compiled step, the clock read around each call (fwbench.harness.clock). 1: one step a call.
-    steps_per_execution: int = 1
+    steps_per_execution: int = _axis_default("steps_per_execution")
 
     @property
     def cell_id(self) -> str:
