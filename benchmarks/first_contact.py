@@ -12,6 +12,7 @@ step (first_step_s, trace or compile), the timed steps, describing the run (fact
 teardown (the runner's process time minus the rest), and how many rows found a warm compilation cache.
 Downloads count in the build time: the figure depends on the network as well as the machine. On a shared
 machine the figures are indicative only; the demo rows' busy flags say when something else competed.
+--json FILE also writes the figures with the date, machine, command and commit (benchmarks/measurement_log.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ sys.path[:0] = [str(ROOT / "runner"), str(ROOT / "aggregator")]
 
 TARGET_TOTAL_S = 15 * 60
 TARGET_DISK_GB = 12.0
+# The phases' keys in the --json file, in the order of the printed columns.
+PHASE_KEYS = ("interpreter_s", "framework_import_s", "model_library_import_s", "model_build_s", "first_step_s",
+              "timed_steps_s", "describing_s", "teardown_s")
 
 
 def parse_args():
@@ -39,6 +43,8 @@ def parse_args():
     parser.add_argument("--stack", action="append", help="stacks to build and run (default: the demo's, all)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per demo cell (the demo's default)")
     parser.add_argument("--keep", type=Path, help="write the demo's results and report here (default: temporary)")
+    parser.add_argument("--json", type=Path, help="also write the figures here (their place: benchmarks/results/"
+                        "<date>-<machine>/first-contact.json)")
     return parser.parse_args()
 
 
@@ -80,6 +86,7 @@ def teardown_s(row: dict, phases: dict) -> float | None:
 
 def main() -> None:
     args = parse_args()
+    import measurement_log
     from fwbench.core import registry, results
     from fwbench.engines.local import StackEnvironment, uv_cache_dir
     from fwbench.harness.contention import host_load
@@ -87,6 +94,7 @@ def main() -> None:
 
     stacks = args.stack or [s for s in registry.STACKS
                             if (ROOT / "images" / s / DEFAULT_PIN_SET / "requirements.txt").is_file()]
+    started = measurement_log.now()
     scratch = Path(tempfile.mkdtemp(prefix="fwbench-first-contact-"))
     home = args.home or scratch / "home"
     if home.exists() and any(home.iterdir()):
@@ -128,6 +136,7 @@ def main() -> None:
                ("describe", lambda r, p: (p.get("describe") or 0) + (p.get("ceiling") or 0)),
                ("teardown", teardown_s)]
     print(f"  {'stack':<20}" + "".join(f"{name:>9}" for name, _ in columns) + f"{'total':>9}{'warm':>7}")
+    phase_rows = []  # the --json file's table (render_measurements.py's first_contact.py columns)
     for stack in stacks:
         mine = [row for row in ok if row["stack"] == stack]
         if not mine:
@@ -139,7 +148,18 @@ def main() -> None:
         total = statistics.median(extra.get("process_s") or row["wall_s"] for row, extra in zip(mine, extras))
         warm = sum(1 for row in mine if row["compile_cache_warm"])
         print(f"  {stack:<20}" + "".join(f"{value:9.1f}" for value in cells) + f"{total:9.1f}{warm:>4}/{len(mine)}")
+        phase_rows.append({"stack": stack, **dict(zip(PHASE_KEYS, cells)), "total_s": total,
+                           "jax_cache_warm": f"{warm} of {len(mine)}" if warm else None})
     print(f"report: {out / 'report' / 'report.md'}")
+    if args.json:
+        figures = [["the environments built (min)", build_s / 60, ".1f"], ["their disk (GB)", shared / gb, ".1f"],
+                   ["their disk if each held its own copy of what they share (GB)", copied / gb, ".1f"],
+                   ["the demo's cells", f"{len(rows)} ({len(ok)} ok, {busy} busy)"],
+                   ["the demo (min)", demo_s / 60, ".1f"], ["build and demo (min)", total_s / 60, ".1f"]]
+        measurement_log.write(args.json, measurement_log.record(
+            "first_contact.py", phase_rows, started=started, settings={"stacks": stacks, "steps": args.steps},
+            figures=figures, target=f"at most {TARGET_TOTAL_S / 60:.0f} minutes to a report with numbers, at most "
+                                    f"{TARGET_DISK_GB:.0f} GB for the environments"))
 
 
 if __name__ == "__main__":

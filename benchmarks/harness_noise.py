@@ -179,7 +179,8 @@ def look_confidence(look: int) -> float:
 def read_earlier(parser, args) -> dict[tuple[str, str], dict]:
     """The cells of an earlier --json file, by (stack, task); a clear error where they cannot be extended as asked."""
     try:
-        rows = json.loads(args.extend.read_text())
+        earlier = json.loads(args.extend.read_text())
+        rows = earlier["rows"] if isinstance(earlier, dict) else earlier  # older files: the rows alone
         found = {(row["stack"], row["task"]): row for row in rows}
         for row in rows:
             if len(row["fwbench_runs_ms"]) != len(row["plain_runs_ms"]) or not row["fwbench_runs_ms"]:
@@ -277,17 +278,23 @@ def spread_ratio_interval(harness: list[float], plain: list[float],
     return ratio, low, high
 
 
-def verdict(row: dict) -> str:
-    """Against each target, only as far as its 95% interval decides: "meets" when the interval lies inside the target,
-    "misses" when it lies outside, else "undecided" (at this many runs). Busy rows void the figures."""
+def verdicts(row: dict) -> tuple[str, str]:
+    """(spread, ratio): against each target, only as far as its interval decides: "meets" when the interval lies
+    inside the target, "misses" when it lies outside, else "undecided" (at this many runs). Busy rows void both."""
     if row["busy_rows"]:
-        return f"void: {row['busy_rows']} busy row(s)"
+        return (f"void: {row['busy_rows']} busy row(s)",) * 2
     spread_low, spread_high = row["spread_ratio_low"], row["spread_ratio_high"]
     spread = "misses" if spread_low > CV_TARGET else "undecided" if spread_high > CV_TARGET else "meets"
     low, high = row["ratio_low"], row["ratio_high"]
     ratio = ("misses" if high < 1 / RATIO_TARGET or low > RATIO_TARGET
              else "undecided" if low < 1 / RATIO_TARGET or high > RATIO_TARGET else "meets")
-    return f"spread {spread}, ratio {ratio}"
+    return spread, ratio
+
+
+def verdict(row: dict) -> str:
+    """Both verdicts in one line of the table."""
+    spread, ratio = verdicts(row)
+    return spread if row["busy_rows"] else f"spread {spread}, ratio {ratio}"
 
 
 def table_lines(rows: list[dict], label: str) -> list[str]:
@@ -332,7 +339,7 @@ def preemption_summary(row: dict, side: str) -> str:
     return f"{statistics.fmean(per_step):.2f} ({correlation}, {len(pairs)} rounds)"
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", action="append", choices=STACKS, help="repeatable (default: all five)")
     parser.add_argument("--task", action="append", choices=TASKS, help="repeatable (default: both)")
@@ -345,10 +352,17 @@ def main() -> int:
     parser.add_argument("--compile-cache", action="store_true", help="fwbench's cells with a persistent "
                         "compilation cache (FWBENCH_COMPILE_CACHE), which the first round fills and later rounds load "
                         "their programs from; by default each cell compiles them, as the plain script does")
-    parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--json", type=Path, help="also write every run's figures here, with the date, machine, "
+                        "command and commit (benchmarks/measurement_log.py; its place: benchmarks/results/"
+                        "<date>-<machine>/harness-noise.json)")
     parser.add_argument("--extend", type=Path, metavar="FILE",
                         help="add --runs rounds to the cells of this earlier --json file and judge them all together "
                         "(its intervals widened for the repeated look)")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     if args.runs < 2:
         parser.error("--runs must be at least 2 (a spread needs two runs)")
@@ -358,10 +372,12 @@ def main() -> int:
 
     from datetime import datetime, timezone
 
+    import measurement_log
     from fwbench.core import data as shared_data
     from fwbench.engines.local import StackEnvironment
     from fwbench.harness.envinfo import cpu_model
 
+    started = measurement_log.now()
     work = Path(tempfile.mkdtemp(prefix="fwbench-noise-"))
     cells = list(earlier) or [(stack, task) for stack in args.stack or STACKS for task in args.task or TASKS]
     shared_data.generate(work / "data", "tiny", tasks=sorted({task for _, task in cells}))
@@ -388,8 +404,28 @@ def main() -> int:
               "programs from it")
     print("\n".join(table_lines(rows, label) + preemption_lines(rows, label)))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        measurement_log.write(args.json, json_record(rows, args, started))
     return 0
+
+
+def json_record(rows: list[dict], args, started) -> dict:
+    """The run's --json file: measurement_log's shape, each row with its two verdicts (what the table printed)."""
+    import measurement_log
+
+    for row in rows:
+        row["spread_ratio_verdict"], row["ratio_verdict"] = verdicts(row)
+    settings = {"preset": "tiny", "rounds added" if args.extend else "rounds": args.runs,
+                "warm-up steps": args.warmup, "timed steps": args.steps}
+    if args.candidate:
+        settings["candidate"] = f"{args.candidate}: the plain script where {CANDIDATES[args.candidate]}"
+    if args.compile_cache:
+        settings["compile cache"] = "on (FWBENCH_COMPILE_CACHE)"
+    if args.extend:
+        settings["extends"] = str(args.extend)
+    return measurement_log.record(
+        "harness_noise.py", rows, started=started, settings=settings,
+        target=f"fwbench's CV at most {CV_TARGET}x the plain script's (spread), fwbench/plain within {RATIO_TARGET} "
+               f"either way (ratio)")
 
 
 if __name__ == "__main__":

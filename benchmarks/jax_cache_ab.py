@@ -9,6 +9,7 @@ jax.experimental.serialize_executable), C compiled a second time (how far two co
 Rounds of one block of --steps synced calls each, in a rotating order; prints each one's mean ms per call and
 block-to-block CV, and the ratios B/A, C/A with 95% intervals over the paired rounds. Everything else (threads,
 allocator, process state) is shared, so a difference is the executable's own. Run it on a quiet machine only.
+--json FILE also writes the figures with the date, machine, command and commit (benchmarks/measurement_log.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ def ratio_text(numerator: list[float], denominator: list[float]) -> str:
 
     ratio, low, high = ratio_interval(numerator, denominator)
     return f"{ratio:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def json_rows(times: dict[str, list[float]]) -> list[dict]:
+    """The --json file's table: the two ratios with their 95% intervals."""
+    from harness_noise import ratio_interval
+
+    rows = []
+    for name, label in (("B", "loaded/compiled (B/A)"), ("C", "compiled twice (C/A)")):
+        ratio, low, high = ratio_interval(times[name], times["A"])
+        rows.append({"ratio": label, "value": ratio, "value_low": low, "value_high": high})
+    return rows
+
+
+def json_figures(times: dict[str, list[float]], compile_s: float, load_s: float, jax_version: str) -> list[list]:
+    figures = [["jax", jax_version], ["A's compile (s)", compile_s, ".2f"], ["B's load (s)", load_s, ".3f"]]
+    for name, values in times.items():
+        figures += [[f"{name}: ms per call", statistics.fmean(values), ".4f"],
+                    [f"{name}: block CV", statistics.stdev(values) / statistics.fmean(values), ".1%"]]
+    return figures
 
 
 def build_forward(data_dir: Path):
@@ -67,6 +87,8 @@ def main() -> int:
     parser.add_argument("--data", required=True, type=Path, help="a folder made by `fwbench data --preset tiny`")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--steps", type=int, default=500, help="synced calls per block (default 500)")
+    parser.add_argument("--json", type=Path, help="also write the figures here (their place: benchmarks/results/"
+                        "<date>-<machine>/jax-cache-ab.json)")
     args = parser.parse_args()
     if args.rounds < 2 or args.steps < 1:
         parser.error("--rounds must be at least 2 and --steps at least 1")
@@ -75,6 +97,9 @@ def main() -> int:
     import numpy as np
     from jax.experimental import serialize_executable
 
+    import measurement_log
+
+    started = measurement_log.now()
     forward, call_args = build_forward(args.data)
     started = time.perf_counter()
     compiled = jax.jit(forward).lower(*call_args).compile()
@@ -112,6 +137,11 @@ def main() -> int:
     for name, values in times.items():
         print(f"{name}: {statistics.fmean(values):.4f} ms per call, block CV {statistics.stdev(values) / statistics.fmean(values):.1%}")
     print(f"B/A {ratio_text(times['B'], times['A'])}   C/A {ratio_text(times['C'], times['A'])}   (95%)")
+    if args.json:
+        measurement_log.write(args.json, measurement_log.record(
+            "jax_cache_ab.py", json_rows(times), started=started,
+            settings={"rounds": args.rounds, "synced calls a block": args.steps},
+            figures=json_figures(times, compile_s, load_s, jax.__version__)))
     return 0
 
 

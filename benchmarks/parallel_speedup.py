@@ -9,7 +9,8 @@ environment and the shared data are made and one untimed cell warms the file cac
 for that. Prints both wall times and their ratio (target on a 2-core machine: <= 0.6), each cell's
 ms/step side by side, and per task the two medians with their 95% intervals (fwbench's own bootstrap):
 "within noise" when the intervals overlap. On a shared machine the figures are indicative only; the
-rows' busy flags say when something else competed.
+rows' busy flags say when something else competed. --json FILE also writes the figures with the date, machine,
+command and commit (benchmarks/measurement_log.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=20, help="timed steps per cell (tiny's default is 5)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="write the two result folders here (default: a temporary folder)")
+    parser.add_argument("--json", type=Path, help="also write the figures here (their place: benchmarks/results/"
+                        "<date>-<machine>/parallel-speedup.json)")
     return parser.parse_args()
 
 
@@ -63,8 +66,10 @@ def rows(out: Path) -> dict[tuple[str, int], dict]:
 
 def main() -> int:
     args = parse_args()
+    import measurement_log
     from fwbench_aggregator import stats
 
+    started = measurement_log.now()
     work = args.keep or Path(tempfile.mkdtemp(prefix="fwbench-parallel-"))
     data = work / "data"
     fwbench("env", "build", STACK)
@@ -101,6 +106,7 @@ def main() -> int:
     print()
     print(f"{'task':<22} {'alone median [95% CI]':>24} {'parallel median [95% CI]':>26}  within noise")
     within = 0
+    task_rows = []  # the --json file's table
     for task in args.tasks:
         estimates = []
         for found in (one, many):
@@ -112,8 +118,21 @@ def main() -> int:
         within += overlap
         print(f"{task:<22} {alone.median:8.2f} [{alone.low:6.2f}-{alone.high:6.2f}] "
               f"{beside.median:10.2f} [{beside.low:6.2f}-{beside.high:6.2f}]  {'yes' if overlap else 'no'}")
+        task_rows.append({"task": task, "alone_ms": alone.median, "alone_ms_low": alone.low,
+                          "alone_ms_high": alone.high, "parallel_ms": beside.median, "parallel_ms_low": beside.low,
+                          "parallel_ms_high": beside.high, "within_noise": "yes" if overlap else "no"})
     print(f"\n{within} of {len(args.tasks)} tasks within noise; wall-time ratio {ratio:.2f} "
           f"({'meets' if ratio <= TARGET_RATIO else 'misses'} the target of {TARGET_RATIO})")
+    if args.json:
+        figures = [["one cell at a time (s)", sequential_s, ".1f"],
+                   [f"--parallel {args.parallel} (s)", parallel_s, ".1f"], ["ratio", ratio, ".2f"],
+                   ["tasks whose ms/step agree within noise", f"{within} of {len(args.tasks)}"],
+                   ["host load (1-min average) before, after", f"{load_before:.1f}, {load_after:.1f}"]]
+        measurement_log.write(args.json, measurement_log.record(
+            "parallel_speedup.py", task_rows, started=started, figures=figures,
+            settings={"stack": STACK, "tasks": args.tasks, "repeats": args.repeats, "steps": args.steps,
+                      "threads a cell": 1, "parallel": args.parallel},
+            target=f"wall-time ratio at most {TARGET_RATIO} on a 2-core machine"))
     return 0
 
 

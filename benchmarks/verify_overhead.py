@@ -6,7 +6,8 @@ report), with the images already local. Target: under 60 s.
 Needs a Docker engine, Debian's docker-registry and the stack's CPU image (docker compose -f compose.cpu.yaml
 build bench-jax). Starts a registry on a free 127.0.0.1 port, publishes the image (signed with a throwaway key),
 runs one tiny cell by digest, bundles it, then runs `fwbench verify` --rounds times and prints the time of each
-phase from verify's own `timing:` line (median over rounds) and the whole command's wall time.
+phase from verify's own `timing:` line (median over rounds) and the whole command's wall time. --json FILE also
+writes them with the date, machine, command and commit (benchmarks/measurement_log.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ def main() -> int:
     parser.add_argument("--stack", default="keras3-jax")
     parser.add_argument("--task", default="bert-predict")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the figures here (their place: benchmarks/results/"
+                        "<date>-<machine>/verify-overhead.json)")
     args = parser.parse_args()
+    import measurement_log
+
+    started = measurement_log.now()
     if not shutil.which("docker-registry"):
         sys.exit("needs Debian's docker-registry (apt-get install docker-registry)")
     with tempfile.TemporaryDirectory(prefix="fwbench-verify-bench-") as tmp:
@@ -85,6 +91,14 @@ def main() -> int:
     print(f"overhead (everything but re-running cells): {overhead:.2f} s, "
           f"{wall - medians['reruns_s']:.2f} s with start-up; target < {TARGET_S:g} s: "
           f"{'met' if wall - medians['reruns_s'] < TARGET_S else 'MISSED'}")
+    if args.json:
+        measurement_log.write(args.json, measurement_log.record(
+            "verify_overhead.py", [{"phase": name, "median_s": value} for name, value in medians.items()],
+            started=started, target=f"under {TARGET_S:g} s",
+            settings={"pin set": args.pin_set, "stack": args.stack, "task": args.task, "rounds": args.rounds},
+            figures=[["verify's time besides re-running cells (s)", overhead, ".2f"],
+                     ["the same with the interpreter's start-up (s)", wall - medians["reruns_s"], ".2f"],
+                     ["the whole command (s)", wall, ".2f"]]))
     return 0
 
 
