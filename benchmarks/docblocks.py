@@ -9,7 +9,7 @@ A block in a Markdown file (docs/*.md, README.md) looks like
     python benchmarks/docblocks.py --check          # every block equals its command's output now (exit 1 if not)
     python benchmarks/docblocks.py --write [FILES]  # re-render every block in place
 
-A command is `python benchmarks/<script>.py ARGS...`, run from the repository root with this interpreter; it must
+A command is `python benchmarks/<script>.py ARGS...` (or `python -m fwbench...` for a renderer in the package), run from the repository root with this interpreter; it must
 read result files (rows, JSON under benchmarks/results/) and print Markdown, never measure. tests/test_generated_docs.py
 runs --check, so a figure in a block cannot drift from the file it was made from.
 """
@@ -51,8 +51,10 @@ def blocks(path: Path) -> list[Block]:
 
 def argv(command: str) -> list[str]:
     words = shlex.split(command)
-    if len(words) < 2 or words[0] != "python" or not words[1].startswith("benchmarks/") or not words[1].endswith(".py"):
-        raise BadBlock(f"not a renderer command (python benchmarks/<script>.py ...): {command!r}")
+    script = len(words) >= 2 and words[1].startswith("benchmarks/") and words[1].endswith(".py")
+    module = len(words) >= 3 and words[1] == "-m" and words[2].split(".")[0] in ("fwbench", "fwbench_aggregator")
+    if not words or words[0] != "python" or not (script or module):
+        raise BadBlock(f"not a renderer command (python benchmarks/<script>.py or python -m fwbench...): {command!r}")
     return [sys.executable, *words[1:]]
 
 
