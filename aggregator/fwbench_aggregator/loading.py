@@ -329,7 +329,6 @@ def load_results(result_dirs: list[Path], exclude: Path | None = None, *,
     """Validate every result file under the dirs and merge the good ones (NoResultsError if none; with
     stability_only_ok, stability records alone are enough: the report has a section for them, compare does not)."""
     found = find_result_files(result_dirs, exclude)
-    files = [path for path in found if not is_stability_file(path)]
     where = ", ".join(str(d) for d in result_dirs)
     if not found:
         raise NoResultsError(f"no result files (*.parquet) found under {where}")

@@ -21,8 +21,6 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
 from fwbench.core import registry
 from fwbench.core.identity import CellIdentity, describe, differing_settings, off_headline, varying_settings
 from fwbench_aggregator import document as d

@@ -32,13 +32,11 @@ the tests call it with simulated repeat medians.
 from __future__ import annotations
 
 import html
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 

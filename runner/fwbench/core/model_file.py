@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from fwbench.core.atomic import write_atomically
 
 # The contract's names (docs/your-model.md).
 BUILD_MODEL = "build_model"
