@@ -1,8 +1,8 @@
 """fwbench's one judge: every winner, tie, change, regression and "reproduced" it states is decided here.
 
 Every consumer (the report's Keras 3 best, noise warnings and published order, the your-models tables, `compare`
-and `--fail-above`, `sweep`, `bisect`, `verify`) gives this module the rows it wants judged and formats what it
-gets back; none compares medians or intervals itself (tests/test_architecture.py holds that line). The rules:
+and `--fail-above`, `sweep`, `bisect`, `verify`, `history show`) gives this module the rows it wants judged and
+formats what it gets back; none compares medians or intervals itself (tests/test_architecture.py holds that line). The rules:
 
 Which rows decide
   Only quiet ok rows (`quiet`): a busy row (something competed with the cell while it was timed) is shown, marked,
@@ -28,7 +28,12 @@ Changes between two result sets (`compare`, `sweep`, `bisect`, `verify`)
   time: a change of batch is compared per sample, a change of device count is scaling (never a regression), a
   change of device model a ratio only.
 
-Plain NumPy (scipy imported lazily): the aggregator's layer, no framework.
+Changes in a series (`history show`: `change_points`)
+  One cell identity's points over dates or versions (each the median of at least MIN_REPEATS quiet processes in one
+  environment): ruptures' PELT on their logs, least absolute deviations, at a penalty chosen by simulation for at most
+  5% false alarms per 30-point series (benchmarks/history_change_points.py); a step under EQUIVALENCE_PCT is none.
+
+Plain NumPy (scipy and ruptures imported lazily): the aggregator's layer, no framework.
 """
 
 from __future__ import annotations
@@ -456,3 +461,78 @@ def ordered_pairs(candidates: Mapping[Any, Sequence[np.ndarray]]) -> list[tuple[
 def _median_of(repeats: Sequence[np.ndarray]) -> float:
     return stats.median(np.concatenate([np.asarray(r, dtype=float) for r in repeats]))
 
+
+# --- change points of a series (`fwbench history show`) -----------------------------------------------------------
+# A series is one cell identity's points in order (dates, or versions of a package); a point is the median ms/step of
+# its quiet processes in one environment (fwbench_aggregator.history_series builds them with `quiet` and
+# `environment_parts`). Only points of at least MIN_REPEATS quiet processes decide: with fewer, one slow process is a
+# slow point, and a few of them in a row read as a step. Their logs are segmented by ruptures' PELT with the
+# least-absolute-deviation cost (model "l1": each segment around its median, so a slow point moves no boundary), at a
+# penalty of CHANGE_PENALTY x sigma x ln(points) per change, sigma the series' own point-to-point noise
+# (series_noise: from consecutive differences, so a step barely moves it). A change smaller than CHANGE_MIN_STEP_PCT
+# between the medians of its segments is no change (compare's equivalence band): its boundary is removed and the
+# segments merged. CHANGE_PENALTY is the smallest penalty at which at most 5% of 30-point series with no change show
+# one, by simulation on this project's noise (benchmarks/history_change_points.py; docs/history.md gives it with the
+# power for a 10% step).
+CHANGE_PENALTY = 1.8
+CHANGE_MIN_POINTS = 3  # points each side of a change
+CHANGE_MIN_STEP_PCT = EQUIVALENCE_PCT
+CHANGE_COST = "l1"
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A change in a series: at point `index` (the first point after it), `ratio` = after / before (the medians of
+    the segments' points either side), and its word (SLOWER: ms/step went up)."""
+
+    index: int
+    ratio: float
+    word: str
+
+
+def decides_change(processes: int) -> bool:
+    """Whether a point of this many quiet processes takes part in finding changes (at least MIN_REPEATS)."""
+    return processes >= MIN_REPEATS
+
+
+def series_noise(logs) -> float:
+    """The noise of one point of a series (a log standard deviation): the median absolute deviation of consecutive
+    differences (x 1.4826 / sqrt(2)), which a few steps in the series barely move; the plain standard deviation of
+    the differences where half of them are equal (quantised times), and at least 1e-4."""
+    diffs = np.diff(np.asarray(logs, dtype=float))
+    if diffs.size == 0:
+        return 1e-4
+    spread = float(np.median(np.abs(diffs - np.median(diffs)))) * 1.4826 / math.sqrt(2)
+    if spread == 0:
+        spread = float(diffs.std()) / math.sqrt(2)
+    return max(spread, 1e-4)
+
+
+def change_penalty(logs, penalty: float = CHANGE_PENALTY) -> float:
+    """The cost of one change for PELT on these logs: penalty x sigma x ln(points)."""
+    return penalty * series_noise(logs) * math.log(len(logs))
+
+
+def change_points(values: Sequence[float], *, penalty: float = CHANGE_PENALTY,
+                  min_step_pct: float = CHANGE_MIN_STEP_PCT) -> list[ChangePoint]:
+    """The changes of a series of positive values (ms/step per point, in order; each point one that decides_change):
+    PELT on their logs (module comment), then boundaries whose step is under min_step_pct merged away, smallest
+    first."""
+    logs = np.log(np.asarray(values, dtype=float))
+    n = logs.size
+    if n < 2 * CHANGE_MIN_POINTS:
+        return []
+    import ruptures  # lazy: it imports scipy
+
+    algo = ruptures.Pelt(model=CHANGE_COST, min_size=CHANGE_MIN_POINTS, jump=1).fit(logs)
+    bounds = [int(end) for end in algo.predict(pen=change_penalty(logs, penalty))[:-1]]  # the last end is n
+    while bounds:
+        edges = [0, *bounds, n]
+        centres = [float(np.median(logs[a:b])) for a, b in zip(edges, edges[1:])]
+        steps = [abs(after - before) for before, after in zip(centres, centres[1:])]
+        smallest = int(np.argmin(steps))
+        if (math.exp(steps[smallest]) - 1) * 100 >= min_step_pct:
+            return [ChangePoint(bound, math.exp(after - before), SLOWER if after > before else FASTER)
+                    for bound, before, after in zip(bounds, centres, centres[1:])]
+        del bounds[smallest]
+    return []

@@ -1,0 +1,198 @@
+"""Series of the results history (`fwbench history show`): each cell identity's points over date or over the version
+of a package, and the changes the judge finds in them.
+
+A point is the rows of one cell identity at one date (UTC day of started_at) or one version of the package, in one
+environment: rows that mix environments (judge.environment_parts: library versions, the compile cache's state) are
+split into points of their own, never pooled. A point's value is the median of its quiet processes' medians
+(judge.quiet: busy rows are counted and left out, never used); a point with only busy rows is shown and decides
+nothing, as is one with fewer quiet processes than the judge needs (judge.decides_change). The judge finds the
+changes (judge.change_points) in the points that decide, in order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from fwbench.core.identity import CellIdentity, describe, differing_settings, varying_settings
+
+from fwbench_aggregator import judge, stats
+
+BY_DATE = "date"
+VERSION_PREFIX = "version:"
+
+
+class SeriesError(ValueError):
+    """A --by that names no axis of a series."""
+
+
+def parse_by(by: str) -> str | None:
+    """`date` -> None; `version:PACKAGE` -> the package (SeriesError otherwise)."""
+    if by == BY_DATE:
+        return None
+    if by.startswith(VERSION_PREFIX) and by[len(VERSION_PREFIX):].strip():
+        return by[len(VERSION_PREFIX):].strip()
+    raise SeriesError(f"--by must be 'date' or 'version:PACKAGE' (e.g. version:torch), got '{by}'")
+
+
+@dataclass
+class Point:
+    at: str  # the date (YYYY-MM-DD) or the package's version
+    rows: list[dict]  # its quiet ok rows (one environment)
+    busy: int  # busy ok rows left out
+    environment: str = ""  # the facts that differ between the series' points (set by series_of)
+
+    @property
+    def processes(self) -> int:
+        return len(self.rows)
+
+    @property
+    def median_ms(self) -> float | None:
+        """The median of its processes' median ms/step (None: only busy rows)."""
+        if not self.rows:
+            return None
+        return stats.median([stats.median(stats.repeat_samples(_steps(row), row["ms_per_step"])) for row in self.rows])
+
+    @property
+    def decides(self) -> bool:
+        return bool(self.rows) and judge.decides_change(self.processes)
+
+    @property
+    def first_started(self) -> float:
+        times = [_utc(row.get("started_at")) for row in self.rows]
+        return min((t.timestamp() for t in times if t is not None), default=0.0)
+
+
+@dataclass
+class Series:
+    identity: CellIdentity
+    label: str
+    points: list[Point]
+    left_out: int = 0  # ok rows with no value on the axis (--by version: rows that do not record the package)
+    changes: list[tuple[Point, judge.ChangePoint]] = field(default_factory=list)
+
+
+def build(frame, by: str) -> list[Series]:
+    """Every cell identity's series in the rows of `frame` (ok or not; only ok rows make points)."""
+    package = parse_by(by)
+    records = frame.to_dict("records") if len(frame) else []
+    by_identity: dict[CellIdentity, list[dict]] = {}
+    for row in records:
+        by_identity.setdefault(CellIdentity.of_row(row), []).append(row)
+    varying = varying_settings(by_identity)
+    found = []
+    for identity in sorted(by_identity, key=lambda i: (i.cell_key, i.settings_id)):
+        settings = describe(differing_settings(identity, varying))
+        label = f"{identity.cell_key}{f' [{settings}]' if settings else ''} (settings {identity.settings_id})"
+        found.append(series_of(identity, label, by_identity[identity], package))
+    return found
+
+
+def series_of(identity: CellIdentity, label: str, rows: list[dict], package: str | None) -> Series:
+    """One identity's points in order, each environment its own point, and the judge's changes."""
+    import pandas as pd
+
+    ok = [row for row in rows if row.get("status") == "ok"]
+    at_of = {id(row): _axis_value(row, package) for row in ok}
+    left_out = sum(1 for value in at_of.values() if value is None)
+    groups: dict[str, list[dict]] = {}
+    for row in ok:
+        if at_of[id(row)] is not None:
+            groups.setdefault(at_of[id(row)], []).append(row)
+    points = []
+    for at, members in groups.items():
+        quiet, busy = judge.quiet(pd.DataFrame(members))
+        quiet_rows = quiet.to_dict("records")
+        if not quiet_rows:
+            points.append(Point(at, [], busy))
+            continue
+        for number, (_, indices) in enumerate(judge.environment_parts(quiet_rows)):
+            # The busy rows are counted once, with the point's first environment.
+            points.append(Point(at, [quiet_rows[i] for i in indices], busy if number == 0 else 0))
+    points.sort(key=lambda p: (_order(p.at, package), p.first_started))
+    _label_environments(points, package)
+    series = Series(identity, label, points, left_out)
+    deciding = [p for p in points if p.decides]
+    series.changes = [(deciding[c.index], c) for c in judge.change_points([p.median_ms for p in deciding])]
+    return series
+
+
+def _steps(row: dict):
+    """A row's step_ms as read through pandas: a sequence, or None where it is missing (None or NaN)."""
+    steps = row.get("step_ms")
+    return steps if hasattr(steps, "__len__") else None
+
+
+def _axis_value(row: dict, package: str | None) -> str | None:
+    if package is None:
+        started = _utc(row.get("started_at"))
+        return None if started is None else started.date().isoformat()
+    return dict(judge.environment_key(row)).get(package)
+
+
+def _order(at: str, package: str | None) -> tuple:
+    if package is None:
+        return (at,)
+    try:
+        return (0, Version(at), at)
+    except InvalidVersion:
+        return (1, at, at)  # after every version it can read
+
+
+def _label_environments(points: list[Point], package: str | None) -> None:
+    """Each point's environment facts that differ between the series' points (but the package of --by)."""
+    keys = [dict(judge.environment_key(p.rows[0])) if p.rows else None for p in points]
+    known = [key for key in keys if key is not None]
+    names = sorted({name for key in known for name in key if name != package
+                    and len({k.get(name) for k in known}) > 1})
+    for point, key in zip(points, keys):
+        if key is not None:
+            point.environment = ", ".join(f"{name} {key.get(name, 'not recorded')}" for name in names)
+
+
+def _utc(value: Any) -> dt.datetime | None:
+    """started_at as an aware UTC datetime (pandas' Timestamp or Python's; None or NaT: None)."""
+    if value is None or value != value:
+        return None
+    if hasattr(value, "to_pydatetime"):
+        value = value.to_pydatetime()
+    if not isinstance(value, dt.datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+
+
+def lines(series: list[Series], by: str) -> list[str]:
+    """What `fwbench history show` prints: per series its points, then its changes or that there are none."""
+    axis = "date" if parse_by(by) is None else parse_by(by)
+    out = []
+    for s in series:
+        out.append(f"{s.label}, by {axis}:")
+        width = max([len(axis), *(len(p.at) for p in s.points)])
+        env_width = max([len("environment"), *(len(p.environment) for p in s.points)])
+        out.append(f"  {axis:<{width}}  {'environment':<{env_width}}  {'ms/step':>10}  {'processes':>9}  busy left out")
+        for p in s.points:
+            value = "busy only" if p.median_ms is None else f"{p.median_ms:.3f}"
+            note = "" if p.decides or not p.rows else f"  (fewer than {judge.MIN_REPEATS}: decides nothing)"
+            out.append(f"  {p.at:<{width}}  {p.environment or '-':<{env_width}}  {value:>10}  {p.processes:>9}  "
+                       f"{p.busy:>13}{note}")
+        if s.left_out:
+            out.append(f"  {s.left_out} ok row(s) do not record {axis}: left out")
+        deciding = sum(1 for p in s.points if p.decides)
+        for point, change in s.changes:
+            where = f"{point.at}" + (f" ({point.environment})" if point.environment else "")
+            out.append(f"  change at {where}: x{change.ratio:.3f}, {change.word}")
+        if not s.changes:
+            out.append(f"  no change found in {deciding} point(s) that decide"
+                       + ("" if deciding >= 2 * judge.CHANGE_MIN_POINTS else
+                          f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side)"))
+    return out
+
+
+def rule_line() -> str:
+    """The judge's rule, said once under the series."""
+    return (f"changes: ruptures PELT ({judge.CHANGE_COST}) on log ms/step of the points with at least "
+            f"{judge.MIN_REPEATS} quiet processes, penalty {judge.CHANGE_PENALTY:g} x noise x ln(points), a change at "
+            f"least {judge.CHANGE_MIN_STEP_PCT:g}% (docs/history.md)")
