@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"fwbench": ROOT / "runner" / "fwbench", "fwbench_aggregator": ROOT / "aggregator" / "fwbench_aggregator"}
 
 # Layer -> the layers its modules may import (its own included). Bottom to top:
-# core < workloads < harness < engines < cluster | release < cli; the aggregator reads core only and is
-# read by release (verify's judgement) and cli, never by anything that runs a cell.
+# core < workloads < harness < engines < cluster | release | kit < cli; the aggregator reads core only and is
+# read by release (verify's judgement), the GPU kit (its results page) and cli, never by anything that runs a cell.
 MAY_IMPORT = {
     "core": {"core"},
     "workloads": {"core", "workloads"},
@@ -23,7 +23,8 @@ MAY_IMPORT = {
     "aggregator": {"core", "aggregator"},
     "cluster": {"core", "workloads", "harness", "engines", "cluster"},
     "release": {"core", "harness", "engines", "aggregator", "release"},
-    "cli": {"core", "workloads", "harness", "engines", "aggregator", "cluster", "release", "cli"},
+    "kit": {"core", "workloads", "harness", "engines", "aggregator", "kit"},
+    "cli": {"core", "workloads", "harness", "engines", "aggregator", "cluster", "release", "kit", "cli"},
 }
 
 

@@ -345,14 +345,13 @@ def test_the_real_probe_reports_a_framework_that_does_not_import():
 
 
 def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkeypatch, capsys):
-    """benchmarks/gpu/run_kit.py: doctor runs beside the kit's import checks, its lines land in doctor.txt, a FAIL
+    """fwbench.kit.preflight: doctor runs beside the kit's import checks, its lines land in doctor.txt, a FAIL
     is logged, not raised, and export (at most 8 files) carries doctor.txt. The doctor subprocess is stood in for
     (subprocess.Popen)."""
-    import argparse
-
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    import kit_plan
-    import run_kit
+    from fwbench.kit import preflight
+    from fwbench.kit.export import export
+    from fwbench.kit.layout import KitFolders
+    from fwbench.kit.plan import PlanSettings
 
     seen = {}
 
@@ -364,19 +363,25 @@ def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkey
         def wait(self, timeout=None):
             return 1
 
-    monkeypatch.setattr(run_kit.subprocess, "Popen", FakeDoctor)
-    args = argparse.Namespace(preset="paper", variants=kit_plan.parse_variants(None), tasks=["gemma-fit"],
-                              site=tmp_path / "site", out=tmp_path / "out", export=tmp_path / "export")
-    args.out.mkdir()
-    assert run_kit.finish_doctor(args, run_kit.run_doctor(args), 60) == 1
+    real = subprocess.Popen
+
+    def popen(command, *args, **kwargs):  # only doctor is stood in for (git, for the commit, runs)
+        return FakeDoctor(command, **kwargs) if list(command[1:4]) == ["-m", "fwbench.cli", "doctor"] else \
+            real(command, *args, **kwargs)
+
+    monkeypatch.setattr(preflight.subprocess, "Popen", popen)
+    folders = KitFolders.at(tmp_path / "kit", tmp_path / "out")
+    folders.out.mkdir()
+    settings = PlanSettings("paper", tasks=("gemma-fit",))
+    assert preflight.finish_doctor(folders, preflight.run_doctor(folders, settings), 60) == 1
     assert seen["command"][3:] == ["doctor", "--engine", "current", "--preset", "paper", "--stack", "native-torch",
                                    "--stack", "keras3-jax", "--stack", "keras3-torch", "--task", "gemma-fit"]
-    assert "driver 575" in (args.out / "doctor.txt").read_text() and "going on" in capsys.readouterr().out
+    assert "driver 575" in (folders.out / "doctor.txt").read_text() and "going on" in capsys.readouterr().out
     for name in ("report/report.md", "report/report.html", "host.json", "nvidia-smi.txt", "kit-state.json",
                  "checks.txt", "kit.log"):
-        (args.out / name).parent.mkdir(parents=True, exist_ok=True)
-        (args.out / name).write_text("x")
-    (args.out / "rows").mkdir()
-    run_kit.export(args)
-    exported = sorted(path.name for path in args.export.iterdir())
+        (folders.out / name).parent.mkdir(parents=True, exist_ok=True)
+        (folders.out / name).write_text("x")
+    folders.rows.mkdir()
+    export(folders, tmp_path / "export")
+    exported = sorted(path.name for path in (tmp_path / "export").iterdir())
     assert "doctor.txt" in exported and len(exported) <= 8

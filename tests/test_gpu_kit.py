@@ -1,10 +1,11 @@
-"""The GPU kit (benchmarks/gpu/): its plan, its lock, its install checks, and (integration) the whole kit
-offline in a simulated host image: a venv with only what the GPU host's image has (no TensorFlow, Keras,
-KerasHub, diffusers or segment-anything), the wheelhouse made for its Python, installed with --no-index
---no-deps, and a tiny run of native-torch, keras3-jax and keras3-torch cells on the CPU.
+"""The GPU kit (fwbench.kit, `fwbench kit`): its plan, its state, its lock, its install checks, where each unit's
+seconds went, and (integration) the whole kit offline in a simulated host image: a venv with only what the GPU
+host's image has (no TensorFlow, Keras, KerasHub, diffusers or segment-anything), the wheelhouse made for its
+Python, installed with --no-index --no-deps, and a tiny run of native-torch, keras3-jax and keras3-torch cells on
+the CPU, started as on the host: `PYTHONPATH=runner:aggregator python -m fwbench.cli kit window`.
 
 The simulated image (several GB: torch 2.11 with CUDA libraries, JAX, transformers, ...) is built once from
-benchmarks/gpu/simulated-image.txt and cached under $FWBENCH_HOME/venvs keyed by that file's hash.
+fwbench/kit/data/simulated-image.txt and cached under $FWBENCH_HOME/venvs keyed by its requirements' hash.
 """
 
 from __future__ import annotations
@@ -16,25 +17,39 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from fwbench.cli.commands import main
+from fwbench.core import registry
+from fwbench.core.results import readable_path, write_row
+from fwbench.core.usage import UsageError
+from fwbench.kit import breakdown, cells, estimates, install, plan, publish, wheelhouse
+from fwbench.kit import window as kit_window
+from fwbench.kit.export import export
+from fwbench.kit.layout import RESULTS, SIMULATED_IMAGE, KitError, KitFolders
+from fwbench.kit.plan import PlanSettings, plan_units
+from fwbench.kit.rows import unit_row
+from fwbench.kit.state import MIN_REPEAT_S, KitState
+from fwbench.kit.unit import Unit, upgrade_key
+
 REPO = Path(__file__).resolve().parents[1]
-KIT = REPO / "benchmarks" / "gpu"
-sys.path.insert(0, str(KIT))
+PUBLISHED_FOLDER = RESULTS / "2026-11-26-nvidia-h100-80gb-hbm3"
 
-import kit_install  # noqa: E402
-import kit_plan  # noqa: E402
-import make_wheelhouse  # noqa: E402
-import run_kit  # noqa: E402
-from kit_plan import KitState, Unit  # noqa: E402
 
+def kit_cli(monkeypatch, *argv: str) -> int:
+    """`fwbench kit ARGV` through the CLI's main (its error handling included); the exit code."""
+    monkeypatch.setattr(sys, "argv", ["fwbench", "kit", *map(str, argv)])
+    with pytest.raises(SystemExit) as done:
+        main()
+    return done.value.code or 0
 
 
 def image_python() -> tuple[str, str]:
     """(version, interpreter) of the simulated image: the host's Python 3.12 where this machine has one (pyenv's
-    on the development machines), else 3.11; the wheelhouse is made for that version (make_wheelhouse.py)."""
+    on the development machines), else 3.11; the wheelhouse is made for that version (`fwbench kit prepare`)."""
     import glob
 
     for version in ("3.12", "3.11"):
@@ -46,11 +61,50 @@ def image_python() -> tuple[str, str]:
     pytest.skip("needs python3.12 or python3.11 for the simulated image")
 
 
+def recorded_runs(monkeypatch) -> list[list[str]]:
+    """The `fwbench run` commands the kit starts, recorded instead of run (any other process runs)."""
+    commands, real = [], subprocess.run
+
+    def run(argv, **kwargs):
+        if list(argv[1:4]) == ["-m", "fwbench.cli", "run"]:
+            commands.append(argv)
+            return subprocess.CompletedProcess(argv, 0)
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(cells.subprocess, "run", run)
+    return commands
+
+
+def unit(stack: str, mode: str, task: str, repeat: int = 0, **settings) -> Unit:
+    return Unit.of(stack, mode, task, repeat, **{"preset": "tiny", **settings})
+
+
+def write_unit_row(folder: Path, of: Unit, **fields) -> Path:
+    """A row of the unit where fwbench's writer puts it (its identity's settings, as a cell would record them)."""
+    spec = of.spec
+    path = readable_path(spec, folder)
+    write_row({"schema_version": 15, "stack": spec.stack, "task": spec.task, "preset": spec.preset,
+               "compile_mode": spec.compile_mode, "repeat": spec.repeat, "precision": spec.precision,
+               "devices": spec.devices, "timed_steps": spec.steps, "model_sha256": spec.model_sha256,
+               "status": "ok", **fields}, path)
+    return path
+
+
 # -- the plan and its state ------------------------------------------------------------------------
 
+def test_the_plan_comes_from_the_registry_and_the_published_table():
+    assert plan.default_variants() == (("native-torch", "none"), ("native-torch", "reduce-overhead"),
+                                       ("keras3-jax", "xla"), ("keras3-torch", "none"))
+    # Every task of the published table, the cheapest models first, the registry's order within a model.
+    assert plan.default_tasks() == ("bert-fit", "bert-predict", "sam-fit", "sam-predict", "stable_diffusion-fit",
+                                    "stable_diffusion-predict", "gemma-fit", "gemma-generate-bs32",
+                                    "gemma-generate-bs1", "mistral-fit", "mistral-generate-bs32",
+                                    "mistral-generate-bs1")
+
+
 def test_plan_gives_the_most_published_ratios_first_and_every_cell_once_before_any_repeat():
-    units, left_out = kit_plan.plan_units(kit_plan.parse_variants(None), kit_plan.parse_tasks(None), 3)
-    first_pass = [unit for unit in units if unit.repeat == 0]
+    units, left_out = plan_units(PlanSettings("paper", precisions=("published",)))
+    first_pass = [u for u in units if u.repeat == 0]
     assert units[:len(first_pass)] == first_pass  # every cell once before any repeat
     # The short predict cells of BERT and SAM on the uncompiled variants, then native-torch's compiled ones.
     assert [(u.task, u.stack, u.compile_mode) for u in first_pass[:8]] == [
@@ -58,9 +112,9 @@ def test_plan_gives_the_most_published_ratios_first_and_every_cell_once_before_a
         ("bert-predict", "keras3-torch", "none"), ("sam-predict", "native-torch", "none"),
         ("sam-predict", "keras3-jax", "xla"), ("sam-predict", "keras3-torch", "none"),
         ("bert-predict", "native-torch", "reduce-overhead"), ("sam-predict", "native-torch", "reduce-overhead")]
-    families = [unit.task.split("-")[0] for unit in first_pass[8:]]
+    families = [u.task.split("-")[0] for u in first_pass[8:]]
     assert list(dict.fromkeys(families)) == ["bert", "sam", "stable_diffusion", "gemma", "mistral"]
-    assert all("fit" in unit.task for unit in first_pass[8:16])  # the fits of BERT and SAM
+    assert all("fit" in u.task for u in first_pass[8:16])  # the fits of BERT and SAM
     # Keras 3 Stable Diffusion needs KerasCV, which needs TensorFlow: left out, with the reason.
     assert not any(u.stack.startswith("keras3") and u.task.startswith("stable_diffusion") for u in units)
     assert len(left_out) == 4 and all("TensorFlow" in line for line in left_out)
@@ -69,324 +123,391 @@ def test_plan_gives_the_most_published_ratios_first_and_every_cell_once_before_a
 
 def test_model_files_run_after_the_predict_cells_on_every_backend_and_ask_for_their_own_cells(tmp_path,
                                                                                             monkeypatch):
-    import argparse
-
-    from fwbench.core.results import write_row
-
     twinless = tmp_path / "keras_only.py"
     twinless.write_text("def build_model(): pass\ndef make_inputs(batch_size, rng): pass\n"
                         "def keras_loss(): pass\n")
-    models = ["examples/mlp.py", str(twinless)]
-    assert kit_plan.parse_models(",".join(models)) == models
-    with pytest.raises(ValueError, match="no-such.py"):
-        kit_plan.parse_models("examples/no-such.py")
-    units, _ = kit_plan.plan_units(kit_plan.parse_variants(None), ["bert-predict", "bert-fit"], 2, models=models)
-    first = [unit.key for unit in units if unit.repeat == 0]
-    mlp_sha = hashlib.sha256((REPO / "examples" / "mlp.py").read_bytes()).hexdigest()[:12]
+    models = ("examples/mlp.py", str(twinless))
+    assert plan.parse_models(",".join(models)) == models
+    with pytest.raises(UsageError, match="no-such.py"):
+        plan.parse_models("examples/no-such.py")
+    units, _ = plan_units(PlanSettings("tiny", tasks=("bert-predict", "bert-fit"), repeats=2,
+                                       precisions=("published",), models=models))
+    first = [u.key for u in units if u.repeat == 0]
+    mlp_sha = hashlib.sha256((REPO / "examples" / "mlp.py").read_bytes()).hexdigest()
+    twinless_sha = hashlib.sha256(twinless.read_bytes()).hexdigest()
     # After the predict cells (uncompiled and compiled), before the fits; fits first, the Keras stacks before the twin,
     # none for a file without one; each file's cell names its SHA-256 (an edited file is another cell) and tf32.
-    assert first[4:9] == [f"keras3-jax/xla/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
-                          f"keras3-torch/none/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
-                          f"native-torch/none/mlp.py-fit-bs256@tf32@file-{mlp_sha}/r0",
-                          "keras3-jax/xla/keras_only.py-fit-bs256@tf32@file-"
-                          f"{hashlib.sha256(twinless.read_bytes()).hexdigest()[:12]}/r0",
-                          "keras3-torch/none/keras_only.py-fit-bs256@tf32@file-"
-                          f"{hashlib.sha256(twinless.read_bytes()).hexdigest()[:12]}/r0"]
-    assert "predict-bs256" in first[9] and first[14].startswith("native-torch/none/bert-fit")
+    assert first[4:9] == [f"keras3-jax.mlp.py-fit-bs256.tiny.compile-xla.prec-tf32.file-{mlp_sha[:12]}.r0",
+                          f"keras3-torch.mlp.py-fit-bs256.tiny.compile-none.prec-tf32.file-{mlp_sha[:12]}.r0",
+                          f"native-torch.mlp.py-fit-bs256.tiny.compile-none.prec-tf32.file-{mlp_sha[:12]}.r0",
+                          f"keras3-jax.keras_only.py-fit-bs256.tiny.compile-xla.prec-tf32.file-{twinless_sha[:12]}.r0",
+                          f"keras3-torch.keras_only.py-fit-bs256.tiny.compile-none.prec-tf32.file-{twinless_sha[:12]}"
+                          ".r0"]
+    assert "predict-bs256" in first[9] and first[14].startswith("native-torch.bert-fit.tiny.compile-none")
     assert len(units) == 2 * (2 * 4 + 2 * 5)
 
-    unit = units[4]
-    commands = []
-    monkeypatch.setattr(run_kit.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
-    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", site=tmp_path / "site")
-    run_kit.run_unit(unit, args, 100)
+    model_unit = units[4]
+    commands = recorded_runs(monkeypatch)
+    folders = KitFolders.at(tmp_path / "kit", tmp_path)
+    cells.run_unit(model_unit, folders, 100)
     argv = commands[0]
     assert argv[argv.index("--model") + 1] == str(REPO / "examples" / "mlp.py")
     assert [argv[argv.index(flag) + 1] for flag in ("--stack", "--task", "--batch", "--precision")] == [
         "keras3-jax", "fit", "256", "tf32"]
     assert "--compile" not in argv  # a Keras stack's mode is its own; `--compile` with --model is the twin's
-    # Its row, found among another file's cell of the same name and the same cell at another precision.
-    folder = tmp_path / "rows" / "tiny" / "keras3-jax"
-    for name, precision in (("mlp.py-fit-bs256.compile-xla.file-0123456789ab.r0.parquet", "published"),
-                            (f"mlp.py-fit-bs256.compile-xla.file-{mlp_sha}.tf32.r0.parquet", "tf32")):
-        write_row({"schema_version": 12, "stack": "keras3-jax", "task": unit.task, "status": "ok",
-                   "precision": precision, "repeat": 0, "model_sha256": mlp_sha + "0" * 52}, folder / name)
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", unit)["precision"] == "tf32"
+    # Its row, found by its identity among another file's cell of the same name and the same cell at another precision.
+    other_file = Unit.of("keras3-jax", "xla", model_unit.task, 0, preset="tiny", model="examples/mlp.py",
+                         model_sha256="0123456789ab" + "0" * 52)
+    write_unit_row(folders.rows, other_file)
+    write_unit_row(folders.rows, model_unit)
+    assert unit_row(folders.rows, model_unit)["precision"] == "tf32"
+    assert unit_row(folders.rows, other_file)["precision"] == "published"
 
 
 def test_a_window_shortens_the_timed_steps_of_a_task_alike_for_every_stack():
-    from fwbench.core import registry
-
     # bert-predict's slowest published stack took 1.87 s a step on the A100: 100 steps would not fit 15 s.
-    assert kit_plan.window_steps("bert-predict", "paper", 15.0) == 13
-    assert kit_plan.window_steps("bert-fit", "paper", 15.0) == 30
-    assert kit_plan.window_steps("gemma-generate-bs32", "paper", 15.0) == kit_plan.MIN_TIMED_STEPS
+    assert estimates.window_steps("bert-predict", "paper", 15.0) == 13
+    assert estimates.window_steps("bert-fit", "paper", 15.0) == 30
+    assert estimates.window_steps("gemma-generate-bs32", "paper", 15.0) == estimates.MIN_TIMED_STEPS
     # Off paper (no published times) and with the window off, the preset's own steps.
-    assert kit_plan.window_steps("bert-predict", "tiny", 15.0) is None
-    assert kit_plan.window_steps("bert-predict", "paper", 0) is None
-    assert kit_plan.window_steps("bert-predict", "paper", 1000.0) is None  # the full 100 fit
-    steps = {"bert-predict": 13}
-    units, _ = kit_plan.plan_units(kit_plan.parse_variants(None), ["bert-predict", "bert-fit"], 1, steps=steps)
-    assert {unit.steps for unit in units if unit.task == "bert-predict"} == {13}
-    assert {unit.steps for unit in units if unit.task == "bert-fit"} == {None}
-    assert units[0].key == "native-torch/none/bert-predict@steps-13/r0"  # its own identity, its own key
-    assert Unit("native-torch", "none", "bert-fit", 0).key == "native-torch/none/bert-fit/r0"  # old states resume
+    assert estimates.window_steps("bert-predict", "tiny", 15.0) is None
+    assert estimates.window_steps("bert-predict", "paper", 0) is None
+    assert estimates.window_steps("bert-predict", "paper", 1000.0) is None  # the full 100 fit
+    units, _ = plan_units(PlanSettings("paper", tasks=("bert-predict", "bert-fit"), repeats=1, timed_window_s=0,
+                                       steps=None, precisions=("published",)))
+    assert {u.steps for u in units} == {None}
+    settings = PlanSettings("paper", tasks=("bert-predict", "bert-fit"), repeats=1, precisions=("published",))
+    units, _ = plan_units(settings)
+    assert {u.steps for u in units if u.task == "bert-predict"} == {13}
+    assert {u.steps for u in units if u.task == "bert-fit"} == {30}
+    # Its own identity, its own key (the cell's key and file-name tokens, as its row's file is named).
+    assert units[0].key == "native-torch.bert-predict.paper.compile-none.steps-13.r0"
+    assert units[0].spec.identity.setting("steps") == 13
+    assert Unit.of("native-torch", "none", "bert-fit", 0, preset="paper").key == \
+        "native-torch.bert-fit.paper.compile-none.r0"
     # An estimate: the stack's start, the build, warm-up and timed steps at 0.6x the published A100 step.
-    unit = units[0]
     expected = 15.0 + 5.0 + (registry.get_preset("paper").warmup + 1 + 13) * 1.8498 * 0.6
-    assert kit_plan.estimate_s(unit, "paper") == pytest.approx(expected, rel=1e-3)
+    assert estimates.estimate_s(units[0]) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_kit_state_written_before_units_were_cell_specs_still_resumes():
+    """The kit's own unit key drifted once; today's key is made from the cell identity, and an older state's keys
+    are read as today's."""
+    assert upgrade_key("native-torch/none/bert-fit/r0", "paper") == "native-torch.bert-fit.paper.compile-none.r0"
+    assert upgrade_key("keras3-jax/xla/bert-fit@bf16@devices-2@steps-30/r1", "paper") == Unit.of(
+        "keras3-jax", "xla", "bert-fit", 1, preset="paper", precision="bf16", devices=2, steps=30).key
+    assert upgrade_key("keras3-jax/xla/mlp.py-fit-bs256@tf32@file-d4d113c4af97/r0", "paper") == Unit.of(
+        "keras3-jax", "xla", "mlp.py-fit-bs256", 0, preset="paper", precision="tf32", model="examples/mlp.py",
+        model_sha256="d4d113c4af97" + "0" * 52).key
+    # The published H100 folder's state: its ok units are the plan's units of the same cells.
+    state = KitState(PUBLISHED_FOLDER / "kit-state.json", preset="paper")
+    units, _ = plan_units(PlanSettings("paper"))
+    done = sum(state.status(u) == "ok" for u in units)
+    assert done >= 12 and all("/" not in key for key in state.units)
 
 
 def test_bf16_units_follow_every_published_unit_and_find_their_own_rows(tmp_path):
-    units, _ = kit_plan.plan_units([("native-torch", "none")], ["bert-fit", "bert-predict"], 2,
-                                   precisions=kit_plan.parse_precisions(None))
-    assert [unit.precision for unit in units] == ["published"] * 4 + ["bf16"] * 4
-    assert units[0].key == "native-torch/none/bert-predict/r0"
-    assert units[5].key == "native-torch/none/bert-fit@bf16/r0"
-    assert kit_plan.parse_precisions("bf16,published,bf16") == ["published", "bf16"]
-    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
-        kit_plan.parse_precisions("fp8")
-    # Both rows of bert-fit r0 sit in one folder; each unit reads its own (from the row, not the file name).
-    from fwbench.core.results import write_row
-
-    folder = tmp_path / "rows" / "tiny" / "native-torch"
-    for name, precision in (("bert-fit.compile-none.r0.parquet", "published"),
-                            ("bert-fit.compile-none.prec-bf16.r0.parquet", "bf16")):
-        write_row({"schema_version": 8, "stack": "native-torch", "task": "bert-fit", "status": "ok",
-                   "precision": precision, "repeat": 0}, folder / name)
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[1])["precision"] == "published"
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", units[5])["precision"] == "bf16"
+    units, _ = plan_units(PlanSettings("tiny", tasks=("bert-fit", "bert-predict"),
+                                       variants=(("native-torch", "none"),), repeats=2))
+    assert [u.precision for u in units] == ["published"] * 4 + ["bf16"] * 4
+    assert units[0].key == "native-torch.bert-predict.tiny.compile-none.r0"
+    assert units[5].key == "native-torch.bert-fit.tiny.compile-none.prec-bf16.r0"
+    assert plan.parse_precisions("bf16,published,bf16") == ("published", "bf16")
+    with pytest.raises(UsageError, match="unknown precision 'fp8'"):
+        plan.parse_precisions("fp8")
+    # Both rows of bert-fit r0 sit in one folder; each unit reads its own (by its identity, not by the file name).
+    write_unit_row(tmp_path, units[1])
+    write_unit_row(tmp_path, units[5])
+    assert unit_row(tmp_path, units[1])["precision"] == "published"
+    assert unit_row(tmp_path, units[5])["precision"] == "bf16"
+    assert unit_row(tmp_path, units[1].other_repeat(1)) is None
 
 
 def test_a_host_with_several_gpus_adds_the_data_parallel_fits_on_all_of_them_and_one_gpu_adds_nothing():
-    variants, tasks = kit_plan.parse_variants(None), kit_plan.parse_tasks(None)
-    precisions = kit_plan.parse_precisions(None)
-    one, _ = kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=1)
-    assert all(unit.devices == 1 for unit in one)
-    assert kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=0)[0] == one
-    four, left_out = kit_plan.plan_units(variants, tasks, 3, precisions=precisions, gpus=4)
-    scaling = [unit for unit in four if unit.devices > 1]
+    settings = PlanSettings("tiny")
+    one, _ = plan_units(settings, gpus=1)
+    assert all(u.devices == 1 for u in one)
+    assert plan_units(settings, gpus=0)[0] == one
+    four, left_out = plan_units(settings, gpus=4)
+    scaling = [u for u in four if u.devices > 1]
     # bert-fit (the fit with a data-parallel variant) on all 4 GPUs, once per stack at its first compile mode;
     # keras3-torch too: its row says it has no data parallelism. Every cell once before any repeat.
-    assert scaling[:3] == [Unit("native-torch", "none", "bert-fit", 0, "published", 4),
-                           Unit("keras3-jax", "xla", "bert-fit", 0, "published", 4),
-                           Unit("keras3-torch", "none", "bert-fit", 0, "published", 4)]
-    assert len(scaling) == 3 * 3 and [unit.repeat for unit in scaling] == [0] * 3 + [1] * 3 + [2] * 3
+    assert scaling[:3] == [unit("native-torch", "none", "bert-fit", devices=4),
+                           unit("keras3-jax", "xla", "bert-fit", devices=4),
+                           unit("keras3-torch", "none", "bert-fit", devices=4)]
+    assert len(scaling) == 3 * 3 and [u.repeat for u in scaling] == [0] * 3 + [1] * 3 + [2] * 3
     # After every published one-device unit, before the bf16 ones.
-    published = sum(unit.precision == "published" for unit in one)
+    published = sum(u.precision == "published" for u in one)
     assert four[published:published + len(scaling)] == scaling
-    assert [unit for unit in four if unit.devices == 1] == one
-    assert scaling[0].key == "native-torch/none/bert-fit@devices-4/r0"
-    assert len({unit.key for unit in four}) == len(four) and len(left_out) == 4
-    assert kit_plan.plan_units(variants, ["bert-predict"], 1, gpus=4)[0] == kit_plan.plan_units(
-        variants, ["bert-predict"], 1)[0]
-    assert kit_plan.scaling_note(1, variants, tasks) == ("data-parallel scaling: not planned, this host has 1 usable "
-                                                         "GPU (a host with N > 1 GPUs also runs bert-fit at --devices N)")
-    assert "bert-fit also at --devices 4" in kit_plan.scaling_note(4, variants, tasks)
-    assert "no planned task" in kit_plan.scaling_note(4, variants, ["bert-predict"])
+    assert [u for u in four if u.devices == 1] == one
+    assert scaling[0].key == "native-torch.bert-fit.tiny.compile-none.devices-4.r0"
+    assert len({u.key for u in four}) == len(four) and len(left_out) == 4
+    predict_only = PlanSettings("tiny", tasks=("bert-predict",), repeats=1)
+    assert plan_units(predict_only, gpus=4)[0] == plan_units(predict_only)[0]
+    variants, tasks = settings.variants, settings.tasks
+    assert plan.scaling_note(1, variants, tasks) == ("data-parallel scaling: not planned, this host has 1 usable "
+                                                     "GPU (a host with N > 1 GPUs also runs bert-fit at --devices N)")
+    assert "bert-fit also at --devices 4" in plan.scaling_note(4, variants, tasks)
+    assert "no planned task" in plan.scaling_note(4, variants, ["bert-predict"])
 
 
 def test_a_repeat_waits_for_the_previous_repeat_of_the_same_devices_and_steps(tmp_path):
     """The look-up of a unit's previous repeat kept only stack, mode, task and precision: an N-device repeat
     waited on (and was timed from) the one-device cell."""
     state = KitState(tmp_path / "kit-state.json")
-    one = Unit("native-torch", "none", "bert-fit", 0)
-    pair, pair_next = (Unit("native-torch", "none", "bert-fit", repeat, "published", 2) for repeat in (0, 1))
+    one = unit("native-torch", "none", "bert-fit")
+    pair, pair_next = (unit("native-torch", "none", "bert-fit", repeat, devices=2) for repeat in (0, 1))
     state.record(one, "ok", 40.0, 3.0)
     assert not state.runnable(pair_next, False)  # its own r0 has not run, whatever the one-device r0 did
     state.record(pair, "ok", 90.0, 2.0)
     assert state.runnable(pair_next, False)
-    assert run_kit.needed_s(state, pair_next, "tiny") == 135.0  # from the 2-device r0's 90 s, not the 40 s
-    short, short_next = (Unit("native-torch", "none", "bert-fit", repeat, steps=13) for repeat in (0, 1))
+    assert state.needed_s(pair_next) == 135.0  # from the 2-device r0's 90 s, not the 40 s
+    short, short_next = (unit("native-torch", "none", "bert-fit", repeat, steps=13) for repeat in (0, 1))
     assert not state.runnable(short_next, False)
     state.record(short, "ok", 20.0, 3.0)
     assert state.runnable(short_next, False)
 
 
 def test_a_data_parallel_unit_asks_for_its_devices_and_finds_its_own_row(tmp_path, monkeypatch):
-    import argparse
-
-    from fwbench.core.results import write_row
-
-    unit = Unit("native-torch", "none", "bert-fit", 0, "published", 2)
-    one = Unit("native-torch", "none", "bert-fit", 0)
-    folder = tmp_path / "rows" / "tiny" / "native-torch"
-    for name, devices in (("bert-fit.compile-none.r0.parquet", 1), ("bert-fit.compile-none.devices-2.r0.parquet", 2)):
-        write_row({"schema_version": 9, "stack": "native-torch", "task": "bert-fit", "status": "ok",
-                   "precision": "published", "repeat": 0, "devices": devices}, folder / name)
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", unit)["devices"] == 2
-    assert run_kit.unit_row(tmp_path / "rows", "tiny", one)["devices"] == 1
-    commands = []
-    monkeypatch.setattr(run_kit.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
-    args = argparse.Namespace(out=tmp_path, preset="tiny", data=tmp_path / "data", site=tmp_path / "site")
-    run_kit.run_unit(unit, args, 100)
-    run_kit.run_unit(Unit("native-torch", "none", "bert-fit", 0, steps=13), args, 100)
+    pair, one = unit("native-torch", "none", "bert-fit", devices=2), unit("native-torch", "none", "bert-fit")
+    folders = KitFolders.at(tmp_path / "kit", tmp_path)
+    write_unit_row(folders.rows, one)
+    write_unit_row(folders.rows, pair)
+    assert unit_row(folders.rows, pair)["devices"] == 2
+    assert unit_row(folders.rows, one)["devices"] == 1
+    commands = recorded_runs(monkeypatch)
+    cells.run_unit(pair, folders, 100)
+    cells.run_unit(unit("native-torch", "none", "bert-fit", steps=13), folders, 100)
     assert commands[0][commands[0].index("--devices") + 1] == "2" and "--steps" not in commands[0]
     assert "--devices" not in commands[1] and commands[1][commands[1].index("--steps") + 1] == "13"
 
 
 def test_state_resumes_skips_failures_and_runs_a_budget_cut_unit_first(tmp_path):
-    state = KitState(tmp_path / "kit-state.json")
-    first, second = Unit("native-torch", "none", "bert-fit", 0), Unit("native-torch", "none", "bert-fit", 1)
+    path = tmp_path / "kit-state.json"
+    state = KitState(path)
+    first, second = unit("native-torch", "none", "bert-fit"), unit("native-torch", "none", "bert-fit", 1)
     assert state.runnable(first, False) and not state.runnable(second, False)
     state.record(first, "oom", 12.0, None)
     assert not state.runnable(first, False) and state.runnable(first, True)
     assert not state.runnable(second, False)  # repeating a failing cell would only repeat the failure
     state.record(first, "ok", 40.0, 3.2)
     state.record_check("per-step sync", "PASS", "differ", "2026-11-26T00:00:00+00:00")
-    (tmp_path / "kit-state.json").write_text(state.to_json())
-    again = KitState(tmp_path / "kit-state.json")
+    path.write_text(state.to_json())
+    again = KitState(path)
     assert not again.runnable(first, False) and again.runnable(second, False)
     assert again.passed("per-step sync") and not again.passed("busy")
     # A repeat of a cell that ran ok should have about its wall time left before it starts.
-    assert run_kit.needed_s(again, second, "tiny") == 60.0
+    assert again.needed_s(second) == 60.0
     again.record(first, "ok", 10.0, 3.2)
-    assert run_kit.needed_s(again, second, "tiny") == run_kit.MIN_REPEAT_S
-    other = Unit("keras3-jax", "xla", "bert-fit", 0)
-    assert run_kit.needed_s(again, other, "paper") == kit_plan.estimate_s(other, "paper")
+    assert again.needed_s(second) == MIN_REPEAT_S
+    other = Unit.of("keras3-jax", "xla", "bert-fit", 0, preset="paper")
+    assert again.needed_s(other) == estimates.estimate_s(other)
     # A failure seen at another commit runs again (its fix is to be checked); at the same commit it does not.
-    failed = Unit("native-torch", "reduce-overhead", "sam-predict", 0)
+    failed = unit("native-torch", "reduce-overhead", "sam-predict")
     again.record(failed, "error", 98.0, None)
     assert not again.runnable(failed, False)
-    (tmp_path / "kit-state.json").write_text(again.to_json())
-    assert KitState(tmp_path / "kit-state.json", "a-later-commit").runnable(failed, False)
-    cut = Unit("keras3-torch", "none", "bert-fit", 0)
+    path.write_text(again.to_json())
+    assert KitState(path, "a-later-commit").runnable(failed, False)
+    cut = unit("keras3-torch", "none", "bert-fit")
     again.record(cut, "budget-cut", 80.0, None)
     assert again.runnable(cut, False)  # cut by the window, not by its own timeout: runs again, first
     assert again.pending([second, other, cut], False) == [cut, second, other]
+
+
+def test_a_kit_state_holds_one_presets_units(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "out" / "kit-state.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"preset": "paper", "units": {}}))
+    with pytest.raises(KitError, match="--preset paper"):
+        KitState(path, preset="tiny")
+    older = tmp_path / "older.json"  # written before kit states named their preset: every window was at paper
+    older.write_text(json.dumps({"units": {"native-torch/none/bert-fit/r0": {"status": "ok"}}}))
+    with pytest.raises(KitError, match="--preset paper"):
+        KitState(older, preset="tiny")
+    assert kit_cli(monkeypatch, "status", "--out", tmp_path / "out", "--preset", "tiny") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "holds units at --preset paper" in err and "\n" not in err
+
+
+# -- where a unit's seconds went ---------------------------------------------------------------------
+
+def cell_row(began_at: datetime, **more) -> dict:
+    """A row as a cell writes it: the runner's process_s, the cell's phases, its setup, first step and steps."""
+    phases = {"interpreter_start": 1.5, "data_load": 0.25, "framework_import": 6.0, "workload_import": 0.5,
+              "build_and_steps": 9.0, "describe": 0.5, "ceiling": 0.25}
+    return {"status": "ok", "started_at": (began_at + timedelta(seconds=4.5)).isoformat(), "wall_s": 16.75,
+            "setup_s": 3.0, "first_step_s": 2.0, "ms_per_step": 30.0, "timed_steps": 100,
+            "extra": json.dumps({"phases_s": phases, "process_s": 18.5}), **more}
+
+
+def test_a_units_seconds_are_split_as_finely_as_its_row_says_and_add_up():
+    began = datetime(2026, 11, 27, 2, 0, tzinfo=timezone.utc)
+    parts = breakdown.of_unit(cell_row(began), began_at=began, wall_s=25.0, export_s=0.5)
+    assert parts == {"runner_start_s": 3.0, "interpreter_s": 1.5, "data_load_s": 0.25, "framework_import_s": 6.0,
+                     "workload_import_s": 0.5, "setup_s": 3.0, "first_step_s": 2.0, "warmup_s": 1.0, "timed_s": 3.0,
+                     "describe_s": 0.75, "cell_end_s": 0.5, "runner_end_s": 3.5, "export_s": 0.5,
+                     "unaccounted_s": 0.0}
+    assert sum(parts.values()) == pytest.approx(25.5)
+    assert breakdown.describe(parts).startswith("start 3.0 | python 1.5 | data 0.2 | imports 6.0 | workload 0.5 | "
+                                                "setup 3.0 | first step 2.0 | warm-up 1.0 | timed 3.0 |")
+    # A failed cell records no phases: what is known is kept, the rest is unaccounted, never guessed.
+    failed = breakdown.of_unit({"status": "error", "extra": json.dumps({"process_s": 8.0})}, began_at=began,
+                               wall_s=10.0)
+    assert failed == {"unaccounted_s": 10.0}
+    assert breakdown.timed_fraction(3.0, 25.0) == "12.0%"
+
+
+def test_status_reads_the_parts_of_units_an_older_kit_ran_from_their_rows(tmp_path, monkeypatch, capsys):
+    """The published H100 windows ran before the kit recorded parts: their rows still give most of them."""
+    out = tmp_path / "out"
+    assert kit_cli(monkeypatch, "restore", PUBLISHED_FOLDER, "--out", out, "--kit-dir", tmp_path / "kit") == 0
+    capsys.readouterr()
+    assert kit_cli(monkeypatch, "status", "--preset", "paper", "--out", out, "--kit-dir", tmp_path / "kit") == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines()
+              if line.strip().startswith("native-torch.bert-predict.paper.compile-none.steps-13.r0:")]
+    assert "(from its row): python " in line and "| first step " in line and "| timed " in line, line
+    assert "start " not in line  # when the kit started the unit was not recorded: never guessed
 
 
 # -- a window, its scheduling and its files (the cell processes and the host are mocked) -------------------
 
 def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None):
     """A window without a host: preflight and the report are stubs, time is the fake `clock`."""
-    monkeypatch.setattr(run_kit.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(kit_window.time, "monotonic", lambda: clock["now"])
 
-    def preflight(args):
+    def preflight(folders, settings, *, doctor_timeout_s):
         clock["now"] += preflight_s
         return dict(broken or {}), gpus
 
-    monkeypatch.setattr(run_kit, "preflight", preflight)
-    monkeypatch.setattr(run_kit, "aggregate", lambda args, timeout_s=0: None)
+    monkeypatch.setattr(kit_window, "preflight", preflight)
+    monkeypatch.setattr(kit_window, "aggregate", lambda folders, timeout_s=0: None)
 
 
 def fake_cells(clock, durations, calls):
-    """A unit's cell: takes its duration (or its plan estimate) of the fake clock, writes its row."""
-    from fwbench.core.results import write_row
-
-    def run(unit, args, timeout_s, extra=None, *, rows=None, preset=None):
-        took = durations(unit)
-        calls.append((unit.key, round(timeout_s)))
+    """A unit's cell: takes its duration (or its plan estimate) of the fake clock, writes its row as fwbench would."""
+    def run(of, folders, timeout_s, extra=None, *, rows=None):
+        took = durations(of)
+        calls.append((of.key, round(timeout_s)))
         clock["now"] += min(took, timeout_s) + 5  # the CLI around the cell
         status = "ok" if took <= timeout_s else "timeout"
-        tokens = f".steps-{unit.steps}" if unit.steps else ""
-        path = args.out / "rows" / args.preset / unit.stack / \
-            f"{unit.task}.compile-{unit.compile_mode}{tokens}.r{unit.repeat}.parquet"
         row = {"status": status, "ms_per_step": 1.0, "error_message": None if status == "ok" else "timed out"}
-        write_row({"schema_version": 10, "stack": unit.stack, "task": unit.task, "repeat": unit.repeat,
-                   "compile_mode": unit.compile_mode, "preset": args.preset, "timed_steps": unit.steps, **row}, path)
-        return row
+        write_unit_row(rows or folders.rows, of, **row)
+        return {**row, "timed_steps": of.spec.steps}
     return run
 
 
-def test_a_540_s_window_fits_its_budget_by_the_plans_estimates_and_exports_as_it_goes(tmp_path, monkeypatch):
+def test_a_540_s_window_fits_its_budget_by_the_plans_estimates_and_exports_as_it_goes(tmp_path, monkeypatch,
+                                                                                     capsys):
     clock, calls, exports = {"now": 1000.0}, [], []
     mock_window(monkeypatch, clock, preflight_s=170.0)  # preflight and checks, as the first H100 window took
-    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: kit_plan.estimate_s(unit, "paper"), calls))
-    real_export = run_kit.export
-    monkeypatch.setattr(run_kit, "export", lambda args: exports.append(clock["now"]) or real_export(args))
-    out, export = tmp_path / "out", tmp_path / "export"
-    assert run_kit.main(["window", "--out", str(out), "--export", str(export), "--skip-checks", "--restore", "none",
-                         "--budget-s", "540"]) == 0
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, estimates.estimate_s, calls))
+    monkeypatch.setattr(kit_window, "export", lambda folders, to: exports.append(clock["now"]) or export(folders, to))
+    out, exported = tmp_path / "out", tmp_path / "export"
+    assert kit_cli(monkeypatch, "window", "--preset", "paper", "--out", out, "--kit-dir", tmp_path / "kit",
+                   "--export", exported, "--skip-checks", "--restore", "none", "--budget-s", "540") == 0
     ran = [key for key, _timeout in calls]
-    assert ran[:6] == [f"{stack}/{mode}/{task}@steps-13/r0" for task in ("bert-predict", "sam-predict")
+    assert ran[:6] == [f"{stack}.{task}.paper.compile-{mode}.steps-13.r0" for task in ("bert-predict", "sam-predict")
                        for stack, mode in (("native-torch", "none"), ("keras3-jax", "xla"), ("keras3-torch", "none"))]
     # Nothing runs past the budget less the reserve: each cell's timeout was what was left, less its overhead.
     assert clock["now"] - 1000.0 <= 540 - 30
     assert all(timeout <= 540 - 30 - 170 for _key, timeout in calls)
     assert len(exports) >= len(calls) + 1  # after preflight and after every unit, then at the end
-    assert {path.name for path in export.iterdir()} >= {"rows.tar.gz", "kit-state.json", "kit.log"}
+    assert {path.name for path in exported.iterdir()} >= {"rows.tar.gz", "kit-state.json", "kit.log"}
     log = (out / "kit.log").read_text()
     assert "shortened timed windows" in log and "not started, too little of the window left" in log
-    state = json.loads((export / "kit-state.json").read_text())["units"]
-    assert sorted(key for key, entry in state.items() if entry["status"] == "ok") == sorted(ran)
+    saved = json.loads((exported / "kit-state.json").read_text())
+    assert sorted(key for key, entry in saved["units"].items() if entry["status"] == "ok") == sorted(ran)
+    # Each unit's timed steps (1 ms x 13 here) and the window's wall time are in the state; status prints them.
+    assert saved["preset"] == "paper" and saved["windows"][0]["wall_s"] == pytest.approx(clock["now"] - 1000.0, abs=1)
+    assert all(entry["breakdown"]["timed_s"] == 0.01 for entry in saved["units"].values())
+    capsys.readouterr()
+    assert kit_cli(monkeypatch, "status", "--preset", "paper", "--out", out, "--kit-dir", tmp_path / "kit") == 0
+    printed = capsys.readouterr().out
+    listed = [line.split(":")[0].strip() for line in printed.splitlines() if ": ok, " in line]
+    assert listed == ran  # in the order they ran
+    assert "native-torch.bert-predict.paper.compile-none.steps-13.r0: ok, " in printed and "timed 0.0 |" in printed
+    assert "window 1 (" in printed and f"{len(ran)} units, timed steps 0.1 s = 0.0%" in printed
 
 
 def test_a_cell_cut_by_the_window_leaves_no_row_and_runs_first_in_the_next_window(tmp_path, monkeypatch):
     clock, calls = {"now": 1000.0}, []
     mock_window(monkeypatch, clock, preflight_s=0.0)
     durations = iter([100.0, 300.0, 90.0])
-    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: next(durations), calls))
-    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-fit,bert-predict", "--variants",
-            "native-torch:none", "--repeats", "1", "--budget-s", "400", "--precisions", "published", "--skip-checks",
-            "--preset", "tiny", "--restore", "none"]
-    assert run_kit.main(argv) == 0
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: next(durations), calls))
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-fit,bert-predict",
+            "--variants", "native-torch:none", "--repeats", "1", "--budget-s", "400", "--precisions", "published",
+            "--skip-checks", "--preset", "tiny", "--restore", "none"]
+    assert kit_cli(monkeypatch, *argv) == 0
     # Budget 400 less the 30 s reserve and a cell's 20 s overhead: bert-predict (first by priority) may take 350 s;
     # bert-fit gets the 245 s left, needs 300 and is cut: its row is removed, and the next window runs it first.
-    assert calls == [("native-torch/none/bert-predict/r0", 350), ("native-torch/none/bert-fit/r0", 245)]
+    assert calls == [("native-torch.bert-predict.tiny.compile-none.r0", 350),
+                     ("native-torch.bert-fit.tiny.compile-none.r0", 245)]
     state = KitState(tmp_path / "out" / "kit-state.json")
-    assert state.status(Unit("native-torch", "none", "bert-fit", 0)) == "budget-cut"
+    assert state.status(unit("native-torch", "none", "bert-fit")) == "budget-cut"
     assert not list((tmp_path / "out" / "rows" / "tiny" / "native-torch").glob("bert-fit*"))
-    assert run_kit.main(argv) == 0
-    assert calls[2] == ("native-torch/none/bert-fit/r0", 350)
-    assert KitState(tmp_path / "out" / "kit-state.json").status(Unit("native-torch", "none", "bert-fit", 0)) == "ok"
+    assert kit_cli(monkeypatch, *argv) == 0
+    assert calls[2] == ("native-torch.bert-fit.tiny.compile-none.r0", 350)
+    state = KitState(tmp_path / "out" / "kit-state.json")
+    assert state.status(unit("native-torch", "none", "bert-fit")) == "ok" and len(state.windows) == 2
 
 
 def test_the_files_come_back_when_the_report_fails_and_when_the_kit_itself_fails(tmp_path, monkeypatch):
     clock, calls = {"now": 1000.0}, []
     mock_window(monkeypatch, clock)
-    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 10.0, calls))
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 10.0, calls))
 
-    def failing_report(args, timeout_s=0):
-        raise kit_plan.KitError("fwbench aggregate failed: boom")
+    def failing_report(folders, timeout_s=0):
+        raise KitError("fwbench aggregate failed: boom")
 
-    monkeypatch.setattr(run_kit, "aggregate", failing_report)
-    out, export = tmp_path / "out", tmp_path / "export"
-    argv = ["window", "--out", str(out), "--export", str(export), "--tasks", "bert-predict", "--variants",
+    monkeypatch.setattr(kit_window, "aggregate", failing_report)
+    out, exported = tmp_path / "out", tmp_path / "export"
+    argv = ["window", "--out", out, "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict", "--variants",
             "native-torch:none", "--repeats", "1", "--precisions", "published", "--skip-checks", "--preset", "tiny",
             "--restore", "none"]
-    assert run_kit.main(argv) == 1
-    assert {"rows.tar.gz", "kit-state.json", "kit.log"} <= {path.name for path in export.iterdir()}
-    assert "no report: fwbench aggregate failed: boom" in (export / "kit.log").read_text()
+    assert kit_cli(monkeypatch, *argv, "--export", exported) == 1
+    assert {"rows.tar.gz", "kit-state.json", "kit.log"} <= {path.name for path in exported.iterdir()}
+    assert "no report: fwbench aggregate failed: boom" in (exported / "kit.log").read_text()
 
-    def broken_preflight(args):
-        raise kit_plan.KitError("fwbench itself does not import with the kit installed: x")
+    def broken_preflight(folders, settings, *, doctor_timeout_s):
+        raise KitError("fwbench itself does not import with the kit installed: x")
 
-    monkeypatch.setattr(run_kit, "preflight", broken_preflight)
-    export2 = tmp_path / "export2"
-    assert run_kit.main([*argv[:4], str(export2), *argv[5:]]) == 1
-    assert "window stopped early: KitError: fwbench itself does not import" in (export2 / "kit.log").read_text()
-    assert (export2 / "rows.tar.gz").is_file()  # the earlier window's rows, still
+    monkeypatch.setattr(kit_window, "preflight", broken_preflight)
+    second = tmp_path / "export2"
+    assert kit_cli(monkeypatch, *argv, "--export", second) == 1
+    assert "window stopped early: KitError: fwbench itself does not import" in (second / "kit.log").read_text()
+    assert (second / "rows.tar.gz").is_file()  # the earlier window's rows, still
 
 
 def test_a_window_on_a_host_with_two_gpus_runs_bert_fit_on_both_after_the_one_device_cells(tmp_path, monkeypatch):
     clock, calls = {"now": 1000.0}, []
     mock_window(monkeypatch, clock, gpus=1)
-    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 1.0, calls))
-    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-fit", "--repeats", "1", "--precisions",
-            "published", "--variants", "native-torch:none,native-torch:reduce-overhead,keras3-jax", "--skip-checks",
-            "--preset", "tiny", "--restore", "none"]
-    assert run_kit.main(argv) == 0
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 1.0, calls))
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-fit", "--repeats",
+            "1", "--precisions", "published", "--variants", "native-torch:none,native-torch:reduce-overhead,keras3-jax",
+            "--skip-checks", "--preset", "tiny", "--restore", "none"]
+    assert kit_cli(monkeypatch, *argv) == 0
     assert len(calls) == 3
     assert "not planned, this host has 1 usable GPU" in (tmp_path / "out" / "kit.log").read_text()
     mock_window(monkeypatch, clock, gpus=2)  # the same state, resumed on a 2-GPU host
-    assert run_kit.main(argv) == 0
-    assert [key for key, _ in calls[3:]] == ["native-torch/none/bert-fit@devices-2/r0",
-                                             "keras3-jax/xla/bert-fit@devices-2/r0"]
+    assert kit_cli(monkeypatch, *argv) == 0
+    assert [key for key, _ in calls[3:]] == ["native-torch.bert-fit.tiny.compile-none.devices-2.r0",
+                                             "keras3-jax.bert-fit.tiny.compile-xla.devices-2.r0"]
 
 
 def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_run(tmp_path, monkeypatch):
     clock, calls = {"now": 1000.0}, []
     mock_window(monkeypatch, clock, broken={
         "keras3-jax": "does not import here: jax: ImportError: libcudart.so.13: cannot open shared object file"})
-    monkeypatch.setattr(run_kit, "run_unit", fake_cells(clock, lambda unit: 1.0, calls))
-    argv = ["window", "--out", str(tmp_path / "out"), "--tasks", "bert-predict", "--repeats", "1", "--variants",
-            "native-torch:none,keras3-jax,keras3-torch", "--skip-checks", "--preset", "tiny", "--restore", "none"]
-    assert run_kit.main(argv) == 0
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 1.0, calls))
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict", "--repeats",
+            "1", "--variants", "native-torch:none,keras3-jax,keras3-torch", "--skip-checks", "--preset", "tiny",
+            "--restore", "none"]
+    assert kit_cli(monkeypatch, *argv) == 0
     # Every published unit first, then bf16 (the default --precisions), when time allows.
-    assert [key for key, _ in calls] == ["native-torch/none/bert-predict/r0", "keras3-torch/none/bert-predict/r0",
-                                         "native-torch/none/bert-predict@bf16/r0",
-                                         "keras3-torch/none/bert-predict@bf16/r0"]
+    assert [key for key, _ in calls] == ["native-torch.bert-predict.tiny.compile-none.r0",
+                                         "keras3-torch.bert-predict.tiny.compile-none.r0",
+                                         "native-torch.bert-predict.tiny.compile-none.prec-bf16.r0",
+                                         "keras3-torch.bert-predict.tiny.compile-none.prec-bf16.r0"]
     assert "left out: keras3-jax [xla], every task: does not import here: jax: ImportError" in (
         tmp_path / "out" / "kit.log").read_text()
 
@@ -394,8 +515,6 @@ def test_a_stack_whose_imports_fail_is_left_out_with_its_reason_and_the_others_r
 def test_generate_cells_get_a_step_count_that_fits_the_kits_cell_timeout():
     """Published keras3-torch generate steps took 7.6-11.1 s: 100 of them never fit a 480 s cell. The per-task
     default (part of the identity, on the row as timed_steps) does, with the warm-up and first step."""
-    from fwbench.core import registry
-
     worst_step_s = 11.1
     for task in ("gemma-generate-bs32", "mistral-generate-bs1"):
         steps = registry.default_steps(task, "paper")
@@ -410,51 +529,52 @@ def test_publish_names_the_folder_after_the_date_and_gpu_and_refuses_cpu_rows(tm
     (out / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").write_bytes(b"row")
     host = {"recorded_at": "2026-11-24T19:00:00+00:00", "nvml": {}}
     (out / "host.json").write_text(json.dumps(host))
-    monkeypatch.setattr(run_kit, "aggregate", lambda args: None)
-    argv = ["publish", "--out", str(out), "--dest", str(tmp_path / "results")]
-    assert run_kit.main(argv) == 1
+    monkeypatch.setattr(publish, "aggregate", lambda folders: None)
+    argv = ["publish", "--out", out, "--kit-dir", tmp_path / "kit", "--dest", tmp_path / "results"]
+    assert kit_cli(monkeypatch, *argv) == 1
     assert capsys.readouterr().err.strip() == "error: host.json names no GPU: these rows are not GPU results"
     host["nvml"] = {"gpu_names": ["NVIDIA H100 80GB HBM3"]}
     (out / "host.json").write_text(json.dumps(host))
-    assert run_kit.main(argv) == 0
+    assert kit_cli(monkeypatch, *argv) == 0
     published = tmp_path / "results" / "2026-11-24-nvidia-h100-80gb-hbm3"
     assert (published / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet").is_file()
     assert (published / "host.json").is_file()
-    # A later window went on from that folder (its state holds the folder's units): its export brings back only its
-    # own host facts, of a later date, and it joins the folder; the earlier host facts stay beside them.
+    # A later window went on from that folder (its state holds the folder's units, here one of an older key): its
+    # export brings back only its own host facts, of a later date, and it joins the folder; the earlier host facts
+    # stay beside them.
     (published / "kit-state.json").write_text(json.dumps({"units": {"a/none/bert-fit/r0": {"status": "ok"}}}))
-    (out / "kit-state.json").write_text(json.dumps({"units": {"a/none/bert-fit/r0": {"status": "ok"},
-                                                              "a/none/sam-fit/r0": {"status": "ok"}}}))
+    (out / "kit-state.json").write_text(json.dumps({"preset": "paper", "units": {
+        "a.bert-fit.paper.compile-none.r0": {"status": "ok"}, "a.sam-fit.paper.compile-none.r0": {"status": "ok"}}}))
     (out / "host.json").write_text(json.dumps({**host, "recorded_at": "2026-11-27T02:00:00+00:00"}))
-    assert run_kit.main(argv) == 0
+    assert kit_cli(monkeypatch, *argv) == 0
     assert sorted(path.name for path in (tmp_path / "results").iterdir()) == [published.name]
     assert json.loads((published / "host.json").read_text())["recorded_at"].startswith("2026-11-27")
     assert json.loads((published / "host-2026-11-24T190000.json").read_text())["recorded_at"].startswith("2026-11-24")
     # A state that did not go on from it (it lacks the folder's ok unit) is another series: a folder of its own.
     (out / "kit-state.json").write_text(json.dumps({"units": {"a/none/sam-fit/r0": {"status": "ok"}}}))
-    assert run_kit.main(argv) == 0
+    assert kit_cli(monkeypatch, *argv) == 0
     assert (tmp_path / "results" / "2026-11-27-nvidia-h100-80gb-hbm3").is_dir()
 
 
-def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path, capsys):
-    import argparse
+def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     import tarfile
 
-    out, export = tmp_path / "out", tmp_path / "export"
-    (out / "rows" / "paper" / "keras3-jax").mkdir(parents=True)
-    (out / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").write_bytes(b"row")
-    (out / "kit-state.json").write_text('{"units": {}}')
-    (out / "host.json").write_text("{}")
-    run_kit.export(argparse.Namespace(out=out, export=export))
-    assert sorted(path.name for path in export.iterdir()) == ["host.json", "kit-state.json", "rows.tar.gz"]
+    folders, exported = KitFolders.at(tmp_path / "kit", tmp_path / "out"), tmp_path / "export"
+    (folders.rows / "paper" / "keras3-jax").mkdir(parents=True)
+    (folders.rows / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").write_bytes(b"row")
+    folders.state.write_text('{"units": {}}')
+    (folders.out / "host.json").write_text("{}")
+    export(folders, exported)
+    assert sorted(path.name for path in exported.iterdir()) == ["host.json", "kit-state.json", "rows.tar.gz"]
     fresh = tmp_path / "fresh"
-    assert run_kit.main(["restore", str(export / "rows.tar.gz"), "--out", str(fresh)]) == 0
+    assert kit_cli(monkeypatch, "restore", exported / "rows.tar.gz", "--out", fresh) == 0
     assert (fresh / "rows" / "paper" / "keras3-jax" / "bert-fit.compile-xla.r0.parquet").read_bytes() == b"row"
     assert (fresh / "kit-state.json").is_file() and (fresh / "host.json").is_file()
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
-        tar.add(out / "host.json", arcname="rows/../../escaped.json")
-    assert run_kit.main(["restore", str(evil), "--out", str(tmp_path / "other")]) == 1
+        tar.add(folders.out / "host.json", arcname="rows/../../escaped.json")
+    capsys.readouterr()
+    assert kit_cli(monkeypatch, "restore", evil, "--out", tmp_path / "other") == 1
     assert "unexpected links or paths" in capsys.readouterr().err
     assert not (tmp_path / "escaped.json").exists()
 
@@ -462,71 +582,88 @@ def test_export_and_restore_carry_the_rows_and_state_to_a_fresh_folder(tmp_path,
 # -- the wheelhouse lock ---------------------------------------------------------------------------
 
 def test_lock_follows_the_repository_pins_and_fits_the_host():
-    lock = json.loads(make_wheelhouse.LOCK.read_text())
+    lock = wheelhouse.read_lock()
     assert "cp312" in lock, "the host's Python (3.12) must have a locked wheelhouse"
     for tag, entries in lock.items():
-        assert {entry["name"] for entry in entries} == set(make_wheelhouse.SOURCES), tag
+        assert {entry["name"] for entry in entries} == set(wheelhouse.SOURCES), tag
         for entry in entries:
-            assert entry["version"] == make_wheelhouse.pinned(entry["name"]), (tag, entry["name"])
+            assert entry["version"] == wheelhouse.pinned(entry["name"]), (tag, entry["name"])
             assert len(entry["sha256"]) == 64
             name = entry["filename"]
-            assert name.endswith("-py3-none-any.whl") or (f"-{tag}-{tag}-" in name and name.endswith("x86_64.whl")), name
-        assert sum(entry["bytes"] for entry in entries) < make_wheelhouse.LIMIT_BYTES
+            assert name.endswith("-py3-none-any.whl") or (f"-{tag}-{tag}-" in name
+                                                          and name.endswith("x86_64.whl")), name
+        assert sum(entry["bytes"] for entry in entries) < wheelhouse.LIMIT_BYTES
         assert not any(entry["name"] in ("tensorflow", "keras-cv") for entry in entries)
 
 
-def test_wheelhouse_refuses_a_download_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
+def test_the_kits_data_files_ship_with_the_package():
+    """pyproject.toml's package data names them (an installed fwbench carries its lock)."""
+    text = (REPO / "pyproject.toml").read_text()
+    assert '"fwbench.kit" = ["data/*.json", "data/*.txt"]' in text
+    assert wheelhouse.LOCK.is_file() and SIMULATED_IMAGE.is_file()
+
+
+def test_prepare_refuses_a_download_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
     """PyPI is the boundary: `download` hands back a wheel of the locked name with other bytes."""
-    locked = {entry["name"]: entry for entry in json.loads(make_wheelhouse.LOCK.read_text())["cp312"]}
+    locked = {entry["name"]: entry for entry in wheelhouse.read_lock()["cp312"]}
 
     def fake_download(name, version, python_version, into):
         path = into / locked[name]["filename"]
         path.write_bytes(b"not the wheel that was locked")
         return path
 
-    monkeypatch.setattr(make_wheelhouse, "download", fake_download)
-    dest = tmp_path / "wheels"
-    assert make_wheelhouse.main(["--dest", str(dest)]) == 1
+    monkeypatch.setattr(wheelhouse, "download", fake_download)
+    assert kit_cli(monkeypatch, "prepare", "--kit-dir", tmp_path / "kit") == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: keras-3.15.1-py3-none-any.whl: sha256 ") and "differs from the locked" in err
-    assert not list(dest.glob("*.whl"))  # nothing half-made is left where the kit looks
+    assert not list((tmp_path / "kit" / "wheels").glob("*.whl"))  # nothing half-made is left where the kit looks
+    assert not (tmp_path / "kit" / "source.json").exists()
 
 
-def test_install_refuses_a_wheel_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch, capsys):
+def test_prepare_prints_the_device_call_that_needs_no_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(wheelhouse, "differing", lambda wheels, tag: [])
+    assert kit_cli(monkeypatch, "prepare", "--kit-dir", tmp_path / "kit") == 0
+    printed = capsys.readouterr().out
+    assert "PYTHONPATH=runner:aggregator python3 -m fwbench.cli kit window --preset paper --budget-s 540" in printed
+    assert f"--kit-dir {tmp_path / 'kit'}" in printed
+    assert json.loads((tmp_path / "kit" / "source.json").read_text())["git_revision"]
+
+
+def test_install_refuses_a_wheel_whose_hash_is_not_the_locked_one(tmp_path, monkeypatch):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     entry = {"name": "keras", "version": "3.15.1", "filename": "keras-3.15.1-py3-none-any.whl",
              "sha256": hashlib.sha256(b"the real wheel").hexdigest(), "bytes": 14}
     lock = tmp_path / "lock.json"
-    lock.write_text(json.dumps({kit_install.python_tag(): [entry]}))
-    monkeypatch.setattr(kit_install, "LOCK", lock)
+    lock.write_text(json.dumps({wheelhouse.python_tag(): [entry]}))
+    monkeypatch.setattr(wheelhouse, "LOCK", lock)
     (wheels / entry["filename"]).write_bytes(b"a tampered wheel")
-    code = run_kit.main(["install", "--wheels", str(wheels), "--site", str(tmp_path / "site")])
-    assert code == 1
-    assert capsys.readouterr().err.strip() == (
-        "error: keras-3.15.1-py3-none-any.whl: its SHA-256 is not the one in lock.json")
+    with pytest.raises(KitError, match="^keras-3.15.1-py3-none-any.whl: its SHA-256 is not the one in lock.json$"):
+        install.install(wheels, tmp_path / "site")
     assert not (tmp_path / "site").exists()
     (wheels / entry["filename"]).unlink()
-    assert run_kit.main(["install", "--wheels", str(wheels), "--site", str(tmp_path / "site")]) == 1
-    assert "is missing" in capsys.readouterr().err
+    with pytest.raises(KitError, match="is missing"):
+        install.install(wheels, tmp_path / "site")
 
 
-def test_unknown_names_are_one_line_errors(capsys):
-    assert run_kit.main(["status", "--tasks", "bert-fit,no-such-task"]) == 1
+def test_unknown_names_are_one_line_errors(monkeypatch, capsys):
+    assert kit_cli(monkeypatch, "status", "--tasks", "bert-fit,no-such-task") == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "no-such-task" in err and "\n" not in err
-    assert run_kit.main(["status", "--variants", "native-torch:max-speed"]) == 1
+    assert kit_cli(monkeypatch, "status", "--variants", "native-torch:max-speed") == 2
     assert capsys.readouterr().err.startswith("error: ")
+    assert kit_cli(monkeypatch, "window", "--repeats", "0") == 2
+    assert capsys.readouterr().err.strip() == "error: --repeats must be at least 1, got 0"
 
 
 # -- the whole kit, offline, in a simulated host image -----------------------------------------------
 
 def simulated_image() -> tuple[Path, str]:
-    """A venv with what the host's image has (benchmarks/gpu/simulated-image.txt), built once and cached; and its
-    Python version."""
+    """A venv with what the host's image has (fwbench/kit/data/simulated-image.txt), built once and cached; and
+    its Python version."""
     version, python = image_python()
-    requirements = KIT / "simulated-image.txt"
-    key = hashlib.sha256(requirements.read_bytes()).hexdigest()[:12]
+    requirements = [line for line in SIMULATED_IMAGE.read_text().splitlines() if line and not line.startswith("#")]
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]  # its comments change nothing
     home = Path(os.environ.get("FWBENCH_HOME", Path.home() / ".cache" / "fwbench"))
     # Beside the stack environments, so that CI's clean-up of those before its image builds returns this disk too.
     venv = home / "venvs" / f"gpu-kit-sim-image-py{version}-{key}"
@@ -542,17 +679,19 @@ def simulated_image() -> tuple[Path, str]:
         # No --compile-bytecode (CI time: it compiles all of torch, JAX and transformers): the venv is writable, so
         # the first process to import a module leaves its .pyc for the others.
         subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-                        "-r", str(requirements)], check=True, timeout=3600, env=uv_env)
+                        "-r", str(SIMULATED_IMAGE)], check=True, timeout=3600, env=uv_env)
         (venv / ".fwbench-ready").touch()
     return venv / "bin" / "python", version
 
 
 def kit(python: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """run_kit.py with the image's interpreter and no index within reach: pip is told to use none, and a
-    proxy that does not exist stops anything else from reaching out."""
+    """`fwbench kit` as the GPU host runs it: the image's interpreter, no fwbench installed (this checkout's runner/
+    and aggregator/ on PYTHONPATH, from the repository's root), and no index within reach: pip is told to use none,
+    and a proxy that does not exist stops anything else from reaching out."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PIP_NO_INDEX="1", HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
-    return subprocess.run([str(python), str(KIT / "run_kit.py"), *args], capture_output=True, text=True,
+    env.update(PIP_NO_INDEX="1", HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
+               PYTHONPATH="runner:aggregator")
+    return subprocess.run([str(python), "-m", "fwbench.cli", "kit", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
 
 
@@ -561,26 +700,25 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     started = time.monotonic()
     python, image_version = simulated_image()
     lacking = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in ('tensorflow', "
-                              "'keras', 'keras_hub', 'keras_cv', 'diffusers', 'segment_anything', 'grain') "
-                              "if u.find_spec(m)])"], capture_output=True, text=True, check=True)
-    assert lacking.stdout.strip() == "[]", "the simulated image must lack what the wheelhouse brings"
+                              "'keras', 'keras_hub', 'keras_cv', 'diffusers', 'segment_anything', 'grain', "
+                              "'fwbench') if u.find_spec(m)])"], capture_output=True, text=True, check=True)
+    assert lacking.stdout.strip() == "[]", "the simulated image must lack what the wheelhouse brings, and fwbench"
 
-    wheels = tmp_path / "wheels"
-    made = subprocess.run([sys.executable, str(KIT / "make_wheelhouse.py"), "--python-version", image_version,
-                           "--dest", str(wheels)], capture_output=True, text=True, timeout=600)
+    kit_dir = tmp_path / "kit"
+    made = subprocess.run([sys.executable, "-m", "fwbench.cli", "kit", "prepare", "--kit-dir", str(kit_dir),
+                           "--python-version", image_version], capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stderr
-    assert "wheelhouse: 11 wheels" in made.stdout
+    assert "wheelhouse: 11 wheels" in made.stdout and "device call" in made.stdout
 
     first_out, first_export = tmp_path / "first", tmp_path / "first-export"
-    common = ["--wheels", str(wheels), "--site", str(tmp_path / "site"), "--data", str(tmp_path / "data"),
-              "--preset", "tiny", "--repeats", "1", "--tasks", "bert-predict",
-              "--variants", "native-torch:none,keras3-jax", "--precisions", "published",
-              "--budget-s", "500", "--cell-timeout", "150"]
+    plan_options = ["--kit-dir", str(kit_dir), "--preset", "tiny", "--repeats", "1", "--tasks", "bert-predict",
+                    "--variants", "native-torch:none,keras3-jax", "--precisions", "published"]
+    window_options = [*plan_options, "--budget-s", "500", "--cell-timeout", "150"]
     # The first window is made to fail its report (a file stands where the report folder goes) and stops after one
     # cell: its files come back all the same.
     first_out.mkdir()
     (first_out / "report").write_text("not a folder")
-    first = kit(python, "window", *common, "--out", str(first_out), "--export", str(first_export),
+    first = kit(python, "window", *window_options, "--out", str(first_out), "--export", str(first_export),
                 "--max-units", "1")
     assert first.returncode == 1, first.stderr + first.stdout
     assert "installed 11 wheels" in first.stdout and "no report: fwbench aggregate failed" in first.stdout
@@ -589,6 +727,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
                         "kit.log"}, exported
     host = json.loads((first_export / "host.json").read_text())
     assert host["versions"]["keras"] == "3.15.1" and host["git_revision"]
+    assert host["git_revision_from"].startswith("source.json")
     verdicts = {line.split(":")[0][5:]: line[:4].strip()
                 for line in (first_export / "checks.txt").read_text().splitlines()}
     # On this CPU the GPU-only checks say SKIP without running a cell; TF32's state is checked and must pass.
@@ -600,14 +739,14 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
 
     # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on: one cell left.
     second_out, second_export = tmp_path / "second", tmp_path / "second-export"
-    second = kit(python, "window", *common, "--out", str(second_out), "--export", str(second_export),
+    second = kit(python, "window", *window_options, "--out", str(second_out), "--export", str(second_export),
                  "--restore", str(first_export))
     assert second.returncode == 0, second.stderr + second.stdout
-    assert second.stdout.count(": running (") == 1 and "keras3-jax/xla/bert-predict/r0: running" in second.stdout
+    assert second.stdout.count(": running (") == 1, second.stdout
+    assert "keras3-jax.bert-predict.tiny.compile-xla.r0: running" in second.stdout
     assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
     assert len(list(second_export.iterdir())) == 8 and (second_export / "report.md").is_file()
 
-    sys.path.insert(0, str(REPO / "runner"))
     from fwbench.core.results import read_row
 
     rows = [read_row(path) for path in sorted((second_out / "rows").rglob("*.parquet"))]
@@ -615,24 +754,37 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     for row in rows:
         assert row["status"] == "ok", (row["stack"], row["task"], row["error_message"])
         assert row["engine"] == "current" and row["pin_set"] == "current"
+        assert row["source_commit"] == host["git_revision"]
         versions = json.loads(row["library_versions"])
         if row["stack"] != "native-torch":
             assert versions["keras"] == "3.15.1" and "tensorflow" not in versions
             assert json.loads(row["extra"])["input_pipeline"] == "grain" and "grain" in versions
-    status = kit(python, "status", *common[:-4], "--out", str(second_out))
-    assert "2 ok (of 2 units" in status.stdout, status.stdout
-    print(f"\ngpu kit test: {time.monotonic() - started:.0f} s; simulated image "
+
+    # Where each unit's seconds went, and each window's timed fraction, in the state the windows added up to.
+    shown = kit(python, "status", *plan_options, "--out", str(second_out))
+    assert shown.returncode == 0, shown.stderr
+    assert "2 ok (of 2 units" in shown.stdout, shown.stdout
+    lines = shown.stdout.splitlines()
+    for key, window in (("native-torch.bert-predict.tiny.compile-none.r0", 1),
+                        ("keras3-jax.bert-predict.tiny.compile-xla.r0", 2)):
+        [line] = [line for line in lines if line.strip().startswith(f"{key}: ok")]
+        assert f"window {window}:" in line, line
+        for part in ("start", "python", "imports", "setup", "first step", "warm-up", "timed", "row", "export"):
+            assert f"| {part} " in line or line.split(": ", 2)[2].startswith(f"{part} "), (part, line)
+    assert any(line.strip().startswith("window 1 (") and "1 units, timed steps" in line for line in lines)
+    assert any(line.strip().startswith("window 2 (") and "%" in line for line in lines)
+    print("\n" + shown.stdout)
+    print(f"gpu kit test: {time.monotonic() - started:.0f} s; simulated image "
           f"{sum(f.stat().st_size for f in python.parents[1].rglob('*') if f.is_file()) / 2**30:.1f} GiB")
 
 
 def bare_checks(tmp_path, gpu=True, state=None, time_left=None):
     """Checks on a GPU (mocked: no cell runs unless a test stands one in for `cell`)."""
-    import argparse
+    from fwbench.kit.checks import Checks
 
-    import kit_checks
-
-    checks = object.__new__(kit_checks.Checks)
-    checks.args = argparse.Namespace(out=tmp_path, cell_timeout=300.0)
+    checks = object.__new__(Checks)
+    checks.folders, checks.preset, checks.task = KitFolders.at(tmp_path / "kit", tmp_path), "tiny", "bert-predict"
+    checks.cell_timeout_s = 300.0
     checks.lines, checks.failed, checks.gpu, checks.rows = [], False, gpu, []
     checks.state, checks.time_left, checks.on_line = state, time_left, None
     checks.sync_row = checks.cuda_graph_row = None
@@ -667,7 +819,7 @@ def test_cuda_graph_checks_name_every_compiled_row_whose_compile_did_not_take_ef
 
 
 def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_broken_check(tmp_path):
-    import kit_checks
+    from fwbench.kit import checks as kit_checks
 
     state = KitState(tmp_path / "kit-state.json")
     state.record_check("per-step sync", "PASS", "differ", "2026-11-26T14:54:36+00:00")
@@ -710,7 +862,7 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
     checks = bare_checks(tmp_path)
     state = {"default": (False, True), "on": (True, True), "off": (False, True)}  # off did not reach convolutions
 
-    def cell(name, mode="none", extra=None, preset=None, task=None, precision="published", steps=None):
+    def cell(name, mode="none", extra=None, **settings):
         setting = extra[-1]
         matmul, conv = state[setting]
         return {"status": "ok", "cell_id": name, "tf32_setting": setting, "tf32_matmul": matmul, "tf32_conv": conv,
@@ -768,9 +920,7 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
 
 
 def test_the_results_page_ranks_model_file_cells_apart_from_the_published_cells(tmp_path):
-    import results_page
-
-    from fwbench.core.results import write_row
+    from fwbench.kit import page as results_page
 
     folder = tmp_path / "2026-11-27-nvidia-h100-80gb-hbm3"
     (folder / "host.json").parent.mkdir(parents=True)
@@ -804,9 +954,7 @@ def test_the_results_page_ranks_model_file_cells_apart_from_the_published_cells(
 def test_the_results_page_sets_only_published_precision_ratios_beside_the_published_table(tmp_path):
     """A bf16 ratio was listed beside the published A100 ratio (measured at the published precision) with a
     'measured ÷ published' of 5.2, and the cells table did not say which row ran at which precision."""
-    import results_page
-
-    from fwbench.core.results import write_row
+    from fwbench.kit import page as results_page
 
     folder = tmp_path / "2026-11-27-nvidia-h100-80gb-hbm3"
     (folder / "host.json").parent.mkdir(parents=True)
@@ -842,13 +990,11 @@ def test_the_results_page_sets_only_published_precision_ratios_beside_the_publis
 def test_the_kit_declares_the_commit_it_runs_to_every_cell(tmp_path, monkeypatch):
     """The host's copy of the repository carried a stale .git; the kit's cells must record the commit prepare saved
     (source.json), not git's HEAD there, as their rows' source_commit."""
-    import kit_install
-
-    saved = tmp_path / "source.json"
-    saved.write_text(json.dumps({"git_revision": "ab" * 20, "git_dirty": False, "prepared_at": "now"}))
-    monkeypatch.setattr(kit_install, "SOURCE", saved)
+    folders = KitFolders.at(tmp_path)
+    folders.source.parent.mkdir(parents=True, exist_ok=True)
+    folders.source.write_text(json.dumps({"git_revision": "ab" * 20, "git_dirty": False, "prepared_at": "now"}))
     monkeypatch.delenv("FWBENCH_SOURCE_COMMIT", raising=False)
-    environment = kit_install.kit_environment(tmp_path / "site")
+    environment = install.kit_environment(folders)
     assert environment["FWBENCH_SOURCE_COMMIT"] == "ab" * 20
     from fwbench.harness import envinfo
 

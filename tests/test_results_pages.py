@@ -1,20 +1,18 @@
 """A GPU results page states only figures its rows give (issue 50): every figure of the prose sits in a
-`<!--f NAME-->` marker that benchmarks/gpu/page_figures.py recomputes from the kit folder, and the prose holds no
-other figure. The generated tables are a docblocks block (tests/test_generated_docs.py)."""
+`<!--f NAME-->` marker that fwbench.kit.figures recomputes from the kit folder, and the prose holds no other figure.
+The generated tables are a docblocks block (tests/test_generated_docs.py)."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+from fwbench.kit import figures as page_figures
+from fwbench.kit import page as results_page
 
-import page_figures  # noqa: E402
-import results_page  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FOLDER = ROOT / "benchmarks" / "results" / "2026-11-26-nvidia-h100-80gb-hbm3"
 PAGE = ROOT / "docs" / "results-h100.md"
@@ -93,11 +91,18 @@ def test_the_judge_words_follow_its_rule(figures):
         figures.value("made:up")
 
 
-def test_the_page_updater_refills_prose_and_block(tmp_path):
+def test_the_page_updater_refills_prose_and_block(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from fwbench.cli.commands import main
+
     page = tmp_path / "page.md"
     page.write_text(f"Cells: <!--f count:cells-->?<!--/f-->.\n\n{results_page.begin(FOLDER)}\nold\n"
                     f"{results_page.END}\nAfter: <!--f count:windows-->0<!--/f-->\n")
-    assert results_page.main([str(FOLDER), str(page)]) == 0
+    monkeypatch.setattr(sys, "argv", ["fwbench", "kit", "page", str(FOLDER), str(page)])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code in (0, None) and f"wrote {page}" in capsys.readouterr().out
     text = page.read_text()
     assert "<!--f count:cells-->12<!--/f-->" in text and "<!--f count:windows-->6<!--/f-->" in text
     assert "\nold\n" not in text and "### Cells" in text

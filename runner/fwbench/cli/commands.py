@@ -103,6 +103,8 @@ def run_cmd(
     release: Optional[Path] = typer.Option(None, "--release", help="docker: run in this release's images, by digest "
                                                                    "(release.json of `fwbench publish`)."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
+    history: Optional[Path] = typer.Option(None, "--history", help="After the run, add its rows to this history "
+                                                                   "store (fwbench history add; docs/history.md)."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
     require_stack_or_model(options)
@@ -115,7 +117,15 @@ def run_cmd(
                                  devices_per_cell=options.devices)
     specs = [replace(spec, threads=slot_plan.slot_threads(slots, options.threads)) for spec in specs]
     check_out_dir(out)
+    if history is not None:
+        from fwbench.cli.history import check_store
+
+        check_store(history)
     outcomes = execute(specs, runner, out, bool(resume), slots, replace_ok=resume is False)
+    if history is not None:
+        from fwbench.cli.history import add_rows
+
+        add_rows(history, [out])
     if any(r.row and r.row["status"] not in ("ok", "unsupported", "diverged") for r in outcomes):
         raise typer.Exit(1)
 
@@ -300,14 +310,18 @@ _register_aggregator(app)
 _register_release(app)
 app.add_typer(_k8s_app, name="k8s")
 app.add_typer(_slurm_app, name="slurm")
+from fwbench.cli.kit import kit_app as _kit_app  # noqa: E402
+app.add_typer(_kit_app, name="kit")
 from fwbench.cli.doctor import register as _register_doctor  # noqa: E402
 from fwbench.cli.show import register as _register_show  # noqa: E402
 from fwbench.cli.sweep import register as _register_sweep  # noqa: E402
 from fwbench.cli.stability import register as _register_stability  # noqa: E402
+from fwbench.cli.history import register as _register_history  # noqa: E402
 _register_doctor(app)
 _register_show(app)
 _register_sweep(app)
 _register_stability(app)
+_register_history(app)
 
 
 def main() -> None:

@@ -176,7 +176,7 @@ def package_checkout() -> Path | None:
 def read_source_commit(checkout: Path | None, environ: Mapping[str, str]) -> str:
     """The commit SOURCE_COMMIT_VARIABLE declares (an image's), else the checkout's HEAD, else UNKNOWN_COMMIT. The
     declared one comes first: a copied checkout can carry a stale .git (seen on the GPU kit's host,
-    benchmarks/gpu/kit_install.py), and whoever sets the variable knows what they copied."""
+    fwbench.kit.install), and whoever sets the variable knows what they copied."""
     declared = (environ.get(SOURCE_COMMIT_VARIABLE) or "").strip()
     if declared and declared != UNKNOWN_COMMIT:
         return declared

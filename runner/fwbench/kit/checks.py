@@ -15,7 +15,7 @@ reads its row, or reads the rows the kit's runs left:
   energy             the energy columns are filled wherever the window was long enough for NVML's counter
 
 A check that needs a GPU says SKIP on a machine without one, and so does a check the window's time cannot fit (it
-runs in the next window). In a window (run_kit.py window) the checks that run cells come first, at `tiny` sizes,
+runs in the next window). In a window (`fwbench kit window`) the checks that run cells come first, at `tiny` sizes,
 cheapest first, within their share of the window; the checks over rows come last, over every row the window
 left. Each line goes to stdout, to checks.txt and to kit-state.json as soon as its check ends; a later window
 re-runs only the cell checks that have not passed.
@@ -36,13 +36,14 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
 from fwbench.core.precision import TF32_AS_PRECISION
-
-import run_kit
-from kit_plan import Unit
+from fwbench.kit import cells
+from fwbench.kit.install import kit_environment
+from fwbench.kit.layout import KitFolders
+from fwbench.kit.rows import all_rows
+from fwbench.kit.unit import PUBLISHED, Unit
 
 # Synced and unsynced ms/step closer than this are taken as equal (a sync that does nothing).
 SYNC_MIN_DIFFERENCE = 0.01
@@ -90,11 +91,13 @@ def started_since(row: dict, since: datetime) -> bool:
 
 
 class Checks:
-    def __init__(self, args, *, state=None, time_left=None, on_line=None):
-        """state: the kit's KitState (verdicts are recorded there); time_left: seconds this phase may still use
-        (None: unbounded); on_line: called after each verdict (the window exports then)."""
-        self.args, self.lines, self.failed = args, [], False
-        self.folder = args.out / "checks"
+    def __init__(self, folders: KitFolders, *, preset: str, task: str, cell_timeout_s: float, state=None,
+                 time_left=None, on_line=None):
+        """preset, task: the cell the sync, TF32 and busy checks time (at `tiny` but for the busy one); state: the
+        kit's KitState (verdicts are recorded there); time_left: seconds this phase may still use (None:
+        unbounded); on_line: called after each verdict (the window exports then)."""
+        self.folders, self.preset, self.task, self.cell_timeout_s = folders, preset, task, cell_timeout_s
+        self.lines, self.failed = [], False
         self.gpu = on_gpu()
         self.state, self.time_left, self.on_line = state, time_left, on_line
         self.rows: list[dict] = []  # the rows of this window's check cells
@@ -107,28 +110,27 @@ class Checks:
         self.lines.append(line)
         print(line, flush=True)
         if self.state is not None:
-            from datetime import datetime, timezone
-
             self.state.record_check(name, verdict, detail, datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        write_atomically(self.args.out / "checks.txt", "\n".join(self.lines) + "\n")
+        write_atomically(self.folders.out / "checks.txt", "\n".join(self.lines) + "\n")
         if self.on_line is not None:
             self.on_line()
 
     def cell(self, name: str, mode: str = "none", extra: list[str] | None = None, *,
-             preset: str | None = None, task: str | None = None, precision: str = "published",
-             steps: int | None = None) -> dict | None:
+             preset: str | None = None, task: str | None = None, precision: str = PUBLISHED,
+             steps: int | None = None, per_step_sync: bool = True) -> dict | None:
         """precision: what the cell's options amount to (--tf32 on is tf32), so that its row is found."""
-        rows = self.folder / name
+        rows = self.folders.checks / name
         if rows.exists():
             shutil.rmtree(rows)  # a check measures now, never an earlier row
-        unit = Unit("native-torch", mode, task or self.args.task, 0, precision, steps=steps)
-        timeout = self.args.cell_timeout
+        unit = Unit.of("native-torch", mode, task or self.task, 0, preset=preset or self.preset, precision=precision,
+                       steps=steps, per_step_sync=per_step_sync)
+        timeout = self.cell_timeout_s
         if self.time_left is not None:
-            timeout = min(timeout, self.time_left() - run_kit.UNIT_OVERHEAD_S)
+            timeout = min(timeout, self.time_left() - cells.UNIT_OVERHEAD_S)
             if timeout < 10:
                 raise OutOfTime(f"{name}: no time left in this window")
-        row = run_kit.run_unit(unit, self.args, timeout, extra, rows=rows, preset=preset)
-        if row and row.get("status") == "timeout" and timeout < self.args.cell_timeout:
+        row = cells.run_unit(unit, self.folders, timeout, extra, rows=rows)
+        if row and row.get("status") == "timeout" and timeout < self.cell_timeout_s:
             raise OutOfTime(f"{name}: cut at {timeout:.0f} s by the window's time")
         if row:
             self.rows.append(row)
@@ -186,7 +188,7 @@ class Checks:
             self.say("SKIP", "per-step sync", "no GPU (a CPU sync waits for nothing): not run")
             return None
         synced = self.sync_row = self.cell("sync-on", preset="tiny", steps=SYNC_STEPS)
-        unsynced = self.cell("sync-off", extra=["--no-per-step-sync"], preset="tiny", steps=SYNC_STEPS)
+        unsynced = self.cell("sync-off", preset="tiny", steps=SYNC_STEPS, per_step_sync=False)
         if not (self.ok(synced) and self.ok(unsynced)):
             self.say("FAIL", "per-step sync", f"synced {self.why(synced)}; unsynced {self.why(unsynced)}")
             return synced
@@ -349,9 +351,9 @@ class Checks:
     def busy(self) -> None:
         if not self.gpu:
             return self.say("SKIP", "competing GPU process marks rows busy", "no GPU")
-        seconds = self.args.cell_timeout + 60
+        seconds = self.cell_timeout_s + 60
         competitor = subprocess.Popen([sys.executable, "-c", COMPETITOR, str(seconds)], stdout=subprocess.PIPE,
-                                      text=True, env=run_kit.kit_environment(self.args.site))
+                                      text=True, env=kit_environment(self.folders))
         try:
             ready = competitor.stdout.readline().strip() == "ready"
             if not ready:
@@ -386,7 +388,6 @@ class Checks:
         self.say("PASS" if ok and not wrong else "FAIL", "energy columns", detail)
 
 
-def kit_rows(out: Path) -> list[dict]:
-    from fwbench.core.results import read_row
-
-    return [row for path in sorted((out / "rows").rglob("*.parquet")) if (row := read_row(path))]
+def kit_rows(folders: KitFolders) -> list[dict]:
+    """Every row of the kit's cells (not the check cells')."""
+    return all_rows(folders.rows)

@@ -1,35 +1,33 @@
 """A GPU results page (docs/results-<gpu>.md) from a published kit folder (benchmarks/results/<date>-<gpu>/): the
 generated block (what ran and on what, the settings that vary among the rows, the GPU checks, every cell with its
 interval and physics columns, per task the ratio between stacks beside the published A100 ratio with the judge's
-word on it, the model files ranked by the judge), and every figure the page's prose cites (page_figures.py).
+word on it, the model files ranked by the judge), and every figure the page's prose cites (fwbench.kit.figures).
 
-    python benchmarks/gpu/results_page.py benchmarks/results/2026-11-26-nvidia-h100-80gb-hbm3 docs/results-h100.md
-    python benchmarks/gpu/results_page.py benchmarks/results/2026-11-26-nvidia-h100-80gb-hbm3 --print   # the block
+    fwbench kit page benchmarks/results/2026-11-26-nvidia-h100-80gb-hbm3 docs/results-h100.md
+    fwbench kit page benchmarks/results/2026-11-26-nvidia-h100-80gb-hbm3 --print   # the block
 
 The first form rewrites the block and refills every `<!--f NAME-->` figure of the prose; the block is also a
-benchmarks/docblocks.py block, so tests check it like every generated block.
+benchmarks/docblocks.py block (`python -m fwbench.cli kit page FOLDER --print`), so tests check it like every
+generated block.
 
 Reads rows with pyarrow and the aggregator's statistics only (no framework import).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "runner"), str(REPO / "aggregator"), str(Path(__file__).resolve().parent)]
-
-from fwbench.core import model_file  # noqa: E402
-from fwbench.core.atomic import write_atomically  # noqa: E402
-from fwbench.core.results import read_row  # noqa: E402
-from fwbench_aggregator import judge, model_files, stats  # noqa: E402
-
-import kit_plan  # noqa: E402
-import page_figures  # noqa: E402
-from page_figures import BASELINE, PUBLISHED, Cell, is_published  # noqa: E402
+from fwbench.core import model_file
+from fwbench.core.atomic import write_atomically
+from fwbench.kit import figures as page_figures
+from fwbench.kit.estimates import published_step_s
+from fwbench.kit.figures import BASELINE, PUBLISHED, Cell, is_published
+from fwbench.kit.image import NOT_ON_THIS_HOST
+from fwbench.kit.layout import REPO, KitError
+from fwbench.kit.plan import default_tasks, default_variants, priority
+from fwbench.kit.rows import all_rows
+from fwbench_aggregator import judge, model_files, stats
 
 END = "<!-- END generated -->"
 VERSIONS = ("torch", "jax", "jaxlib", "jax-cuda13-plugin", "transformers", "keras", "keras-hub", "diffusers",
@@ -38,16 +36,15 @@ VERSIONS = ("torch", "jax", "jaxlib", "jax-cuda13-plugin", "transformers", "kera
 
 def begin(folder: Path) -> str:
     shown = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
-    return f"<!-- BEGIN generated: python benchmarks/gpu/results_page.py {shown} --print -->"
+    return f"<!-- BEGIN generated: python -m fwbench.cli kit page {shown} --print -->"
 
 
 def figures(folder: Path, rows: list[dict] | None = None) -> page_figures.Figures:
-    return page_figures.Figures(folder, load_rows(folder) if rows is None else rows, kit_plan.published_step_s,
-                                planned())
+    return page_figures.Figures(folder, load_rows(folder) if rows is None else rows, published_step_s, planned())
 
 
 def load_rows(folder: Path) -> list[dict]:
-    return [row for path in sorted((folder / "rows").rglob("*.parquet")) if (row := read_row(path))]
+    return all_rows(folder / "rows")
 
 
 def fmt(value, digits: int = 1, scale: float = 1.0) -> str:
@@ -155,7 +152,7 @@ def precision_rank(precision: str | None) -> tuple:
 
 
 def order(cell: Cell) -> tuple:
-    return (precision_rank(cell.precision), kit_plan.priority(cell.task, cell.stack, cell.mode), cell.task,
+    return (precision_rank(cell.precision), priority(cell.task, cell.stack, cell.mode), cell.task,
             cell.stack != "native-torch", cell.stack, cell.mode, cell.part)
 
 
@@ -186,7 +183,7 @@ def ratios_section(cells: list[Cell]) -> list[str]:
                 continue
             line = f"| {cell.task} | {cell.label} | {ratio_text(cell, base)} | "
             if is_published(precision):
-                published = kit_plan.published_step_s(cell.task)
+                published = published_step_s(cell.task)
                 reference = published.get(f"{cell.stack}/{cell.mode}"), published.get("/".join(BASELINE))
                 ratio = reference[0] / reference[1] if all(reference) else None
                 measured = stats.ratio_estimate(cell.samples(), base.samples()).ratio
@@ -204,18 +201,16 @@ def ratios_section(cells: list[Cell]) -> list[str]:
 
 def not_run_section(cells: list[Cell]) -> list[str]:
     ran = {(cell.task, cell.stack, cell.mode) for cell in cells if cell.ok and is_published(cell.precision)}
-    missing = [f"{task} {stack} [{mode}]" for task in kit_plan.DEFAULT_TASKS
-               for stack, mode in kit_plan.DEFAULT_VARIANTS
-               if (stack, task) not in kit_plan.NOT_ON_THIS_HOST and (task, stack, mode) not in ran]
-    left_out = sorted({f"{task} {stack}" for stack, task in kit_plan.NOT_ON_THIS_HOST})
+    missing = [f"{task} {stack} [{mode}]" for task in default_tasks() for stack, mode in default_variants()
+               if (stack, task) not in NOT_ON_THIS_HOST and (task, stack, mode) not in ran]
+    left_out = sorted({f"{task} {stack}" for stack, task in NOT_ON_THIS_HOST})
     return [f"Not yet run ({len(missing)} of the {planned()} cells of the kit's plan at the published precision): "
             + ", ".join(missing) + ".", "", "Cannot run on this host (no TensorFlow, so no KerasCV): "
             + ", ".join(left_out) + "."]
 
 
 def planned() -> int:
-    return sum((stack, task) not in kit_plan.NOT_ON_THIS_HOST
-               for task in kit_plan.DEFAULT_TASKS for stack, _mode in kit_plan.DEFAULT_VARIANTS)
+    return sum((stack, task) not in NOT_ON_THIS_HOST for task in default_tasks() for stack, _mode in default_variants())
 
 
 def is_model_file_row(row: dict) -> bool:
@@ -299,7 +294,7 @@ def generate(folder: Path) -> str:
              "between the two, so a differing ratio is a finding to explain, not an error.", "",
              *ratios_section(cells), "", *not_run_section(cells), "",
              "### Your models", "",
-             "Model files (`run_kit.py window --models`, [your-model.md](your-model.md)) on every backend that ran "
+             "Model files (`fwbench kit window --models`, [your-model.md](your-model.md)) on every backend that ran "
              "them, fastest first by the median (an order, not a claim: the judge's column says which are ranked): "
              f"the median's interval and the ratio to the fastest are the report's bootstrap (step-to-step with "
              f"fewer than {few} repeats); the first step (trace and compile) is apart.", "",
@@ -318,32 +313,17 @@ def update_page(folder: Path, text: str) -> str:
     return page_figures.refill(before, found) + head + "\n" + generate(folder) + END + page_figures.refill(after, found)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="a published kit folder, benchmarks/results/<date>-<gpu>/")
-    parser.add_argument("page", type=Path, nargs="?", help="the results page to write or update")
-    parser.add_argument("--print", action="store_true", help="print the generated block's body only")
-    args = parser.parse_args(argv)
-    folder = args.folder.resolve()
-    if not (folder / "host.json").is_file():
-        print(f"error: {args.folder} has no host.json: not a published kit folder", file=sys.stderr)
-        return 1
-    if args.print:
-        sys.stdout.write(generate(folder))
-        return 0
-    if args.page is None:
-        print("error: give the page to update, or --print", file=sys.stderr)
-        return 1
-    text = args.page.read_text() if args.page.is_file() else f"# Results\n\n{begin(folder)}\n{END}\n"
+def write_page(folder: Path, page: Path) -> None:
+    """Rewrite the page's block and refill its prose figures (a page not there yet gets a title and the block)."""
+    text = page.read_text() if page.is_file() else f"# Results\n\n{begin(folder)}\n{END}\n"
     try:
         updated = update_page(folder, text)
-    except (ValueError, page_figures.FigureError) as error:
-        print(f"error: {args.page}: {error}", file=sys.stderr)
-        return 1
-    write_atomically(args.page, updated)
-    print(f"wrote {args.page}")
-    return 0
+    except ValueError as error:  # FigureError too
+        raise KitError(f"{page}: {error}") from None
+    write_atomically(page, updated)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def check_folder(folder: Path) -> Path:
+    if not (folder / "host.json").is_file():
+        raise KitError(f"{folder} has no host.json: not a published kit folder")
+    return folder.resolve()

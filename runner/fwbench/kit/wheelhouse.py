@@ -1,39 +1,30 @@
-"""Build the wheelhouse an offline GPU host needs: what its Python image lacks to run the native-torch,
-keras3-jax and keras3-torch stacks (keras, keras-hub, diffusers, segment-anything, Grain and the small
-packages they import), each at the version of the repository's `current` pin set, checked against the SHA-256
-recorded in benchmarks/gpu/wheelhouse.lock.json, and under the size the host can receive.
-
-    python benchmarks/gpu/make_wheelhouse.py                       # cp312 (the host), into .gpu-kit/wheels
-    python benchmarks/gpu/make_wheelhouse.py --python-version 3.11 --dest /tmp/wh   # the CPU test's image
-    python benchmarks/gpu/make_wheelhouse.py --update-lock         # after a pin changes: record new hashes
+"""The wheelhouse an offline GPU host needs: what its Python image lacks to run the native-torch, keras3-jax and
+keras3-torch stacks (keras, keras-hub, diffusers, segment-anything, Grain and the small packages they import), each
+at the version of the repository's `current` pin set, checked against the SHA-256 recorded in
+data/wheelhouse.lock.json, and under the size the host can receive. `fwbench kit prepare` makes it.
 
 Left out on purpose: TensorFlow (hundreds of MB; the image has none) and so keras-cv, which refuses to import
-without it (Keras 3 Stable Diffusion cells cannot run on such a host: run_kit.py leaves them out; the
-other Keras cells read their inputs through Grain there instead of tf.data, and their rows say so);
-tensorflow-text and kagglehub (keras-hub declares them, but imports them only for tokenizers and downloads,
-which no cell uses: everything is installed with --no-deps).
+without it (Keras 3 Stable Diffusion cells cannot run on such a host: the plan leaves them out; the other Keras
+cells read their inputs through Grain there instead of tf.data, and their rows say so); tensorflow-text and
+kagglehub (keras-hub declares them, but imports them only for tokenizers and downloads, which no cell uses:
+everything is installed with --no-deps).
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "runner"), str(Path(__file__).resolve().parent)]
+from fwbench.core.atomic import write_atomically
+from fwbench.core.pins import normalise, pinned_versions
+from fwbench.kit.layout import LOCK, REPO, KitError
 
-from fwbench.core.atomic import write_atomically  # noqa: E402
-from fwbench.core.pins import normalise, pinned_versions  # noqa: E402
-
-from kit_install import LOCK, sha256  # noqa: E402
-from kit_plan import KitError  # noqa: E402
-
-DEFAULT_DEST = REPO / ".gpu-kit" / "wheels"
 LIMIT_BYTES = 60 * 2**20
+HOST_PYTHON = "3.12"
 # Distribution -> the pin file of the `current` pin set that fixes its version (the versions the images use),
 # or the version itself for what no image installs.
 JAX_LOCK = "images/keras3-jax/current/requirements-cpu.lock"
@@ -53,6 +44,40 @@ SOURCES = {
     "portpicker": "==1.6.0",
 }
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def python_tag(version: str | None = None) -> str:
+    """'cp312' for '3.12' (default: this interpreter's)."""
+    major, minor = (version.split(".")[:2] if version else (sys.version_info.major, sys.version_info.minor))
+    return f"cp{major}{minor}"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_lock() -> dict:
+    return json.loads(LOCK.read_text()) if LOCK.is_file() else {}
+
+
+def locked_wheels(tag: str | None = None) -> list[dict]:
+    """The locked wheels of a Python tag (default: this interpreter's)."""
+    tag = tag or python_tag()
+    lock = read_lock()
+    if tag not in lock:
+        raise KitError(f"{LOCK.name} has no wheels for {tag} (it has {', '.join(sorted(lock))}): "
+                       f"fwbench kit prepare --python-version {tag[2]}.{tag[3:]} --update-lock")
+    return lock[tag]
+
+
+def differing(wheels: Path, tag: str) -> list[str]:
+    """The locked wheels missing from `wheels` or with other bytes."""
+    return [entry["filename"] for entry in locked_wheels(tag) if not (wheels / entry["filename"]).is_file()
+            or sha256(wheels / entry["filename"]) != entry["sha256"]]
 
 
 def pinned(name: str) -> str:
@@ -84,13 +109,10 @@ def download(name: str, version: str, python_version: str, into: Path) -> Path:
     return new[0]
 
 
-def read_lock() -> dict:
-    return json.loads(LOCK.read_text()) if LOCK.is_file() else {}
-
-
-def build(dest: Path, python_version: str, update_lock: bool) -> tuple[list[dict], int]:
-    """Download every wheel into dest (replacing what was there) and check it against the lock."""
-    tag = "cp" + python_version.replace(".", "")
+def build(dest: Path, python_version: str = HOST_PYTHON, *, update_lock: bool = False) -> tuple[list[dict], int]:
+    """Download every wheel into dest (replacing what was there) and check it against the lock (update_lock:
+    record the downloaded hashes instead, after a pin changed). Returns the wheels and their bytes."""
+    tag = python_tag(python_version)
     lock = read_lock()
     locked = {entry["filename"]: entry for entry in lock.get(tag, [])}
     dest.mkdir(parents=True, exist_ok=True)
@@ -119,32 +141,10 @@ def build(dest: Path, python_version: str, update_lock: bool) -> tuple[list[dict
             old.unlink()
         for entry in entries:
             (staging_dir / entry["filename"]).replace(dest / entry["filename"])
-    manifest = {"python": tag, "wheels": entries, "total_bytes": total}
-    write_atomically(dest / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    write_atomically(dest / "manifest.json", json.dumps({"python": tag, "wheels": entries, "total_bytes": total},
+                                                        indent=2) + "\n")
     if update_lock:
         lock[tag] = [{key: entry[key] for key in ("name", "version", "filename", "sha256", "bytes")}
                      for entry in entries]
         write_atomically(LOCK, json.dumps(dict(sorted(lock.items())), indent=2) + "\n")
     return entries, total
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dest", type=Path, default=DEFAULT_DEST, help=f"where the wheels go (default {DEFAULT_DEST})")
-    parser.add_argument("--python-version", default="3.12", help="the host's Python, major.minor (default 3.12)")
-    parser.add_argument("--update-lock", action="store_true", help=f"record the downloaded hashes in {LOCK.name}")
-    args = parser.parse_args(argv)
-    try:
-        entries, total = build(args.dest, args.python_version, args.update_lock)
-    except KitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for entry in entries:
-        print(f"{entry['filename']:<60} {entry['bytes'] / 2**20:6.2f} MiB  sha256 {entry['sha256'][:16]}...")
-    print(f"wheelhouse: {len(entries)} wheels, {total / 2**20:.2f} MiB (limit {LIMIT_BYTES / 2**20:.0f} MiB) "
-          f"in {args.dest}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,8 +2,9 @@
 its rows do not.
 
 In the page a figure is `<!--f NAME-->VALUE<!--/f-->`: NAME says what to compute, VALUE is what it came to when the
-page was last generated. `results_page.py` refills every VALUE; tests/test_results_pages.py recomputes each one,
-and fails where the prose holds a figure outside a marker (only names such as H100 or bf16 may carry digits).
+page was last generated. `fwbench kit page` (fwbench.kit.page) refills every VALUE; tests/test_results_pages.py
+recomputes each one, and fails where the prose holds a figure outside a marker (only names such as H100 or bf16 may
+carry digits).
 
 Names (CELL is task/stack/compile/precision, with /warm or /cold for one compile-cache part of a split cell; a
 SELECTOR is the same with * for any):
@@ -246,8 +247,9 @@ class Figures:
             unit = {"speedup": "x", "h100_speedup": "x", "over_published": "", "tflops": "", "peak": "%",
                     "first": " s", "n": ""}[args[0]]
             digits = {"over_published": 2, "n": 0}.get(args[0], 1)
-            low, high = f"{min(values):.{digits}f}{unit}", f"{max(values):.{digits}f}{unit}"
-            return low if low == high else f"{low} to {high}"
+            # Words for the range, not a verdict: one value where both ends print alike.
+            smallest, largest = f"{min(values):.{digits}f}{unit}", f"{max(values):.{digits}f}{unit}"
+            return smallest if smallest == largest else f"{smallest} to {largest}"
         if kind == "count" and len(args) == 1:
             return self.count(args[0])
         if kind == "dates":

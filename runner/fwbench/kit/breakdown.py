@@ -1,0 +1,114 @@
+"""Where a unit's seconds went, from the kit starting `fwbench run` to the kit's export after it, as finely as the
+row and the runner say:
+
+  runner_start_s      `fwbench run` starting (its interpreter, imports, data check) until the cell process started:
+                      the row's started_at less the cell's interpreter_start, less when the kit started the unit
+  interpreter_s       the cell process's interpreter and the harness's imports (extra.phases_s.interpreter_start)
+  data_load_s         reading the shared inputs (phases_s.data_load)
+  framework_import_s  importing and configuring the framework (phases_s.framework_import)
+  workload_import_s   importing the workload, and a model file with its inputs (phases_s.workload_import, model_file)
+  setup_s             building the model (the row's setup_s)
+  first_step_s        the first step: trace and compile (the row's first_step_s)
+  warmup_s            the warm-up steps, with what else the steps' phase holds (a fit's initial-weights checksum,
+                      the clock's reads): phases_s.build_and_steps less setup, first step and timed steps
+  timed_s             the timed steps: ms_per_step x timed_steps
+  describe_s          describing the row after the window, the physics ceiling (phases_s.describe, ceiling)
+  cell_end_s          the cell process writing its record and exiting, as the runner saw it (extra.process_s less
+                      the cell's phases)
+  runner_end_s        `fwbench run` writing the row and exiting (the unit's wall time less the above)
+  export_s            the kit's state and export after the unit
+  unaccounted_s       what the row could not split (a failed cell records fewer phases)
+
+A window's timed fraction is its units' timed_s over its wall time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from fwbench.core.results import extra_of
+
+PARTS = {"runner_start_s": "start", "interpreter_s": "python", "data_load_s": "data",
+         "framework_import_s": "imports", "workload_import_s": "workload", "setup_s": "setup",
+         "first_step_s": "first step", "warmup_s": "warm-up", "timed_s": "timed", "describe_s": "describe",
+         "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export", "unaccounted_s": "unaccounted"}
+
+
+def _number(value) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number  # NaN: a missing value read through pandas
+
+
+def _started(row: dict) -> datetime | None:
+    started = row.get("started_at")
+    if isinstance(started, str):
+        try:
+            started = datetime.fromisoformat(started)
+        except ValueError:
+            return None
+    if hasattr(started, "to_pydatetime"):  # a pandas Timestamp
+        started = started.to_pydatetime()
+    if not isinstance(started, datetime):
+        return None
+    return started if started.tzinfo else started.replace(tzinfo=timezone.utc)
+
+
+def _sum(*values: float | None) -> float | None:
+    return None if any(value is None for value in values) else sum(values)
+
+
+def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, export_s: float | None = None) -> dict:
+    """The unit's seconds by part (PARTS; a part the row does not give is left out), rounded to 10 ms. began_at:
+    when the kit started `fwbench run` (UTC; None: not recorded, as by a kit before this one); wall_s: until it
+    exited."""
+    row = row or {}
+    extra = extra_of(row.get("extra"))
+    extra = extra if isinstance(extra, dict) else {}
+    phases = {name: _number(value) for name, value in (extra.get("phases_s") or {}).items()}
+    process_s = _number(extra.get("process_s"))
+    interpreter_s = phases.get("interpreter_start")
+    started = _started(row)
+    runner_start_s = (None if started is None or interpreter_s is None or began_at is None
+                      else (started - began_at).total_seconds() - interpreter_s)
+    setup_s, first_step_s = _number(row.get("setup_s")), _number(row.get("first_step_s"))
+    ms, steps = _number(row.get("ms_per_step")), _number(row.get("timed_steps"))
+    timed_s = ms * steps / 1000 if ms is not None and steps is not None else None
+    in_cell = [value for name, value in phases.items() if name != "interpreter_start" and value is not None]
+    parts = {
+        "runner_start_s": runner_start_s,
+        "interpreter_s": interpreter_s,
+        "data_load_s": phases.get("data_load"),
+        "framework_import_s": phases.get("framework_import"),
+        "workload_import_s": _sum(phases.get("workload_import"), phases.get("model_file") or 0.0),
+        "setup_s": setup_s,
+        "first_step_s": first_step_s,
+        "warmup_s": (None if None in (phases.get("build_and_steps"), setup_s, first_step_s, timed_s)
+                     else phases["build_and_steps"] - setup_s - first_step_s - timed_s),
+        "timed_s": timed_s,
+        "describe_s": _sum(phases.get("describe"), phases.get("ceiling") or 0.0),
+        "cell_end_s": (None if process_s is None or interpreter_s is None or not in_cell
+                       else process_s - interpreter_s - sum(in_cell)),
+        "runner_end_s": (None if runner_start_s is None or process_s is None
+                         else wall_s - runner_start_s - process_s),
+        "export_s": export_s,
+    }
+    known = {name: value for name, value in parts.items() if value is not None}
+    # The parts are disjoint (warmup_s is what the steps' phase holds beyond the others); the rest is unaccounted.
+    known["unaccounted_s"] = wall_s + (export_s or 0.0) - sum(known.values())
+    return {name: round(value, 2) for name, value in known.items()}
+
+
+def describe(breakdown: dict | None) -> str:
+    """'start 3.1 | python 1.2 | ... | export 0.2' (the parts the row gave)."""
+    if not breakdown:
+        return "no breakdown recorded"
+    return " | ".join(f"{PARTS[name]} {breakdown[name]:.1f}" for name in PARTS if breakdown.get(name) is not None)
+
+
+def timed_fraction(timed_s: float, window_wall_s: float) -> str:
+    return "—" if window_wall_s <= 0 else f"{100 * timed_s / window_wall_s:.1f}%"

@@ -1,0 +1,91 @@
+"""The wheelhouse installed on the host: every wheel checked against the lock, then installed without an index or
+dependencies into a folder the kit puts on PYTHONPATH (kit_environment) for every process it starts; and which of
+the kit's stacks then import."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from fwbench.core.atomic import write_atomically
+from fwbench.kit import wheelhouse
+from fwbench.kit.image import STACK_MODULES
+from fwbench.kit.layout import REPO, KitError, KitFolders
+from fwbench.kit.log import log
+from fwbench.kit.source import source_revision
+
+
+def install(wheels: Path, site: Path) -> None:
+    """Check every locked wheel's SHA-256, then install them all into `site` without an index or deps."""
+    entries = wheelhouse.locked_wheels()
+    files = []
+    for entry in entries:
+        path = wheels / entry["filename"]
+        if not path.is_file():
+            raise KitError(f"{path} is missing: copy the wheelhouse (fwbench kit prepare) to {wheels}")
+        if wheelhouse.sha256(path) != entry["sha256"]:
+            raise KitError(f"{path.name}: its SHA-256 is not the one in {wheelhouse.LOCK.name}")
+        files.append(path)
+    stamp = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
+    marker = site / ".kit-installed"
+    if marker.is_file() and marker.read_text().strip() == stamp:
+        log(f"wheelhouse already installed in {site}")
+        return
+    if site.exists():
+        shutil.rmtree(site)
+    site.mkdir(parents=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+    if pip.returncode == 0:
+        argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                "--disable-pip-version-check", "--target", str(site), *map(str, files)]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise KitError(f"pip install --no-index --no-deps failed: {done.stderr.strip()[-500:]}")
+    else:
+        # No pip in the image: a wheel is a zip of its files as installed (these have no .data scripts).
+        for path in files:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(site)
+    write_atomically(marker, stamp + "\n")
+    log(f"installed {len(files)} wheels into {site} (--no-index --no-deps)")
+
+
+def kit_environment(folders: KitFolders) -> dict[str, str]:
+    """The kit's path (the installed wheels, this checkout's runner/ and aggregator/), and the commit it runs
+    declared to every cell (its rows' source_commit): the host's copy of the repository can carry a stale .git,
+    which the cells would otherwise read."""
+    paths = [str(folders.site), str(REPO / "runner"), str(REPO / "aggregator"), os.environ.get("PYTHONPATH", "")]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    revision = source_revision(folders.source)["git_revision"]
+    if revision and "FWBENCH_SOURCE_COMMIT" not in os.environ:
+        environment["FWBENCH_SOURCE_COMMIT"] = revision
+    return environment
+
+
+def check_imports(folders: KitFolders, modules, environment: dict[str, str] | None = None) -> list[str]:
+    """The modules that do not import in a fresh interpreter with the kit's path (one line each); `environment`
+    adds a stack's switches (KERAS_BACKEND)."""
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n        importlib.import_module(name)\n"
+            "    except Exception as exc:\n        print(f'{name}: {type(exc).__name__}: {exc}'.splitlines()[0])\n")
+    done = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                          env={**kit_environment(folders), "KERAS_BACKEND": "torch", **(environment or {})})
+    return [line for line in done.stdout.splitlines() if line.strip()] + (
+        [f"check failed: {done.stderr.strip()[-300:]}"] if done.returncode else [])
+
+
+def broken_stacks(folders: KitFolders, stacks) -> dict[str, str]:
+    """Stack -> why it cannot run here (its imports fail), for the stacks of the plan; each is checked with its own
+    switches (Keras reads KERAS_BACKEND at import)."""
+    from fwbench.core import registry
+
+    broken = {}
+    for stack in dict.fromkeys(stacks):
+        failures = check_imports(folders, STACK_MODULES.get(stack, ()), registry.get_stack(stack).environment())
+        if failures:
+            broken[stack] = "does not import here: " + "; ".join(failures)
+    return broken

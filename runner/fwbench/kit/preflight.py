@@ -1,0 +1,77 @@
+"""Once per window, before any cell: install the wheelhouse (hashes checked), then side by side `fwbench doctor`, the
+imports of fwbench and of each planned stack, and the host's facts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from fwbench.kit.folders import keep_earlier_host
+from fwbench.kit.host import record_host, usable_gpu_count
+from fwbench.kit.image import FWBENCH_MODULES
+from fwbench.kit.install import broken_stacks, check_imports, install, kit_environment
+from fwbench.kit.layout import REPO, KitError, KitFolders
+from fwbench.kit.log import log
+from fwbench.kit.plan import PlanSettings
+
+
+def run_doctor(folders: KitFolders, plan: PlanSettings) -> subprocess.Popen:
+    """`fwbench doctor --engine current` on the plan's stacks, preset and tasks, started in the background (it reads
+    the host and probes each framework on the GPU while the kit checks imports); finish_doctor waits."""
+    command = [sys.executable, "-m", "fwbench.cli", "doctor", "--engine", "current", "--preset", plan.preset]
+    for stack in dict.fromkeys(stack for stack, _mode in plan.variants):
+        command += ["--stack", stack]
+    for task in plan.tasks:
+        command += ["--task", task]
+    output = open(folders.out / "doctor.txt", "w")
+    try:
+        return subprocess.Popen(command, env=kit_environment(folders), stdout=output, stderr=subprocess.STDOUT,
+                                cwd=REPO)
+    finally:
+        output.close()
+
+
+def finish_doctor(folders: KitFolders, doctor: subprocess.Popen, timeout_s: float) -> int:
+    """Wait for doctor (at most timeout_s more), then log its verdict; a FAIL is logged and the kit goes on."""
+    try:
+        code = doctor.wait(timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        doctor.kill()
+        doctor.wait()
+        with open(folders.out / "doctor.txt", "a") as output:
+            output.write(f"fwbench doctor did not finish in its {timeout_s:.0f} s: stopped\n")
+        code = 1
+    failed = [line for line in (folders.out / "doctor.txt").read_text(errors="replace").splitlines()
+              if line.startswith("FAIL")]
+    log(f"doctor: exit {code}" + (": " + "; ".join(failed) + " (going on; see doctor.txt)" if code else ""))
+    return code
+
+
+def record_window_host(folders: KitFolders) -> None:
+    """This window's host.json (an earlier window's, restored, is kept as host-<its time>.json beside it)."""
+    keep_earlier_host(folders.out / "host.json", {})
+    facts = record_host(folders)
+    log(f"host recorded: {', '.join((facts.get('nvml') or {}).get('gpu_names') or ['no GPU'])}, commit "
+        f"{(facts.get('git_revision') or 'unknown')[:12]} ({facts.get('git_revision_from')})")
+
+
+def preflight(folders: KitFolders, plan: PlanSettings, *, doctor_timeout_s: float) -> tuple[dict[str, str], int]:
+    """Returns (stack -> why it cannot run here, usable GPUs)."""
+    begun = time.monotonic()
+    install(folders.wheels, folders.site)
+    doctor = run_doctor(folders, plan)
+    stacks = [stack for stack, _mode in plan.variants]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        own = pool.submit(check_imports, folders, FWBENCH_MODULES)
+        unrunnable = pool.submit(broken_stacks, folders, stacks)
+        host = pool.submit(record_window_host, folders)
+        gpus = pool.submit(usable_gpu_count)
+        broken, unrunnable, gpus = own.result(), unrunnable.result(), gpus.result()
+        host.result()
+    finish_doctor(folders, doctor, doctor_timeout_s - (time.monotonic() - begun))
+    if broken:
+        raise KitError("fwbench itself does not import with the kit installed: " + "; ".join(broken))
+    log(f"preflight done in {time.monotonic() - begun:.0f} s")
+    return unrunnable, gpus
