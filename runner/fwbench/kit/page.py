@@ -153,7 +153,7 @@ def precision_rank(precision: str | None) -> tuple:
 
 def order(cell: Cell) -> tuple:
     return (precision_rank(cell.precision), priority(cell.task, cell.stack, cell.mode), cell.task,
-            cell.stack != "native-torch", cell.stack, cell.mode, cell.part)
+            (cell.stack, "none") != BASELINE, cell.stack, cell.mode, cell.part)
 
 
 def ratio_text(cell: Cell, base: Cell) -> str:

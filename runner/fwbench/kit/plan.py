@@ -147,7 +147,7 @@ def priority(task: str, stack: str, compile_mode: str) -> int:
     spec = registry.get_task(task)
     if spec.model in ("bert", "sam"):
         if spec.kind == "predict":
-            return 1 if stack == "native-torch" and compile_mode != "none" else 0
+            return 1 if registry.get_stack(stack).keras_version is None and compile_mode != "none" else 0
         return 2
     return 3 if spec.model == "stable_diffusion" else 4
 
@@ -193,7 +193,7 @@ def model_units(settings: PlanSettings, repeat: int) -> list[Unit]:
         for path in settings.models:
             read = model_file.read(model_path(path))
             for stack, mode in MODEL_VARIANTS:
-                if stack == "native-torch" and not read.has_twin:
+                if registry.get_stack(stack).keras_version is None and not read.has_twin:  # the twin's stack
                     continue
                 units.append(Unit.of(stack, mode, model_file.task_id(read.name, kind, settings.model_batch), repeat,
                                      preset=settings.preset, precision=settings.model_precision, model=path,
