@@ -108,7 +108,7 @@ def test_a_new_row_never_takes_the_name_of_an_ok_row(tmp_path):
 
 
 @pytest.mark.integration
-def test_resume_skips_a_real_cell_whose_row_has_an_older_file_name(tmp_path, shared_data):
+def test_resume_and_dedup_on_real_cells(tmp_path, shared_data):
     built = run_fwbench("env", "build", "native-torch")  # reused if already built
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     out = tmp_path / "results"
@@ -124,3 +124,22 @@ def test_resume_skips_a_real_cell_whose_row_has_an_older_file_name(tmp_path, sha
     again = run_fwbench(*cell, "--resume")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert list(out.rglob("*.parquet")) == [older]
+    # A re-run without --resume writes a second ok row beside the first, never over it; the report keeps the one
+    # the rule prefers (quiet, then newest), and a busy newer row gives way to a quiet older one.
+    rerun = run_fwbench(*cell, "--no-resume")
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    files = sorted(out.rglob("*.parquet"))
+    assert len(files) == 2 and older in files
+    rows = [results.read_row(path) for path in files]
+    assert all(row["status"] == "ok" for row in rows)
+    [kept] = loading.load_results([out]).table.to_pylist()
+    assert kept["record_id"] == max(rows, key=results.preferred_row_key)["record_id"]
+    newer = max(files, key=lambda path: results.read_row(path)["started_at"])
+    oldest = min(rows, key=lambda row: row["started_at"])
+    for path in files:  # the newer row busy, the older quiet (CI's own rows are busy: set both)
+        busy = path == newer
+        table = pq.read_table(path)
+        table = table.set_column(table.schema.get_field_index("busy"), "busy", pa.array([busy], pa.bool_()))
+        pq.write_table(table, path)
+    [kept] = loading.load_results([out]).table.to_pylist()
+    assert kept["record_id"] == oldest["record_id"] and not kept["busy"]
