@@ -38,6 +38,13 @@ DEFAULT_COLUMNS = {
                             ["parallel_ms", "parallel ms [95%]", "ci.2f"], ["within_noise", "within noise"]],
     "verify_overhead.py": [["phase", "phase"], ["median_s", "median s", ".2f"]],
 }
+# Image sizes (benchmarks/image_sizes.py --json, docs/docker.md) and the GPU images' builds beside them.
+IMAGE_SIZE_COLUMNS = [["image", "image"], ["image_gb", "image size GB", ".2f"],
+                      ["wheels_gb", "installed wheels GB", ".2f"], ["ratio", "ratio", ".2f"], ["note", "note"]]
+DEFAULT_COLUMNS["image_sizes.py"] = IMAGE_SIZE_COLUMNS
+DEFAULT_COLUMNS["GPU image builds"] = [["image", "image"], ["image_gb", "image size GB", ".1f"],
+                                       ["build", "build time"], ["peak_disk_gb", "disk at the build's peak GB", ".1f"],
+                                       ["note", "note"]]
 VERDICT_WORDS = ("meets", "misses")
 COMMAND_STARTS = ("python", "<", ".ci/", "bash", "fwbench")
 

@@ -240,3 +240,64 @@ def test_targets_take_each_cells_latest_decided_run():
     text = render.targets([found])
     assert "| keras3-jax | bert-fit | 2026-12-01 10:00 UTC |" in text
     assert "Spread: meets 1, misses 0, undecided 0; ratio: meets 0, misses 0, undecided 1 (of 1 cells)." in text
+
+
+# Figures of docs/verification.md, docs/docker.md and docs/gpu-kit.md: data files rendered in generated blocks.
+DOC_LOGS = {
+    "verification.md": ["2026-11-25-cpu-amd-epyc-2-cores/process-spread.json",
+                        "2026-11-26-cpu-amd-epyc-2-cores/verify-one-cpu-settings.json",
+                        "2026-11-27-cpu-amd-epyc-2-cores/verify-one-cpu.json",
+                        "2026-11-27-cpu-amd-epyc-f26m2-2-cores/verify-one-cpu.json"],
+    "docker.md": ["2026-11-22-cpu-amd-epyc-2-cores/gpu-image-builds.json",
+                  "2026-11-22-cpu-amd-epyc-2-cores/image-sizes.json"],
+}
+H100_FOLDER = RESULTS / "2026-11-26-nvidia-h100-80gb-hbm3"
+
+
+@pytest.mark.parametrize("page, name", [(page, name) for page, names in DOC_LOGS.items() for name in names])
+def test_a_pages_measurement_logs_are_complete_and_rendered_on_it(page, name):
+    module, render = benchmark_module("measurement_log"), benchmark_module("render_measurements")
+    path = RESULTS / name
+    record = json.loads(path.read_text())
+    assert not [key for key in module.REQUIRED_KEYS if key not in record], path
+    assert path.parent.name.startswith(record["date"]) and record["rows"]
+    assert record["commit"] or re.fullmatch(
+        r"transcribed from docs/[\w-]+\.md at commit [0-9a-f]{7,}; the run's own output was not kept",
+        record.get("source", "")), path
+    assert render.render(record) in (ROOT / "docs" / page).read_text()
+
+
+def test_image_sizes_json_is_a_log_that_renders(tmp_path):
+    sizes, render = benchmark_module("image_sizes"), benchmark_module("render_measurements")
+    args = type("Args", (), {"pin_set": "current", "variant": "cpu"})()
+    rows = [{"image": "fwbench/keras3-jax:current-cpu", "image_gb": 3.39, "wheels_gb": 3.23, "ratio": 3.39 / 3.23},
+            {"image": "fwbench/keras3-torch:current-cpu", "note": "not built"}]
+    record = sizes.json_record(rows, args, datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))
+    assert all(key in record for key in benchmark_module("measurement_log").REQUIRED_KEYS)
+    assert record["benchmark"] == "image_sizes.py" and record["settings"] == {"pin set": "current", "variant": "cpu"}
+    page = render.render(record)
+    assert "| fwbench/keras3-jax:current-cpu | 3.39 | 3.23 | 1.05 |  |" in page
+    assert "| fwbench/keras3-torch:current-cpu |  |  |  | not built |" in page and "| worst ratio | 1.05 |" in page
+
+
+def test_kit_windows_are_read_from_the_log_and_shown_on_the_gpu_kit_page():
+    module = benchmark_module("kit_windows")
+    found = module.windows(H100_FOLDER)
+    assert len(found) >= 6
+    first, second = found[0], found[1]
+    assert (str(first.day), first.start, first.preflight_s, first.checks_s, first.units_span_s, first.wall_s) == \
+        ("2026-11-26", "14:53:12", 51, 120, 287, 463)
+    assert len(first.units) == 9 and (min(u.seconds for u in first.units), max(u.seconds for u in first.units)) == \
+        (24, 50)
+    assert len(second.units) == 3 and second.wall_s == 226
+    # Every unit the kit's state says is done ran in some window, and the state's wall time is the log's, rounded.
+    state = json.loads((H100_FOLDER / "kit-state.json").read_text())["units"]
+    last = {unit.name: unit for window in found for unit in window.units}
+    for name, unit in state.items():
+        assert name in last and abs(last[name].seconds - unit["wall_s"]) <= 1, name
+    dates = {str(window.day) for window in found}
+    assert dates <= {json.loads(path.read_text())["recorded_at"][:10] for path in H100_FOLDER.glob("host*.json")}
+    page = (ROOT / "docs" / "gpu-kit.md").read_text()
+    assert module.window_table(found) in page
+    assert module.window_table([window for window in found if window.number in (5, 6)]) in page
+    assert module.unit_table(found, ".py-") in page
