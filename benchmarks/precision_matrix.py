@@ -4,10 +4,12 @@ cell identity, so they could share one; apart, each precision's table reads one 
 statuses: ok, diverged, unsupported (with its reason) or error.
 
     PYTHONPATH=runner:aggregator python benchmarks/precision_matrix.py --out /tmp/precision-matrix \\
-        [--precision bf16 --precision fp16] [--stack native-torch] [--task bert-fit] [--table-only]
+        [--precision bf16 --precision fp16] [--stack native-torch] [--task bert-fit] [--table-only] [--json FILE]
 
 Slow on a CPU (every cell is a process: about 10-30 s each, 300 cells for the whole matrix). The table is
-Markdown, for docs/workloads.md#precision.
+Markdown, for docs/workloads.md#precision. `--json FILE` also writes the statuses as a measurement log
+(benchmarks/measurement_log.py's shape: one row per cell with its precision, task, stack, status, compute dtype or
+reason); `python benchmarks/render_matrices.py FILE` renders it as the docs show it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import measurement_log
 from fwbench.core import precision, registry, results
 
 
@@ -56,12 +59,39 @@ def reason_text(message: str) -> str:
     return " ".join(message.split())[:160].replace("|", "/")
 
 
+def read_rows(folder: Path) -> dict[tuple[str, str], dict]:
+    return {(r["stack"], r["task"]): r for r in (results.read_row(p) for p in sorted(folder.rglob("*.parquet"))) if r}
+
+
+def log_rows(out: Path, stacks: list[str], values: list[str], tasks: list[str]) -> list[dict]:
+    """The measurement log's rows: one per cell that has a row, in the table's order."""
+    found = []
+    for value in values:
+        rows = read_rows(out / value)
+        for task in tasks:
+            for stack in stacks:
+                row = rows.get((stack, task))
+                if row is None:
+                    continue
+                entry = {"precision": value, "task": task, "stack": stack, "status": row["status"]}
+                if row["status"] == "ok":
+                    entry["compute_dtype"] = row.get("compute_dtype") or "?"
+                elif row["status"] == "diverged":
+                    entry["nonfinite_losses"] = row.get("nonfinite_losses")
+                else:
+                    entry["reason"] = reason_text(row.get("error_message") or "")
+                for key in ("loss_scale", "loss_scale_skipped_steps"):
+                    if row.get(key) is not None:
+                        entry[key] = row[key]
+                found.append(entry)
+    return found
+
+
 def table(out: Path, stacks: list[str], values: list[str], tasks: list[str], machine: str, *, date: str) -> str:
     lines = [f"Precision matrix, tiny preset, {machine}, {date} (`benchmarks/precision_matrix.py`; ok rows show the "
              "compute dtype inspected from what ran).", ""]
     for value in values:
-        rows = {(r["stack"], r["task"]): r for r in (results.read_row(p) for p in sorted((out / value).rglob("*.parquet")))
-                if r}
+        rows = read_rows(out / value)
         lines += [f"`--precision {value}`", "", "| task | " + " | ".join(stacks) + " |",
                   "|---|" + "---|" * len(stacks)]
         for task in tasks:
@@ -80,7 +110,10 @@ def main() -> int:
     parser.add_argument("--machine", default="2-core development machine")
     parser.add_argument("--date", default=dt.date.today().isoformat())
     parser.add_argument("--table-only", action="store_true", help="Only print the table of what --out holds.")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="Also write the statuses to FILE (benchmarks/measurement_log.py's shape).")
     args = parser.parse_args()
+    started = measurement_log.now()
     stacks = args.stack or list(registry.REPORT_ORDER)
     values = args.precision or list(precision.PRECISIONS)
     tasks = args.task or list(registry.TASKS)
@@ -91,6 +124,10 @@ def main() -> int:
                 code = run(stack, value, args.out, args.threads, tasks)
                 print(f"{stack} --precision {value}: exit {code}", file=sys.stderr, flush=True)
     print(table(args.out, stacks, values, tasks, args.machine, date=args.date))
+    if args.json:
+        settings = {"preset": "tiny", "threads": args.threads, "precisions": values, "stacks": stacks, "tasks": tasks}
+        measurement_log.write(args.json, measurement_log.record(
+            "precision_matrix.py", log_rows(args.out, stacks, values, tasks), started=started, settings=settings))
     return 0
 
 

@@ -3,12 +3,14 @@
 then a dated table of statuses: ok (with the collectives), or unsupported / error with the reason.
 
     PYTHONPATH=runner:aggregator python benchmarks/scaling_matrix.py --out /tmp/scaling-matrix \\
-        [--devices 2] [--stack native-torch] [--task bert-fit] [--jit off] [--table-only]
+        [--devices 2] [--stack native-torch] [--task bert-fit] [--jit off] [--table-only] [--json FILE]
 
 On a CPU the N devices are N processes or N forced host devices sharing the cell's cores: the rows prove that
 each stack's data parallelism runs (tests/test_scaling_equivalence.py proves it computes the right update), and
 make no speed claim. `--jit off`: the TensorFlow stacks' MirroredStrategy cannot compile the replicated step with
-XLA on CPU devices (an `unsupported` row says so at the published setting).
+XLA on CPU devices (an `unsupported` row says so at the published setting). `--json FILE` also writes the statuses
+as a measurement log (benchmarks/measurement_log.py's shape: one row per cell with its task, device count, stack,
+status, collectives or reason); `python benchmarks/render_matrices.py FILE` renders it as the docs show it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import measurement_log
 from fwbench.core import registry, results
 
 FIT_TASKS = [task_id for task_id, task in registry.TASKS.items() if task.kind == "fit"]
@@ -41,9 +44,32 @@ def cell_text(row: dict | None) -> str:
     return f"{row['status']}: {reason}"
 
 
-def table(out: Path, stacks: list[str], tasks: list[str], counts: list[int], *, machine: str, date: str) -> str:
-    rows = {(r["stack"], r["task"], int(r.get("devices") or 1)): r
+def read_rows(out: Path) -> dict[tuple[str, str, int], dict]:
+    return {(r["stack"], r["task"], int(r.get("devices") or 1)): r
             for r in (results.read_row(p) for p in sorted(out.rglob("*.parquet"))) if r}
+
+
+def log_rows(out: Path, stacks: list[str], tasks: list[str], counts: list[int]) -> list[dict]:
+    """The measurement log's rows: one per cell that has a row, in the table's order."""
+    rows, found = read_rows(out), []
+    for task in tasks:
+        for count in counts:
+            for stack in stacks:
+                row = rows.get((stack, task, count))
+                if row is None:
+                    continue
+                entry = {"task": task, "devices": count, "stack": stack, "status": row["status"]}
+                if row["status"] == "ok":
+                    if row.get("comm_backend"):
+                        entry["comm_backend"] = row["comm_backend"]
+                else:
+                    entry["reason"] = " ".join((row.get("error_message") or "").split())[:110].replace("|", "/")
+                found.append(entry)
+    return found
+
+
+def table(out: Path, stacks: list[str], tasks: list[str], counts: list[int], *, machine: str, date: str) -> str:
+    rows = read_rows(out)
     lines = [f"Data-parallel matrix, tiny preset, {machine}, {date} (`benchmarks/scaling_matrix.py`; CPU devices: "
              "correctness, no speed claim).", "", "| task | devices | " + " | ".join(stacks) + " |",
              "|---|---|" + "---|" * len(stacks)]
@@ -64,7 +90,10 @@ def main() -> int:
     parser.add_argument("--machine", default="2-core development machine")
     parser.add_argument("--date", default=dt.date.today().isoformat())
     parser.add_argument("--table-only", action="store_true", help="Only print the table of what --out holds.")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="Also write the statuses to FILE (benchmarks/measurement_log.py's shape).")
     args = parser.parse_args()
+    started = measurement_log.now()
     if args.devices < 2:
         parser.error("--devices must be at least 2 (1 is always run beside it)")
     stacks, tasks, counts = args.stack or list(registry.REPORT_ORDER), args.task or FIT_TASKS, [1, args.devices]
@@ -76,6 +105,10 @@ def main() -> int:
                 code = run(stack, count, args.out, tasks, extra)
                 print(f"{stack} --devices {count}: exit {code}", file=sys.stderr, flush=True)
     print(table(args.out, stacks, tasks, counts, machine=args.machine, date=args.date))
+    if args.json:
+        settings = {"preset": "tiny", "devices": counts, "jit": args.jit, "stacks": stacks, "tasks": tasks}
+        measurement_log.write(args.json, measurement_log.record(
+            "scaling_matrix.py", log_rows(args.out, stacks, tasks, counts), started=started, settings=settings))
     return 0
 
 
