@@ -9,16 +9,15 @@ file, when a file misses a target the docs state, or when a claim the prose make
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks import verdict_error_rates as sim
+from tests.test_generated_docs import docblocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -28,12 +27,6 @@ ERROR_RATE_FILES = [("aggregator.md", "verdict-rank.json"), ("aggregator.md", "v
 VERSION_FINDINGS = ("gemma-mask-cost.json", "sweep-gemma-small.json", "sweep-stable-diffusion.json")
 
 
-def docblocks():
-    spec = importlib.util.spec_from_file_location("docblocks", ROOT / "benchmarks" / "docblocks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def block_of(doc: str, file_name: str):
