@@ -174,7 +174,7 @@ def test_sweep_two_real_versions_and_an_unresolvable_one(tmp_path, shared_data):
     out = tmp_path / "sweep"
     proc = run_fwbench("sweep", "--stack", "native-torch", "--task", "bert-predict", "--steps", "3", "--warmup", "0",
                        "--threads", "1", "--data", str(shared_data), "--vary", "tqdm=4.66.1,4.67.1,99.0.0",
-                       "--out", str(out), timeout=900)
+                       "--out", str(out), "--history", str(tmp_path / "store"), timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the unresolvable point is an error row
     assert "Traceback" not in proc.stdout + proc.stderr
     rows = {row["sweep_point"]: row for row in _rows(out)}
@@ -187,6 +187,11 @@ def test_sweep_two_real_versions_and_an_unresolvable_one(tmp_path, shared_data):
     assert "no version of tqdm==99.0.0" in failed["error_message"]
     assert (out / "sweep-report" / "sweep.md").is_file()
     assert "tqdm==4.66.1 → tqdm==4.67.1" in proc.stdout
+    # --history: every row of the sweep, the failed point's too, is in the store.
+    assert "3 new row(s), 0 already there" in proc.stdout, proc.stdout
+    from fwbench_aggregator import history
+
+    assert sorted(history.query(tmp_path / "store")["sweep_point"]) == sorted(rows)
 
 
 def test_a_sweep_point_s_cell_gets_one_gpu_not_every_gpu_of_the_host(tmp_path, monkeypatch):

@@ -64,6 +64,8 @@ def register(app: typer.Typer) -> None:
         tolerance: float = typer.Option(5.0, "--tolerance", help=TOLERANCE_HELP),
         resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP + " (At each point.)",
                                               show_default=False),
+        history: Optional[Path] = typer.Option(None, "--history", help="After the sweep, add its rows to this "
+                                                                       "history store (docs/history.md)."),
     ) -> None:
         """Run cells at several versions of one package (or dates), one environment per point, then print and
         write the sweep report (ms/step per point with intervals, a plot, a verdict per step)."""
@@ -78,6 +80,10 @@ def register(app: typer.Typer) -> None:
                                  threads=options.threads or os.cpu_count() or 1)
         specs = options.plan(base)
         check_out_dir(out)
+        if history is not None:
+            from fwbench.cli.history import check_store
+
+            check_store(history)
         warn_if_busy()
         rows = []
         for point in points:
@@ -93,6 +99,10 @@ def register(app: typer.Typer) -> None:
                     break
         report = print_sweep_report(out, tolerance)
         console.print(f"sweep report: {report}")
+        if history is not None:
+            from fwbench.cli.history import add_rows
+
+            add_rows(history, [out])
         if any(row and row["status"] not in ("ok", "unsupported") for row in rows):
             raise typer.Exit(1)
 
