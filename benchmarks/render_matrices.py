@@ -12,8 +12,7 @@ Per file, by its "benchmark":
   "columns": [key, heading] or [key, heading, format]) and its notes; with "group_by", one table per value of
   that row key, headed "#### VALUE".
 
-Formats: a format spec (".4g", ","); "range" + spec, the value with its interval from KEY_low and KEY_high as
-"v [low–high]"; "x" + spec the same with an "x" before it; a string value is shown as it is. Files written by
+Formats are render_measurements.py's (a format spec, "range" + spec, "x" + spec). Files written by
 the scripts' --json carry their run's commit; files transcribed from a log say so in "source". It reads JSON and
 never measures (benchmarks/docblocks.py checks the blocks made with it).
 """
@@ -21,47 +20,10 @@ never measures (benchmarks/docblocks.py checks the blocks made with it).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-COMMAND_STARTS = ("python", "fwbench", "benchmarks/", "for ")
-
-
-def load(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def command_text(found: dict) -> str:
-    """The command (in backticks where it is a command line) and what the log said of it ("command_note")."""
-    command = found["command"]
-    text = f"`{command}`" if command.startswith(COMMAND_STARTS) else command
-    return text + (f" ({found['command_note']})" if found.get("command_note") else "")
-
-
-def provenance(found: dict) -> str:
-    return (f"Source: {found['source']}." if found.get("source")
-            else f"Written by the run itself at commit {found.get('commit') or 'unknown'}.")
-
-
-def cell(value, spec: str | None = None, row: dict | None = None, key: str | None = None) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value.replace("|", "\\|")
-    if spec and spec.startswith(("range", "x")):
-        prefix, spec = ("x", spec[1:]) if spec.startswith("x") else ("", spec[5:])
-        text = prefix + format(value, spec)
-        low, high = (row or {}).get(f"{key}_low"), (row or {}).get(f"{key}_high")
-        if low is not None and high is not None:
-            text += f" [{format(low, spec)}–{format(high, spec)}]"
-        return text
-    if isinstance(value, list):
-        return ", ".join(cell(item, spec) for item in value)
-    if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, spec)
-    return str(value)
-
+from render_measurements import cell, command_text, figure_table, heading, load, provenance, table
 
 # The matrices: each cell as the scripts print it (precision_matrix.cell_text, scaling_matrix.cell_text).
 
@@ -119,41 +81,13 @@ def scaling_matrix(found: dict) -> str:
 
 # Any other log.
 
-def heading(found: dict) -> str:
-    when = found["date"] + (f" {found['utc']} UTC" if found.get("utc") else "")
-    line = f"**{when}, {found['machine']}**: {command_text(found)}"
-    if found.get("conditions"):
-        line += f"; {found['conditions']}"
-    lines = [line + "."]
-    if found.get("settings"):
-        lines.append("Settings: " + "; ".join(f"{name} {cell(value)}" for name, value in found["settings"].items())
-                     + ".")
-    lines.append(provenance(found))
-    return " ".join(lines)
-
-
 def extras(found: dict) -> list[str]:
     """A matrix's or log's single figures and notes, after its tables."""
     lines = []
     if found.get("figures"):
-        lines += ["| figure | value |", "|---|---|"]
-        for figure in found["figures"]:
-            label, value, spec = (*figure, None)[:3]
-            lines.append(f"| {label} | {cell(value, spec)} |")
-        lines.append("")
+        lines += [*figure_table(found["figures"]), ""]
     if found.get("notes"):
         lines += [f"- {note}" for note in found["notes"]] + [""]
-    return lines
-
-
-def row_table(rows: list[dict], columns: list | None) -> list[str]:
-    if columns is None:
-        columns = [[key, key] for key in dict.fromkeys(key for row in rows for key in row)]
-    shown = [column for column in columns if any(row.get(column[0]) is not None for row in rows)]
-    lines = ["| " + " | ".join(column[1] for column in shown) + " |", "|" + "---|" * len(shown)]
-    for row in rows:
-        lines.append("| " + " | ".join(cell(row.get(key), (rest or [None])[0], row, key)
-                                       for key, _, *rest in shown) + " |")
     return lines
 
 
@@ -190,12 +124,12 @@ def log(found: dict) -> str:
             section = [f"#### {group}"]
             if found.get("fastest_line"):
                 section.append(fastest_line(chosen))
-            section.append("\n".join(row_table(chosen, columns)))
+            section.append("\n".join(table(chosen, columns)))
             if twin_notes(chosen):
                 section.append("\n".join(twin_notes(chosen)))
             parts += section
     elif rows:
-        parts.append("\n".join(row_table(rows, columns)))
+        parts.append("\n".join(table(rows, columns)))
     return "\n\n".join(parts)
 
 

@@ -9,8 +9,9 @@ docs/measurements.md's generated blocks are its output (benchmarks/docblocks.py 
 
 A file's table shows its "columns" ([key, heading] or [key, heading, format]) or its benchmark's defaults below;
 a column no row fills is left out. Formats: a format spec (".3f", ".1%"); "ci" + spec, the value with its interval
-from KEY_low and KEY_high and the verdict in KEY_verdict; "%" a level (0.975 -> 97.5%). A row's own "date" or "utc"
-stands for a run of its own inside the file.
+from KEY_low and KEY_high and the verdict in KEY_verdict; "range" + spec, the value with its interval as
+"v [low–high]"; "x" + spec the same with an "x" before it; "%" a level (0.975 -> 97.5%). A row's own "date" or "utc"
+stands for a run of its own inside the file. benchmarks/render_matrices.py renders its logs with these pieces.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ DEFAULT_COLUMNS["GPU image builds"] = [["image", "image"], ["image_gb", "image s
                                        ["build", "build time"], ["peak_disk_gb", "disk at the build's peak GB", ".1f"],
                                        ["note", "note"]]
 VERDICT_WORDS = ("meets", "misses")
-COMMAND_STARTS = ("python", "<", ".ci/", "bash", "fwbench")
+# A "command" starting so is a command line (shown in backticks); else the log described the run in words.
+COMMAND_STARTS = ("python", "<", ".ci/", "bash", "fwbench", "for ")
 
 
 def load(path: Path) -> dict:
@@ -58,6 +60,13 @@ def cell(value, spec: str | None = None, row: dict | None = None, key: str | Non
         return interval(row, key, spec[2:])
     if value is None:
         return ""
+    if spec and spec.startswith(("range", "x")) and not isinstance(value, str):
+        prefix, spec = ("x", spec[1:]) if spec.startswith("x") else ("", spec[5:])
+        text = prefix + format(value, spec)
+        low, high = (row or {}).get(f"{key}_low"), (row or {}).get(f"{key}_high")
+        if low is not None and high is not None:
+            text += f" [{format(low, spec)}–{format(high, spec)}]"
+        return text
     if spec == "%":
         return f"{100 * value:.4g}%"
     if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -82,12 +91,21 @@ def interval(row: dict, key: str, spec: str) -> str:
     return text
 
 
+def command_text(found: dict) -> str:
+    """The command (in backticks where it is a command line) and what the log said of it ("command_note")."""
+    command = found["command"]
+    text = f"`{command}`" if command.startswith(COMMAND_STARTS) else command
+    return text + (f" ({found['command_note']})" if found.get("command_note") else "")
+
+
+def provenance(found: dict) -> str:
+    return (f"Source: {found['source']}." if found.get("source")
+            else f"Written by the run itself at commit {found.get('commit') or 'unknown'}.")
+
+
 def heading(found: dict) -> str:
     when = found["date"] + (f" {found['utc']} UTC" if found.get("utc") else "")
-    command = found["command"]
-    if command.startswith(COMMAND_STARTS):  # else the log described the run rather than give its command line
-        command = f"`{command}`"
-    line = f"**{when}, {found['machine']}**: {command}"
+    line = f"**{when}, {found['machine']}**: {command_text(found)}"
     if found.get("conditions"):
         line += f"; {found['conditions']}"
     lines = [line + "."]
@@ -96,8 +114,7 @@ def heading(found: dict) -> str:
                      + ".")
     if found.get("target"):
         lines.append(f"Target: {found['target']}.")
-    lines.append(f"Source: {found['source']}." if found.get("source")
-                 else f"Written by the run itself at commit {found.get('commit') or 'unknown'}.")
+    lines.append(provenance(found))
     return " ".join(lines)
 
 
@@ -110,10 +127,12 @@ def figure_table(figures: list) -> list[str]:
 
 
 def row_table(found: dict) -> list[str]:
+    """The file's rows under its columns, or its benchmark's defaults."""
     rows = found.get("rows") or []
-    columns = found.get("columns") or DEFAULT_COLUMNS.get(found["benchmark"])
-    if not rows:
-        return []
+    return table(rows, found.get("columns") or DEFAULT_COLUMNS.get(found["benchmark"])) if rows else []
+
+
+def table(rows: list[dict], columns: list | None) -> list[str]:
     if columns is None:  # a benchmark without defaults: every key, in the order the rows have them
         columns = [[key, key] for key in dict.fromkeys(key for row in rows for key in row)]
     shown = [column for column in columns if any(row.get(column[0]) is not None for row in rows)]
