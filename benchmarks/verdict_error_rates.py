@@ -95,7 +95,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 import pyarrow as pa
@@ -801,10 +800,8 @@ def render(record_: dict) -> str:
 def prior_separation() -> str:
     """What the judge's assumed process spread alone lets one or two processes a side rank (arithmetic from
     judge.PROCESS_SPREAD_PRIOR; docs/aggregator.md shows it)."""
-    z = NormalDist().inv_cdf(0.5 + judge.CONFIDENCE / 2)
-
     def apart(n: int) -> float:  # the interval's half-width, as a factor, from the prior alone (no step noise)
-        return math.exp(z * judge.PROCESS_SPREAD_PRIOR * math.sqrt(2 / n))
+        return math.exp(judge.prior_half_width(n, n))
 
     return (f"With fewer than {judge.MIN_REPEATS} repeats a side the judge assumes a process spread of "
             f"{judge.PROCESS_SPREAD_PRIOR:g} (the log standard deviation of one process's median around the cell's, "

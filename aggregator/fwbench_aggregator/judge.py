@@ -394,13 +394,10 @@ def ratio(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, equivalence_pct: 
         pooled_a, pooled_b = np.concatenate(a), np.concatenate(b)
         if np.all(pooled_a == pooled_a[0]) and np.all(pooled_b == pooled_b[0]) and pooled_a[0] == pooled_b[0]:
             return Ratio(1.0, 1.0, 1.0, TIE, "identical samples on both sides")
-        from scipy import stats as sps  # lazy: scipy is slow to import
-
         steps = stats.ratio_estimate(b, a)  # the steps' two-level bootstrap interval of B/A
         centre = steps.ratio
         steps_half = math.log(steps.high / steps.low) / 2
-        process_se = PROCESS_SPREAD_PRIOR * math.sqrt(1 / len(a) + 1 / len(b))
-        half = math.hypot(steps_half, float(sps.norm.ppf(0.5 + CONFIDENCE / 2)) * process_se)
+        half = math.hypot(steps_half, prior_half_width(len(a), len(b)))
         low, high = centre * math.exp(-half), centre * math.exp(half)
         method = METHOD_PRIOR
     band = 1 + equivalence_pct / 100
@@ -413,6 +410,15 @@ def ratio(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, equivalence_pct: 
     else:
         word = CANNOT_RANK
     return Ratio(float(centre), float(low), float(high), word, method)
+
+
+def prior_half_width(repeats_a: int, repeats_b: int) -> float:
+    """The log half-width of the interval of B/A that the assumed process spread (PROCESS_SPREAD_PRIOR) alone gives
+    with these repeats a side: what `ratio` widens by below MIN_REPEATS, and what one process a side can separate."""
+    from scipy import stats as sps  # lazy: scipy is slow to import
+
+    process_se = PROCESS_SPREAD_PRIOR * math.sqrt(1 / repeats_a + 1 / repeats_b)
+    return float(sps.norm.ppf(0.5 + CONFIDENCE / 2)) * process_se
 
 
 @dataclass(frozen=True)

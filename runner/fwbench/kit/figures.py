@@ -256,8 +256,8 @@ class Figures:
             return " and ".join(sorted({w[:10] for w in self.windows()}))
         if kind == "const":
             constants = {"min_repeats": str(judge.MIN_REPEATS),
-                         # what one process a side separates: the prior alone, at 95%, as the judge widens
-                         "one_process_separates": f"{math.exp(1.96 * judge.PROCESS_SPREAD_PRIOR * math.sqrt(2)):.1f}x"}
+                         # what one process a side separates: the prior alone, as the judge widens
+                         "one_process_separates": f"{math.exp(judge.prior_half_width(1, 1)):.1f}x"}
             if args and args[0] in constants:
                 return constants[args[0]]
         raise FigureError(f"unknown figure {name!r}")
@@ -289,5 +289,5 @@ def refill(text: str, figures: Figures) -> str:
 
 def stale(text: str, figures: Figures) -> list[str]:
     """'NAME: page says X, rows say Y' for every figure whose value differs from its rows."""
-    return [f"{m['name']}: page says {m['value']!r}, rows say {figures.value(m['name'])!r}"
-            for m in FIGURE.finditer(text) if m["value"] != figures.value(m["name"])]
+    found = ((m["name"], m["value"], figures.value(m["name"])) for m in FIGURE.finditer(text))
+    return [f"{name}: page says {said!r}, rows say {computed!r}" for name, said, computed in found if said != computed]
