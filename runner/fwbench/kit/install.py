@@ -17,7 +17,7 @@ from fwbench.kit import wheelhouse
 from fwbench.kit.image import STACK_MODULES
 from fwbench.kit.layout import REPO, KitError, KitFolders
 from fwbench.kit.log import log
-from fwbench.kit.source import source_revision
+from fwbench.kit.source import declared_commit
 
 
 def install(wheels: Path, site: Path) -> None:
@@ -61,7 +61,7 @@ def kit_environment(folders: KitFolders) -> dict[str, str]:
     which the cells would otherwise read."""
     paths = [str(folders.site), str(REPO / "runner"), str(REPO / "aggregator"), os.environ.get("PYTHONPATH", "")]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    revision = source_revision(folders.source)["git_revision"]
+    revision = declared_commit(folders.source)
     if revision and "FWBENCH_SOURCE_COMMIT" not in os.environ:
         environment["FWBENCH_SOURCE_COMMIT"] = revision
     return environment

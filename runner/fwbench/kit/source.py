@@ -40,3 +40,11 @@ def source_revision(source: Path) -> dict:
     revision = os.environ.get("FWBENCH_GIT_REVISION")
     return {"git_revision": revision, "git_dirty": None,
             "git_revision_from": "FWBENCH_GIT_REVISION" if revision else "nowhere (no .git, no source.json)"}
+
+
+def declared_commit(source: Path) -> str | None:
+    """source_revision's commit, without asking git where prepare's record is there: kit_environment reads it
+    before every cell, and only the commit goes to the cells."""
+    if source.is_file():
+        return json.loads(source.read_text()).get("git_revision")
+    return source_revision(source)["git_revision"]
