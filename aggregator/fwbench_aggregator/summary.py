@@ -178,9 +178,9 @@ class PresetSummary:
     def speedup_verdict(self, task: str, baseline_key: tuple[str, str], settings: tuple = ()) -> str | None:
         """The judge's word on Keras 3 best against a baseline of its group, from quiet rows: 'faster', 'slower'
         (the Keras 3 best's side), 'tie' or 'cannot rank'; None where either side is missing."""
-        best = self.keras3_best(task, settings)
+        best = self.keras3_best(task, settings)  # ranked from quiet_samples: it has some
         baseline = Variant(*baseline_key, settings)
-        if best is None or (task, baseline) not in self.quiet_samples or (task, best[0]) not in self.quiet_samples:
+        if best is None or (task, baseline) not in self.quiet_samples:
             return None
         return judge.ratio(self.quiet_samples[(task, best[0])], self.quiet_samples[(task, baseline)]).word
 
