@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fwbench.core.atomic import write_atomically_with
+from fwbench.core.results import started_utc
 
 from fwbench_aggregator import loading
 from fwbench_aggregator.errors import AggregateUsageError, NoResultsError
@@ -56,13 +57,10 @@ def default_store() -> Path:
 def history_key(row) -> str:
     """The measurement a row is: its cell (cell_id, the settings_id it was written with), repeat and start time
     (UTC, to the microsecond); a row without a start time is known by its record_id alone."""
-    started = row.get("started_at")
+    started = started_utc(row.get("started_at"))
     if started is None:
         return "record:" + str(row["record_id"])
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=dt.timezone.utc)
-    text = "|".join([str(row["cell_id"]), str(row.get("settings_id")), str(row["repeat"]),
-                     started.astimezone(dt.timezone.utc).isoformat()])
+    text = "|".join([str(row["cell_id"]), str(row.get("settings_id")), str(row["repeat"]), started.isoformat()])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

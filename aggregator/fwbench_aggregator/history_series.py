@@ -11,13 +11,13 @@ changes (judge.change_points) in the points that decide, in order.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
 
 from packaging.version import InvalidVersion, Version
 
 from fwbench.core.identity import CellIdentity, describe, differing_settings, varying_settings
+from fwbench.core.results import started_utc
 
 from fwbench_aggregator import judge, stats
 
@@ -49,7 +49,7 @@ class Point:
     def processes(self) -> int:
         return len(self.rows)
 
-    @property
+    @cached_property
     def median_ms(self) -> float | None:
         """The median of its processes' median ms/step (None: only busy rows)."""
         if not self.rows:
@@ -62,7 +62,7 @@ class Point:
 
     @property
     def first_started(self) -> float:
-        times = [_utc(row.get("started_at")) for row in self.rows]
+        times = [started_utc(row.get("started_at")) for row in self.rows]
         return min((t.timestamp() for t in times if t is not None), default=0.0)
 
 
@@ -128,7 +128,7 @@ def _steps(row: dict):
 
 def _axis_value(row: dict, package: str | None) -> str | None:
     if package is None:
-        started = _utc(row.get("started_at"))
+        started = started_utc(row.get("started_at"))
         return None if started is None else started.date().isoformat()
     return dict(judge.environment_key(row)).get(package)
 
@@ -151,17 +151,6 @@ def _label_environments(points: list[Point], package: str | None) -> None:
     for point, key in zip(points, keys):
         if key is not None:
             point.environment = ", ".join(f"{name} {key.get(name, 'not recorded')}" for name in names)
-
-
-def _utc(value: Any) -> dt.datetime | None:
-    """started_at as an aware UTC datetime (pandas' Timestamp or Python's; None or NaT: None)."""
-    if value is None or value != value:
-        return None
-    if hasattr(value, "to_pydatetime"):
-        value = value.to_pydatetime()
-    if not isinstance(value, dt.datetime):
-        return None
-    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
 
 
 def lines(series: list[Series], by: str) -> list[str]:

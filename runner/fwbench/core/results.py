@@ -151,8 +151,9 @@ def preferred_row_key(row: dict[str, Any]) -> tuple:
     return (row.get("status") == "ok", not is_busy, started is not None, started or 0.0)
 
 
-def _timestamp(value: Any) -> float | None:
-    """started_at as seconds since the epoch (a naive time read as UTC), so rows of any writer compare."""
+def started_utc(value: Any) -> dt.datetime | None:
+    """A row's started_at as an aware UTC datetime (a naive time read as UTC; text, Python's or pandas' datetime),
+    so rows of any writer compare; None where it is missing or unreadable."""
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value)
@@ -160,7 +161,13 @@ def _timestamp(value: Any) -> float | None:
             return None
     if not isinstance(value, dt.datetime) or value != value:  # NaT (a missing time read through pandas)
         return None
-    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
+
+
+def _timestamp(value: Any) -> float | None:
+    """started_at as seconds since the epoch."""
+    started = started_utc(value)
+    return None if started is None else started.timestamp()
 
 
 def _is_ok_row_of(row: dict[str, Any], identity: CellIdentity, repeat: int) -> bool:
