@@ -3,7 +3,7 @@
     python benchmarks/status_line.py
 
 Prints one line: the latest date a row was started, and per GPU the cells that have at least one ok row (a cell:
-task, stack, compile mode, precision and timed steps), linked to the GPU's results page (docs/results-<gpu>.md).
+a cell identity, fwbench.core.identity), linked to the GPU's results page (docs/results-<gpu>.md).
 README.md's generated block is its output (benchmarks/docblocks.py checks it), so the line cannot claim more
 than the rows hold. Reads rows with pyarrow only (no framework import).
 """
@@ -19,9 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(REPO / "runner"))
 
+from fwbench.core.identity import CellIdentity  # noqa: E402
 from fwbench.core.results import read_row  # noqa: E402
 
-CELL = ("task", "stack", "compile_mode", "precision", "timed_steps")
 # Letters whose names start with a vowel sound: "an H100", "an A100", "a B200".
 AN_LETTERS = set("AEFHILMNORSX")
 
@@ -29,7 +29,7 @@ AN_LETTERS = set("AEFHILMNORSX")
 @dataclass
 class GpuResults:
     name: str  # as the rows name the device, e.g. "NVIDIA H100 80GB HBM3"
-    cells: set[tuple] = field(default_factory=set)
+    cells: set[CellIdentity] = field(default_factory=set)
     ok_rows: int = 0
     dates: set[str] = field(default_factory=set)
 
@@ -44,10 +44,6 @@ class GpuResults:
         return f"docs/results-{self.short.lower()}.md"
 
 
-def cell_key(row: dict) -> tuple:
-    return tuple(row.get(name) for name in CELL)
-
-
 def gpu_results(results: Path = RESULTS) -> dict[str, GpuResults]:
     """Per GPU (the ok rows' device_name), over every results folder that holds rows."""
     found: dict[str, GpuResults] = {}
@@ -57,7 +53,7 @@ def gpu_results(results: Path = RESULTS) -> dict[str, GpuResults]:
             continue
         name = row.get("device_name") or row.get("device_model") or "GPU"
         gpu = found.setdefault(name, GpuResults(name))
-        gpu.cells.add(cell_key(row))
+        gpu.cells.add(CellIdentity.of_row(row))
         gpu.ok_rows += 1
         gpu.dates.add(f"{row['started_at']:%Y-%m-%d}")
     return found
