@@ -150,6 +150,17 @@ def verdict_words(cell: Cell, base: Cell) -> str:
     return f"{k:.2f}x {direction} [{low:.2f}–{high:.2f}] ({processes(cell, base)})"
 
 
+def ratio_text(ratio: stats.RatioEstimate) -> str:
+    """'0.317 [0.314–0.321]': a measured ratio as the page's tables and prose show it."""
+    return f"{ratio.ratio:.3f} [{ratio.low:.3f}–{ratio.high:.3f}]"
+
+
+def published_ratio(published: dict, cell: Cell, base: Cell) -> float | None:
+    """cell / base in the published A100 table (published: the task's stack/compile -> seconds), or None."""
+    a, b = published.get(f"{cell.stack}/{cell.mode}"), published.get(f"{base.stack}/{base.mode}")
+    return a / b if a and b else None
+
+
 @dataclass
 class Figures:
     """Every figure of one kit folder, computed on demand by name."""
@@ -182,11 +193,10 @@ class Figures:
                 all(fnmatch.fnmatchcase(value, p) for value, p in zip((c.task, c.stack, c.mode, c.precision), pattern))]
 
     def published_ratio(self, cell: Cell, base: Cell) -> float:
-        published = self.published_step_s(cell.task)
-        a, b = published.get(f"{cell.stack}/{cell.mode}"), published.get(f"{base.stack}/{base.mode}")
-        if not (a and b):
+        ratio = published_ratio(self.published_step_s(cell.task), cell, base)
+        if ratio is None:
             raise FigureError(f"no published A100 ratio for {cell.label} / {base.label} ({cell.task})")
-        return a / b
+        return ratio
 
     def metric(self, name: str, cell: Cell) -> float | None:
         if name == "speedup":
@@ -224,8 +234,7 @@ class Figures:
         if kind in ("ratio", "vs", "published") and len(args) == 2:
             cell, base = self.cell(args[0]), self.cell(args[1])
             if kind == "ratio":
-                r = stats.ratio_estimate(cell.samples(), base.samples())
-                return f"{r.ratio:.3f} [{r.low:.3f}–{r.high:.3f}]"
+                return ratio_text(stats.ratio_estimate(cell.samples(), base.samples()))
             if kind == "vs":
                 return verdict_words(cell, base)
             return f"{self.published_ratio(cell, base):.3f}"

@@ -156,11 +156,6 @@ def order(cell: Cell) -> tuple:
             (cell.stack, "none") != BASELINE, cell.stack, cell.mode, cell.part)
 
 
-def ratio_text(cell: Cell, base: Cell) -> str:
-    measured = stats.ratio_estimate(cell.samples(), base.samples())
-    return f"{measured.ratio:.3f} [{measured.low:.3f}–{measured.high:.3f}]"
-
-
 def ratios_section(cells: list[Cell]) -> list[str]:
     """One table per precision. Only the published precision's ratios stand beside the published A100 ratios: the
     published table has no row at another precision, so a bf16 ratio set against it would compare two precisions.
@@ -181,19 +176,18 @@ def ratios_section(cells: list[Cell]) -> list[str]:
             base = page_figures.baseline_of(cells, cell)
             if base is None or base is cell:
                 continue
-            line = f"| {cell.task} | {cell.label} | {ratio_text(cell, base)} | "
+            measured = stats.ratio_estimate(cell.samples(), base.samples())
+            line = f"| {cell.task} | {cell.label} | {page_figures.ratio_text(measured)} | "
             if is_published(precision):
-                published = published_step_s(cell.task)
-                reference = published.get(f"{cell.stack}/{cell.mode}"), published.get("/".join(BASELINE))
-                ratio = reference[0] / reference[1] if all(reference) else None
-                measured = stats.ratio_estimate(cell.samples(), base.samples()).ratio
-                line += f"{fmt(ratio, 3)} | {'—' if ratio is None else f'{measured / ratio:.2f}'} | "
+                ratio = page_figures.published_ratio(published_step_s(cell.task), cell, base)
+                line += f"{fmt(ratio, 3)} | {'—' if ratio is None else f'{measured.ratio / ratio:.2f}'} | "
             else:
                 twins = [c for c in ordered if (c.task, c.stack, c.mode, c.steps) == (cell.task, cell.stack, cell.mode,
                                                                                       cell.steps)
                          and is_published(c.precision)]
                 twin_base = page_figures.baseline_of(cells, twins[0]) if len(twins) == 1 else None
-                line += ("— (not run)" if twin_base is None else ratio_text(twins[0], twin_base)) + " | "
+                line += ("— (not run)" if twin_base is None else page_figures.ratio_text(
+                    stats.ratio_estimate(twins[0].samples(), twin_base.samples()))) + " | "
             out.append(line + page_figures.verdict_words(cell, base) + " |")
         out.append("")
     return out[:-1]
