@@ -170,25 +170,29 @@ def verify(published: loading.LoadedResults, rerun: loading.LoadedResults, toler
 
 
 def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int | None = None) -> None:
-    """TOST against [1 - tolerance, 1 + tolerance], family-wise one-sided tests for slower/faster (module doc)."""
-    n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
-    tolerance = f"tolerance ±{rule.tolerance_pct:g}%"
+    """The cell's verdict from its quiet rows, and which busy rows were left out (whatever the verdict)."""
     if row.not_judged:  # a side with only busy rows, or rows of several environments: it decides nothing
         cell.verdict, cell.detail = INCONCLUSIVE, row.not_judged
         cell.resolvable = not row.a.not_judged  # more re-runs can help only the re-run side
         return
+    _verdict(cell, row, rule, cap)
+    _note_busy(cell, row.a.busy, row.b.busy)
+
+
+def _verdict(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int | None) -> None:
+    """TOST against [1 - tolerance, 1 + tolerance], family-wise one-sided tests for slower/faster (module doc)."""
+    n_pub, n_rerun = cell.published_repeats, cell.rerun_repeats
+    tolerance = f"tolerance ±{rule.tolerance_pct:g}%"
     if min(n_pub, n_rerun) < compare.MIN_REPEATS:
         cell.verdict = INCONCLUSIVE
         cell.detail = (f"needs {compare.MIN_REPEATS} repeats a side; published has {n_pub}, re-run has {n_rerun} "
                        f"(B/A {row.ratio:.3f} not judged)")
         cell.resolvable = n_pub >= compare.MIN_REPEATS  # more re-runs help only the re-run side
-        _note_busy(cell, row.a.busy, row.b.busy)
         return
     if row.test is None:
         cell.verdict = INCONCLUSIVE
         cell.detail = f"identical repeats on both sides: no spread to judge (B/A {row.ratio:.3f} not judged)"
         cell.resolvable = True
-        _note_busy(cell, row.a.busy, row.b.busy)
         return
     (verdict,), (low,), (high,), (p_slower,), (p_faster,) = judge_arrays(
         [row.test.log_ratio], [row.test.se], [row.test.dof], rule)
@@ -209,7 +213,6 @@ def _judge(cell: VerifiedCell, row: compare.CellComparison, rule: Rule, cap: int
                 cell.detail += (f"; not re-run further: even {cap} re-run repeats would leave the interval wider "
                                 f"than the tolerance at the published side's spread (the publisher needs more repeats"
                                 f" or a quieter machine)")
-    _note_busy(cell, row.a.busy, row.b.busy)
 
 
 def _note_busy(cell: VerifiedCell, published_busy: int, rerun_busy: int) -> None:
