@@ -16,7 +16,8 @@ from functools import cached_property
 
 from packaging.version import InvalidVersion, Version
 
-from fwbench.core.identity import CellIdentity, describe, differing_settings, varying_settings
+from fwbench.core import sweep as sweeps_core
+from fwbench.core.identity import SECTION_AXES, CellIdentity, describe, differing_settings, held_equal, varying_settings
 from fwbench.core.results import started_utc
 
 from fwbench_aggregator import judge, stats
@@ -81,7 +82,7 @@ def build(frame, by: str) -> list[Series]:
     records = frame.to_dict("records") if len(frame) else []
     by_identity: dict[CellIdentity, list[dict]] = {}
     for row in records:
-        by_identity.setdefault(CellIdentity.of_row(row), []).append(row)
+        by_identity.setdefault(series_identity(CellIdentity.of_row(row), package), []).append(row)
     varying = varying_settings(by_identity)
     found = []
     for identity in sorted(by_identity, key=lambda i: (i.cell_key, i.settings_id)):
@@ -89,6 +90,21 @@ def build(frame, by: str) -> list[Series]:
         label = f"{identity.cell_key}{f' [{settings}]' if settings else ''} (settings {identity.settings_id})"
         found.append(series_of(identity, label, by_identity[identity], package))
     return found
+
+
+def series_identity(identity: CellIdentity, package: str | None) -> CellIdentity:
+    """The series a row's identity belongs to. By version of a package, the rows a sweep (or watch) measured at a
+    version of that package (sweep point `PACKAGE==V`) belong to the series of the cell they were swept from: that
+    version is the series' axis (and the rows' library versions say it), not another cell."""
+    if package is None:
+        return identity
+    try:
+        point = sweeps_core.parse_label(identity.setting("sweep_point"))
+    except sweeps_core.SweepError:
+        return identity
+    if point is not None and not point.is_date and point.package == sweeps_core.normalise(package):
+        return held_equal(identity, SECTION_AXES["sweep"])
+    return identity
 
 
 def series_of(identity: CellIdentity, label: str, rows: list[dict], package: str | None) -> Series:
@@ -131,6 +147,14 @@ def _axis_value(row: dict, package: str | None) -> str | None:
         started = started_utc(row.get("started_at"))
         return None if started is None else started.date().isoformat()
     return dict(judge.environment_key(row)).get(package)
+
+
+def version_order(version: str) -> tuple:
+    """A sort key of versions: PEP 440 order, any text it cannot read after every version it can."""
+    return _order(version, "")
+
+
+steps_of = _steps
 
 
 def _order(at: str, package: str | None) -> tuple:

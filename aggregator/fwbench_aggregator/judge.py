@@ -542,3 +542,57 @@ def change_points(values: Sequence[float], *, penalty: float = CHANGE_PENALTY,
                     for bound, before, after in zip(bounds, centres, centres[1:])]
         del bounds[smallest]
     return []
+
+
+# --- a watch's new points (`fwbench watch`) -----------------------------------------------------------------------
+# A watch measures a package's newest release and asks whether the cell changed since the point before it. PELT
+# (change_points) needs CHANGE_MIN_POINTS points after a change to see it, which a watch cannot wait for: the newest
+# point is judged against the one before it by the sweep's step rule (Welch t on log repeat medians, at least
+# MIN_REPEATS quiet processes a side, Holm over the cells the watch judges in one run, step_verdict), and a step it
+# calls slower or faster is what the watch bisects. The sweep part of benchmarks/verdict_error_rates.py measures
+# that rule's false "slower/faster" rate.
+
+
+@dataclass(frozen=True)
+class Step:
+    """One cell's step from point A to point B: B/A of ms/step with its 95% interval, and the verdict."""
+
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: str  # EQUIVALENT, FASTER, SLOWER or INCONCLUSIVE
+    detail: str
+
+    @property
+    def changed(self) -> bool:
+        return self.verdict in (FASTER, SLOWER)
+
+
+def steps_between(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, tolerance_pct: float,
+                  alpha: float = 0.05) -> list[Step]:
+    """Each pair (the quiet processes' median ms/step at A, at B) judged as a sweep step, Holm over the pairs that
+    can be tested (module comment above)."""
+    tests: list[LogRatioTest | None] = []
+    for before, after in pairs:
+        if min(len(before), len(after)) < MIN_REPEATS:
+            tests.append(None)
+            continue
+        tests.append(log_ratio_test(np.asarray(before, dtype=float), np.asarray(after, dtype=float)))
+    tested = [i for i, test in enumerate(tests) if test is not None]
+    p_change = dict(zip(tested, holm([tests[i].p_two_sided() for i in tested])))
+    p_equal = dict(zip(tested, holm([equivalence_p(tests[i], tolerance_pct) for i in tested])))
+    found = []
+    for i, ((before, after), test) in enumerate(zip(pairs, tests)):
+        if test is None:
+            short = min(len(before), len(after)) < MIN_REPEATS
+            detail = (f"needs {MIN_REPEATS} quiet processes a side ({len(before)} and {len(after)})" if short
+                      else "identical processes on both sides: no spread to test against")
+            found.append(Step(None, None, None, INCONCLUSIVE, detail))
+            continue
+        low, high = test.interval(CONFIDENCE)
+        verdict = step_verdict(test.ratio, p_change[i], p_equal[i], tolerance_pct, alpha)
+        detail = (f"Holm p {p_change[i]:.3g}" if verdict in (SLOWER, FASTER)
+                  else f"equivalence Holm p {p_equal[i]:.3g}" if verdict == EQUIVALENT
+                  else f"change Holm p {p_change[i]:.3g}, equivalence Holm p {p_equal[i]:.3g}")
+        found.append(Step(test.ratio, low, high, verdict, detail))
+    return found

@@ -317,11 +317,13 @@ from fwbench.cli.show import register as _register_show  # noqa: E402
 from fwbench.cli.sweep import register as _register_sweep  # noqa: E402
 from fwbench.cli.stability import register as _register_stability  # noqa: E402
 from fwbench.cli.history import register as _register_history  # noqa: E402
+from fwbench.cli.watch import register as _register_watch  # noqa: E402
 _register_doctor(app)
 _register_show(app)
 _register_sweep(app)
 _register_stability(app)
 _register_history(app)
+_register_watch(app)
 
 
 def main() -> None:

@@ -206,8 +206,9 @@ class MatrixOptions:
     device: str = _declared("auto", DEVICE_HELP, check=_device, spec_field="device_setting")
     parallel: str = _declared("1", "Cells at once, each on CPU cores (and a GPU) of its own: a number, or auto (one "
                                    "per GPU; on a CPU-only host one per --threads cores).", check=_parallel)
-    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | nan-loss | overflow:STEP.", hidden=True,
-                                            spec_field="fault")
+    inject_fault: Optional[str] = _declared(None, "Testing only: raise | sleep:S | step-sleep:MS | "
+                                                  "step-sleep-from:PACKAGE==VERSION:MS | nan-loss | overflow:STEP.",
+                                            hidden=True, spec_field="fault")
     # A user's model file as the cells' source (docs/your-model.md): `run` only.
     # Its SHA-256 is the axis (model_files.plan reads the file).
     model: Optional[Path] = _axis_option("model_sha256", "Your model file (docs/your-model.md): its Keras 3 model on "

@@ -237,6 +237,11 @@ def check_with_sbatch(options: SlurmOptions, count: int) -> None:
         raise SlurmError(f"sbatch refused the job array: {_first_line(checked.stderr)}")
 
 
+def placement_flags(options: SlurmOptions) -> list[str]:
+    """The sbatch flags that place a job (partition, account, QoS, GRES), as submit gives its tasks."""
+    return _placement(options)
+
+
 def _placement(options: SlurmOptions, gres: bool = True) -> list[str]:
     argv = []
     for flag, value in (("--partition", options.partition), ("--account", options.account),

@@ -46,6 +46,18 @@ def point_failure_rows(specs: list[CellSpec], out: Path, error_type: str, messag
     return rows
 
 
+def point_specs(specs: list[CellSpec], point: SweepPoint, pin_set: str, device: str):
+    """(the point's engine, the specs as run_point runs them at `point`): what their rows' identities will be,
+    known before anything runs (`fwbench watch` asks its history store which versions it has)."""
+    from fwbench.engines.local import local_engine
+
+    engine = local_engine(pin_set, device=device, point=point)
+    device_model = engine.device_model(None)
+    return engine, [replace(spec, sweep_point=point.label, engine=engine.name, pin_set=pin_set,
+                            image_variant=engine.image_variant(spec.stack), device_model=device_model,
+                            device=engine.device) for spec in specs]
+
+
 def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str, device: str,
               *, progress_for: Callable[[str], object] | None = None, on_start=lambda spec: None,
               on_done=lambda result: None, resume: bool = False, replace_ok: bool = False) -> list[dict]:
@@ -55,14 +67,10 @@ def run_point(specs: list[CellSpec], point: SweepPoint, out: Path, pin_set: str,
     import contextlib
 
     from fwbench.engines import matrix
-    from fwbench.engines.local import PointUnavailable, StackEnvironment, local_engine, local_variant
+    from fwbench.engines.local import PointUnavailable, StackEnvironment, local_variant
 
-    engine = local_engine(pin_set, device=device, point=point)
+    engine, specs = point_specs(specs, point, pin_set, device)
     variant, _ = local_variant(device)
-    device_model = engine.device_model(None)
-    specs = [replace(spec, sweep_point=point.label, engine=engine.name, pin_set=pin_set,
-                     image_variant=engine.image_variant(spec.stack), device_model=device_model,
-                     device=engine.device) for spec in specs]
     broken: dict[str, tuple[str, str]] = {}
     for stack in dict.fromkeys(spec.stack for spec in specs):
         status = progress_for(f"preparing {stack} at {point.label}") if progress_for else contextlib.nullcontext(None)

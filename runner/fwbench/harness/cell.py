@@ -159,6 +159,26 @@ def _with_step_delay(step, delay_ms: float):
     return slowed_step
 
 
+def planted_step_delay_ms(fault: str | None) -> float | None:
+    """The delay a test plants in every step: `step-sleep:MS`, or `step-sleep-from:PACKAGE==VERSION:MS`, a delay only
+    where PACKAGE is installed at VERSION or later (a change planted at a release, for `fwbench watch`'s test).
+    None: no delay."""
+    if not fault:
+        return None
+    if fault.startswith("step-sleep:"):
+        return float(fault.split(":", 1)[1])
+    if fault.startswith("step-sleep-from:"):
+        from packaging.version import InvalidVersion, Version
+
+        requirement, _, delay = fault[len("step-sleep-from:"):].rpartition(":")
+        package, _, version = requirement.partition("==")
+        try:
+            return float(delay) if Version(_installed(package)) >= Version(version) else None
+        except InvalidVersion:  # not installed
+            return None
+    return None
+
+
 def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     """Build, time and describe one cell. Raises on failure (the caller records it). work_dir: the run's
     work directory (where the record goes), which keeps the CPU ceiling measured once per run."""
@@ -181,6 +201,8 @@ def measure(spec: CellSpec, work_dir: Path | None = None) -> dict[str, Any]:
     phases.done("ceiling")
     # Where the cell process's time went besides the measurement (first_contact.py reads it).
     extra["phases_s"] = {"interpreter_start": process_age_s(), **phases.seconds}
+    if planted_step_delay_ms(spec.fault):
+        extra["injected_fault"] = spec.fault  # a test's planted delay: never a measurement of the cell alone
     result["extra"] = {**extra, **result.get("extra", {})}
     return result
 
@@ -353,8 +375,9 @@ def time_cell(built: Built) -> Timed:
         built.cell.drive(clock)
     else:
         step = built.cell.step
-        if spec.fault and spec.fault.startswith("step-sleep:"):
-            step = _with_step_delay(step, float(spec.fault.split(":", 1)[1]))
+        delay_ms = planted_step_delay_ms(spec.fault)
+        if delay_ms:
+            step = _with_step_delay(step, delay_ms)
         run_loop(clock, step)
     built.ctx.finish()  # after the timed window: what the cell reads once the steps have run (loss scale, ...)
     if spec.fault == "nan-loss" and built.ctx.losses:

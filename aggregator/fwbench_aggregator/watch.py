@@ -1,0 +1,183 @@
+"""What `fwbench watch` concludes from the results history: for each watched cell, its series over the versions of
+one package, the step from the point before each newly measured version to it, the series' change points, and the
+pairs of versions between which a change calls for a bisect. Every verdict is the judge's (judge.steps_between for a
+new point's step, judge.change_points for the series); this module gathers rows and words the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fwbench.core import sweep as sweeps_core
+from fwbench.core.identity import CellIdentity
+
+from fwbench_aggregator import history_series, judge, stats
+
+
+@dataclass
+class NewStep:
+    """A newly measured version against the deciding point before it in the series."""
+
+    before: str | None  # None: no earlier point decides (the series starts here)
+    after: str
+    step: judge.Step | None  # None when there is no point before it
+    busy: int = 0  # busy processes left out at `after`
+
+
+@dataclass
+class Bracket:
+    """Two measured versions with a change between them, and why the watch thinks so."""
+
+    before: str
+    after: str
+    why: str  # "step" (a new point's step) or "change point" (the series')
+    between: list[str] = field(default_factory=list)  # releases not measured between them (empty: pinpointed)
+
+
+@dataclass
+class CellWatch:
+    identity: CellIdentity
+    series: history_series.Series | None  # None: the store holds no row of the cell
+    new: list[str]
+    steps: list[NewStep]
+    brackets: list[Bracket]
+
+    @property
+    def label(self) -> str:
+        return self.series.label if self.series is not None else self.identity.cell_key
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.brackets)
+
+
+def measured_versions(frame, identity: CellIdentity, package: str) -> set[str]:
+    """The versions of `package` at which the store's series of `identity` has a point that decides (at least the
+    judge's minimum of quiet processes): a watch measures only the others."""
+    series = _series(frame, identity, package)
+    return {point.at for point in series.points if point.decides} if series is not None else set()
+
+
+def assess(frame, cells: list[CellIdentity], package: str, new_versions: list[str], releases: list[str],
+           tolerance_pct: float) -> list[CellWatch]:
+    """Each watched cell (a series identity: history_series.series_identity) read from the store's rows `frame`: the
+    steps of its newly measured versions, judged together (Holm over them), and the brackets to bisect."""
+    found = []
+    pending: list[tuple[CellWatch, NewStep, list[float], list[float]]] = []
+    for identity in cells:
+        series = _series(frame, identity, package)
+        watch = CellWatch(identity, series, list(new_versions), [], [])
+        found.append(watch)
+        if series is None:
+            continue
+        deciding = [p for p in series.points if p.decides]
+        for version in new_versions:
+            at = [p for p in series.points if p.at == version]
+            if not at:
+                continue
+            point = at[-1]
+            busy = sum(p.busy for p in at)
+            before = _point_before(deciding, version)
+            if before is None:
+                watch.steps.append(NewStep(None, version, None, busy))
+                continue
+            new_step = NewStep(before.at, version, None, busy)
+            watch.steps.append(new_step)
+            pending.append((watch, new_step, _process_medians(before), _process_medians(point)))
+    judged = judge.steps_between([(a, b) for _, _, a, b in pending], tolerance_pct=tolerance_pct)
+    for (watch, new_step, _, _), step in zip(pending, judged):
+        new_step.step = step
+        if step.changed:
+            watch.brackets.append(Bracket(new_step.before, new_step.after, "step"))
+    for watch in found:
+        if watch.series is None:
+            continue
+        deciding = [p for p in watch.series.points if p.decides]
+        for point, _change in watch.series.changes:
+            index = deciding.index(point)
+            before, after = deciding[index - 1].at, point.at
+            if not any((b.before, b.after) == (before, after) for b in watch.brackets):
+                watch.brackets.append(Bracket(before, after, "change point"))
+        for bracket in watch.brackets:
+            bracket.between = releases_between(releases, bracket.before, bracket.after)
+    return found
+
+
+def releases_between(releases: list[str], before: str, after: str) -> list[str]:
+    """The listed releases strictly between two versions (PEP 440 order): those a bisect would test. An end the
+    listing lacks (a version only the store knows) is added to it, so the bracket still has its two ends."""
+    try:
+        return sweeps_core.versions_between([*releases, before, after], before, after)[1:-1]
+    except sweeps_core.SweepError:
+        return []
+
+
+def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[str]:
+    """What the watch prints and writes: per cell its points, each new version's step and the brackets."""
+    out = []
+    for watch in watches:
+        out.append(f"{watch.label}:")
+        if watch.series is None:
+            out.append("  no rows in the history store")
+            continue
+        for point in watch.series.points:
+            value = "busy only" if point.median_ms is None else f"{point.median_ms:.3f} ms/step"
+            mark = " (new)" if point.at in watch.new else ""
+            note = "" if point.decides or not point.rows else f", fewer than {judge.MIN_REPEATS}: decides nothing"
+            out.append(f"  {package} {point.at}{mark}: {value}, {point.processes} process(es), "
+                       f"{point.busy} busy left out{note}")
+        for new_step in watch.steps:
+            out.append("  " + step_line(new_step, package, tolerance_pct))
+        for point, change in watch.series.changes:
+            out.append(f"  change point at {package} {point.at}: x{change.ratio:.3f}, {change.word}")
+        for bracket in watch.brackets:
+            if bracket.between:
+                out.append(f"  to bisect: {package} {bracket.before} .. {bracket.after} ({len(bracket.between)} "
+                           f"release(s) between, from the {bracket.why})")
+            else:
+                out.append(f"  the change is at {package} {bracket.after}: no release between {bracket.before} and "
+                           f"{bracket.after} (from the {bracket.why})")
+    return out
+
+
+def step_line(new_step: NewStep, package: str, tolerance_pct: float) -> str:
+    if new_step.step is None:
+        return f"{package} {new_step.after}: no earlier point that decides, nothing to compare with"
+    step = new_step.step
+    busy = f"; {new_step.busy} busy process(es) left out" if new_step.busy else ""
+    words = (judge.interval_words(step.ratio, step.low, step.high, tolerance_pct) if step.ratio is not None
+             else step.detail)
+    return f"{package} {new_step.before} -> {new_step.after}: {step.verdict} ({words}; {step.detail}){busy}"
+
+
+def write_summary(path: Path, heading: list[str], body: list[str], outcomes: list[str]) -> Path:
+    """The watch's markdown summary, written atomically."""
+    from fwbench.core.atomic import write_atomically
+
+    text = ["# fwbench watch", "", *[f"{line}  " for line in heading], "", "```", *body, "```", ""]
+    if outcomes:
+        text += ["## Bisects", "", *[f"- {line}" for line in outcomes], ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, "\n".join(text))
+    return path
+
+
+def _series(frame, identity: CellIdentity, package: str) -> history_series.Series | None:
+    if frame is None or not len(frame):
+        return None
+    rows = [row for row in frame.to_dict("records")
+            if history_series.series_identity(CellIdentity.of_row(row), package) == identity]
+    if not rows:
+        return None
+    return history_series.series_of(identity, identity.cell_key, rows, package)
+
+
+def _point_before(deciding: list[history_series.Point], version: str) -> history_series.Point | None:
+    """The last deciding point at a version below `version`."""
+    earlier = [p for p in deciding if history_series.version_order(p.at) < history_series.version_order(version)]
+    return earlier[-1] if earlier else None
+
+
+def _process_medians(point: history_series.Point) -> list[float]:
+    return [stats.median(stats.repeat_samples(history_series.steps_of(row), row["ms_per_step"])) for row in point.rows]

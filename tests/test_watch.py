@@ -1,0 +1,218 @@
+"""`fwbench watch`: the newest releases the history lacks are measured, judged against the point before them, and a
+change between two measured versions is bisected over the releases between them. The cell runner (run_point) is
+replaced by a stand-in that writes rows at a chosen ms/step per version (the real-cell test is
+test_watch_real_tiny_cells_find_and_bisect_a_planted_change)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+
+import numpy as np
+import pytest
+
+from tests.aggregator_rows import LIBRARY_VERSIONS, record, samples
+from tests.conftest import run_fwbench
+from fwbench.core.results import target_path, write_row
+
+START = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+
+
+def _stand_in(monkeypatch, centre_of, *, busy_at=(), calls=None):
+    """run_point writing one row per planned spec at centre_of(version) ms/step (busy rows at busy_at)."""
+    from fwbench.engines import sweep as sweep_engine
+    from fwbench.harness.cell import base_record
+
+    rng = np.random.default_rng(11)
+    clock = {"n": 0}
+
+    def run_point(specs, point, out, pin_set, device, **kwargs):
+        if calls is not None:
+            calls.append((point.version, len(specs)))
+        _engine, planned = sweep_engine.point_specs(specs, point, pin_set, device)
+        rows = []
+        for spec in planned:
+            clock["n"] += 1
+            rec = record(spec.stack, spec.task, repeat=spec.repeat,
+                         step_ms=samples(rng, centre_of(point.version), n=10, spread=0.01),
+                         started_at=START + dt.timedelta(minutes=clock["n"]),
+                         library_versions={**LIBRARY_VERSIONS, point.package: point.version})
+            rec.update({key: value for key, value in base_record(spec).items()
+                        if key not in ("record_id", "source_commit", "fwbench_version", "schema_version")})
+            rec.update(sweep_point=point.label, sweep_installed=point.label, status="ok")
+            if point.version in busy_at:
+                rec.update(contention_busy=True, busy=True)
+            write_row(rec, target_path(spec, out, rec))
+            rows.append(rec)
+            kwargs.get("on_done", lambda result: None)
+        return rows
+
+    monkeypatch.setattr(sweep_engine, "run_point", run_point)
+
+
+def _watch(monkeypatch, capsys, args):
+    from fwbench.cli.commands import main
+
+    monkeypatch.setattr(sys, "argv", ["fwbench", "watch", "--stack", "native-torch", "--task", "bert-fit",
+                                      "--device", "cpu", "--package", "tqdm", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    return done.value.code, " ".join(capsys.readouterr().out.split())
+
+
+def test_a_watch_measures_only_new_releases_and_bisects_a_change_between_two_nights(tmp_path, monkeypatch, capsys):
+    """Night 1 measures the newest two releases; night 2 the one new release, 30% slower: the step from the point
+    before it is slower, and the bisect over the two releases between them names the planted one."""
+    store = tmp_path / "store"
+    calls: list = []
+    _stand_in(monkeypatch, lambda v: 13.0 if v >= "1.4" else 10.0, calls=calls)
+    code, printed = _watch(monkeypatch, capsys, ["--versions", "1.0,1.1,1.2", "--newest", "2", "--store", str(store),
+                                                 "--out", str(tmp_path / "night1")])
+    assert code == 0, printed
+    assert [v for v, _ in calls] == ["1.1", "1.2"] and all(n == 3 for _, n in calls)
+    assert "tqdm 1.1 -> 1.2: equivalent" in printed and "no change found" in printed
+    calls.clear()
+    code, printed = _watch(monkeypatch, capsys, ["--versions", "1.0,1.1,1.2,1.3,1.4,1.5", "--store", str(store),
+                                                 "--out", str(tmp_path / "night2")])
+    assert code == 3, printed
+    assert calls[0] == ("1.5", 3), calls  # 1.1 and 1.2 are in the history: not measured again
+    assert "tqdm 1.2 -> 1.5: slower (x1.3" in printed
+    assert "to bisect: tqdm 1.2 .. 1.5 (2 release(s) between, from the step)" in printed
+    assert "changed (slower) between tqdm==1.3 and tqdm==1.4" in printed, printed
+    summary = (tmp_path / "night2" / "watch.md").read_text()
+    assert "changed (slower) between tqdm==1.3 and tqdm==1.4" in " ".join(summary.split())
+    # Night 3, nothing new: nothing measured, and the bisect's points are in the history too.
+    calls.clear()
+    code, printed = _watch(monkeypatch, capsys, ["--versions", "1.0,1.1,1.2,1.3,1.4,1.5", "--store", str(store),
+                                                 "--out", str(tmp_path / "night3"), "--no-bisect"])
+    assert calls == [] and "0 not in the history" in printed
+    from fwbench_aggregator import history
+
+    stored = history.query(store)
+    assert {"tqdm==1.3", "tqdm==1.4"} <= set(stored["sweep_point"])
+
+
+def test_adjacent_releases_pinpoint_a_change_without_a_bisect(tmp_path, monkeypatch, capsys):
+    store = tmp_path / "store"
+    calls: list = []
+    _stand_in(monkeypatch, lambda v: 13.0 if v >= "1.2" else 10.0, calls=calls)
+    _watch(monkeypatch, capsys, ["--versions", "1.0,1.1", "--store", str(store), "--out", str(tmp_path / "a")])
+    code, printed = _watch(monkeypatch, capsys, ["--versions", "1.0,1.1,1.2", "--store", str(store),
+                                                 "--out", str(tmp_path / "b")])
+    assert code == 3, printed
+    assert "the change is at tqdm 1.2: no release between 1.1 and 1.2" in printed
+    assert [v for v, _ in calls] == ["1.1", "1.2"]  # no bisect point measured
+
+
+def test_a_busy_new_point_decides_nothing(tmp_path, monkeypatch, capsys):
+    store = tmp_path / "store"
+    _stand_in(monkeypatch, lambda v: 13.0 if v >= "1.2" else 10.0, busy_at=("1.2",))
+    _watch(monkeypatch, capsys, ["--versions", "1.0,1.1", "--store", str(store), "--out", str(tmp_path / "a")])
+    code, printed = _watch(monkeypatch, capsys, ["--versions", "1.0,1.1,1.2", "--store", str(store),
+                                                 "--out", str(tmp_path / "b")])
+    assert code == 0, printed
+    assert "tqdm 1.2 (new): busy only" in printed and "no change found" in printed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--versions", " , "], "no release of tqdm"),
+    (["--versions", "1.0,main"], "not a release"),
+    (["--versions", "1.0", "--repeats", "2"], "--repeats must be at least 3"),
+    (["--versions", "1.0", "--newest", "0"], "--newest must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
+                       "--store", str(tmp_path / "store"), "--out", str(tmp_path / "out"), *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_store_that_is_a_file_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "store").write_text("not a store")
+    proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
+                       "--versions", "1.0", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_a_sweep_s_rows_join_their_cell_s_series_by_version():
+    """By version of a package, rows measured at that package's sweep points are points of one series (their cell
+    with the sweep point blanked); by date, or by another package, they stay their own identities."""
+    from fwbench.core.identity import CellIdentity
+    from fwbench_aggregator.history_series import series_identity
+
+    plain = CellIdentity.of_row(record("native-torch", "bert-fit"))
+    swept = CellIdentity.of_row(record("native-torch", "bert-fit", sweep_point="tqdm==4.66.1"))
+    assert swept != plain
+    assert series_identity(swept, "tqdm") == plain
+    assert series_identity(swept, "torch") == swept and series_identity(swept, None) == swept
+
+
+@pytest.mark.integration
+def test_watch_real_tiny_cells_find_and_bisect_a_planted_change(tmp_path, shared_data):
+    """Real native-torch bert-predict cells at five real tqdm releases, each installed over the stack's lock; a
+    delay planted in every step from tqdm 4.66.4 on (a test-only fault, recorded in the rows). Night 1 measures the
+    newest two of 4.66.1-4.66.2, night 2 only 4.66.5 of 4.66.1-4.66.5, finds the step and bisects 4.66.3-4.66.4.
+    Busy rows decide nothing: on a machine that made a point busy, the watch must say so and claim no change."""
+    import pyarrow.parquet as pq
+
+    store, out = tmp_path / "store", tmp_path / "watch"
+    common = ["watch", "--stack", "native-torch", "--task", "bert-predict", "--steps", "5", "--warmup", "1",
+              "--threads", "1", "--data", str(shared_data), "--package", "tqdm", "--store", str(store),
+              "--out", str(out), "--inject-fault", "step-sleep-from:tqdm==4.66.4:40"]
+    night1 = run_fwbench(*common, "--versions", "4.66.1,4.66.2", "--newest", "2", timeout=1200)
+    assert night1.returncode in (0, 3) and "Traceback" not in night1.stderr, night1.stdout + night1.stderr
+    night2 = run_fwbench(*common, "--versions", "4.66.1,4.66.2,4.66.3,4.66.4,4.66.5", timeout=1200)
+    printed = " ".join(night2.stdout.split())
+    assert "Traceback" not in night2.stderr, night2.stderr
+    assert "newest 1 of 5 release(s) (4.66.5); 1 not in the history" in printed, printed
+    rows = [row for path in out.rglob("*.parquet") for row in pq.read_table(path).to_pylist()]
+    assert all(row["status"] == "ok" for row in rows), [row.get("error_message") for row in rows]
+    planted = {row["sweep_point"] for row in rows if "injected_fault" in (row.get("extra") or "")}
+    assert planted and planted <= {"tqdm==4.66.4", "tqdm==4.66.5"} and "tqdm==4.66.5" in planted
+    quiet = {}
+    for row in rows:
+        quiet.setdefault(row["sweep_point"], []).append(not row.get("busy"))
+    if sum(quiet["tqdm==4.66.5"]) >= 3 and sum(quiet["tqdm==4.66.2"]) >= 3:
+        assert night2.returncode == 3, night2.stdout + night2.stderr
+        assert "tqdm 4.66.2 -> 4.66.5: slower" in printed and "to bisect: tqdm 4.66.2 .. 4.66.5" in printed
+        assert ("changed (slower) between tqdm==4.66.3 and tqdm==4.66.4" in printed
+                or "undecided" in printed), printed  # undecided: a middle point was busy
+    else:  # a busy point decides nothing: no change may be claimed from it
+        assert night2.returncode == 0 and "no change found" in printed, printed
+        pytest.skip("rows at a compared version were busy (a loaded machine): the watch claimed nothing, as it "
+                    "must; the found-and-bisected path needs a quieter machine")
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("cron", ["30 4 * * * cd ", "flock -n ", "watch --stack native-torch", "--package tqdm", ">> "]),
+    ("systemd", ["OnCalendar=*-*-* 04:30:00", "ExecStart=", "watch --stack native-torch", "SuccessExitStatus=3"]),
+    ("slurm", ["#SCRON --cpus-per-task=", "#SCRON --time=", "30 4 * * * ", "watch --stack native-torch"]),
+    ("k8s", ["kind: CronJob", "schedule: 30 4 * * *", "concurrencyPolicy: Forbid", "- /results/watch",
+             "claimName: fwbench-results", "runAsNonRoot: true"]),
+])
+def test_schedule_renders_the_same_watch_for_each_scheduler(tmp_path, kind, expected):
+    """--schedule runs nothing: it prints an entry that runs this watch (less the schedule's own options) daily."""
+    proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
+                       "--out", str(tmp_path / "out"), "--schedule", kind, "--at", "04:30", "--image", "reg/fw@sha256:1")
+    assert proc.returncode == 0, proc.stderr
+    for text in expected:
+        assert text in proc.stdout, (text, proc.stdout)
+    assert "--schedule" not in proc.stdout and "--at" not in proc.stdout and not (tmp_path / "out").exists()
+    if kind == "k8s":
+        import yaml
+
+        job = yaml.safe_load(proc.stdout)
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert [v["name"] for v in pod["volumes"]] == ["results", "data", "tmp", "shm"]  # no plan ConfigMap
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--schedule", "at"], "--schedule must be one of cron, systemd, k8s, slurm"),
+    (["--schedule", "cron", "--at", "25:00"], "--at must be HH:MM"),
+    (["--schedule", "k8s"], "--schedule k8s needs --image"),
+])
+def test_schedule_bad_input_is_one_line(tmp_path, args, message):
+    proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
+                       "--out", str(tmp_path / "out"), *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
