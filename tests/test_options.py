@@ -27,6 +27,7 @@ EXPECTED = {
     ("data",): (tuple(name for name in ALL_OPTIONS if name not in ("task", "preset", "seed")), set()),
     ("sweep",): (("parallel",), set()),
     ("bisect",): (("parallel",), {"task", "repeats"}),
+    ("watch",): (("parallel",), {"repeats"}),
     ("stability",): (("compile", "warmup", "repeats", "per_step_sync", "parallel", "jit", "devices", "global_batch"),
                      {"task", "precision", "steps"}),
 }
@@ -100,6 +101,8 @@ REQUIRED = {
     ("sweep",): ["--stack", "native-torch", "--vary", "tqdm=1.0", "--out", "{tmp}/out"],
     ("bisect",): ["--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm", "--good", "1.0", "--bad", "2.0",
                   "--versions", "1.0,2.0", "--out", "{tmp}/out"],
+    ("watch",): ["--stack", "native-torch", "--package", "tqdm", "--versions", "1.0", "--store", "{tmp}/store", "--out",
+                 "{tmp}/out"],
     ("stability",): ["--stack", "native-torch", "--task", "bert-fit", "--precision", "fp16", "--out", "{tmp}/out"],
 }
 BAD = [("stack", ["--stack", "nope"], "unknown stack 'nope'"),

@@ -10,7 +10,6 @@ from typing import List, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fwbench.core import data, model_inputs, registry
@@ -18,8 +17,8 @@ from fwbench.engines import slots as slot_plan
 from fwbench.engines import EngineError
 from fwbench.core.spec import CellSpec
 from fwbench.core.usage import UsageError
-from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, cell_name, check_out_dir, console,
-                                 default_data_dir, make_engine, pin_set_or_default, ran_concurrently, result_line,
+from fwbench.cli.common import (DEVICE_HELP, PIN_SET_HELP, RESUME_HELP, STATUS_STYLE, check_out_dir, console,
+                                 default_data_dir, make_engine, pin_set_or_default, ran_concurrently,
                                  warn_if_busy)
 from fwbench.cli.options import (MODEL_FILE_OPTIONS, MODEL_FILE_OVERRIDES, MatrixOptions, Override, declaration,
                                   matrix_options, require_stack_or_model)
@@ -121,7 +120,7 @@ def run_cmd(
         from fwbench.cli.history import check_store
 
         check_store(history)
-    outcomes = execute(specs, runner, out, bool(resume), slots, replace_ok=resume is False)
+    outcomes = execute(specs, runner, out, bool(resume), slots, replace_ok=resume is False, history=history)
     if history is not None:
         from fwbench.cli.history import add_rows
 
@@ -142,8 +141,9 @@ def engine_gpus(runner) -> list[int]:
 
 
 def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list | None = None, *,
-            replace_ok: bool = False) -> list:
-    """Prepare environments and data, run every cell with live progress (up to one per slot at once),
+            replace_ok: bool = False, history: Path | None = None) -> list:
+    """Prepare environments and data, run every cell with live progress (up to one per slot at once; cell N of M and
+    an estimate of what is left: fwbench.cli.progress, its history estimates from `history` or $FWBENCH_HISTORY),
     print the summary. resume and replace_ok: as matrix.run_matrix takes them."""
     from fwbench.engines import matrix
     from fwbench.cli.build_status import build_status
@@ -159,25 +159,13 @@ def execute(specs: list[CellSpec], runner, out: Path, resume: bool, slots: list 
         console.print(f"{len(slots)} cells at once, each on its own slot: " + "; ".join(
             f"CPUs {slot.cpu_set}" + (f", GPU {','.join(map(str, slot.gpus))}" if slot.gpus else "") for slot in slots),
             highlight=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        bar = progress.add_task("cells", total=len(specs))
-        running: dict[int, str] = {}  # id(spec) -> its name, for the cells running now
+    from fwbench.cli import progress as run_progress
 
-        def show_running() -> None:
-            progress.update(bar, description=escape(" | ".join(running.values()) or "cells"))
-
-        def on_start(spec: CellSpec) -> None:
-            running[id(spec)] = cell_name(spec)
-            show_running()
-
-        def on_done(result) -> None:
-            running.pop(id(result.spec), None)
-            show_running()
-            progress.advance(bar)
-            progress.console.print(result_line(result))
-
-        outcomes = matrix.run_matrix(specs, out, runner, resume, on_start, on_done=on_done, slots=slots,
+    store = run_progress.estimate_store(history)
+    placed = run_progress.placed_for_run(specs, runner, slots)
+    estimates = run_progress.estimates_never_failing(placed, store)
+    with run_progress.RunProgress(placed, estimates, console, at_once=min(len(slots), len(specs))) as shown:
+        outcomes = matrix.run_matrix(specs, out, runner, resume, shown.started, on_done=shown.finished, slots=slots,
                                      replace_ok=replace_ok)
     console.print(_summary_table(outcomes))
     console.print(f"results: {out}")

@@ -4,18 +4,16 @@ release at which a cell changed). See fwbench.engines.sweep (the points), fwbenc
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
 
-from fwbench.cli.common import (RESUME_HELP, check_out_dir, console, default_data_dir, pin_set_or_default, result_line,
+from fwbench.cli.common import (RESUME_HELP, check_out_dir, console, default_data_dir, pin_set_or_default,
                                 warn_if_busy)
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
-from fwbench.core.identity import CellIdentity
 from fwbench.core.usage import UsageError
 
 TOLERANCE_HELP = ("A change smaller than this, in percent, is no change: steps within it can be 'equivalent', beyond "
@@ -85,18 +83,27 @@ def register(app: typer.Typer) -> None:
 
             check_store(history)
         warn_if_busy()
+        from fwbench.cli import progress as run_progress
+
+        # Progress over every cell at every point (M = cells x points), each estimated as placed at its point.
+        planned = [spec for point in points
+                   for spec in run_progress.placed_for_sweep(specs, point.label, pin_set, device)]
+        estimates = run_progress.estimates_never_failing(planned, run_progress.estimate_store(history))
         rows = []
-        for point in points:
-            console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
-            at_point = run_point(specs, point, out, pin_set, device, progress_for=_status(), resume=bool(resume),
-                                 replace_ok=resume is False,
-                                 on_done=lambda result: console.print(result_line(result)))
-            rows += at_point
-            for row in at_point:
-                if row and row["status"] != "ok" and str(row.get("error_type", "")).startswith("Sweep"):
-                    console.print(f"[red]{row['status']}[/] {escape(row['cell_id'])} at {escape(point.label)}: "
-                                  f"{escape(str(row.get('error_message')))}", highlight=False)
-                    break
+        with run_progress.RunProgress(planned, estimates, console) as shown:
+            for number, point in enumerate(points):
+                shown.pause()  # the point's environments are prepared with a status line of their own
+                console.print(f"[bold]point {escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
+                at_point = run_point(specs, point, out, pin_set, device, progress_for=_status(), resume=bool(resume),
+                                     replace_ok=resume is False, on_start=shown.started, on_done=shown.finished)
+                shown.settle(range(number * len(specs), (number + 1) * len(specs)))  # a point that could not run
+                rows += at_point
+                for row in at_point:
+                    if row and row["status"] != "ok" and str(row.get("error_type", "")).startswith("Sweep"):
+                        shown.pause()
+                        console.print(f"[red]{row['status']}[/] {escape(row['cell_id'])} at {escape(point.label)}: "
+                                      f"{escape(str(row.get('error_message')))}", highlight=False)
+                        break
         report = print_sweep_report(out, tolerance)
         console.print(f"sweep report: {report}")
         if history is not None:
@@ -125,10 +132,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the first release (or day) between --good and --bad at which a cell changed by more than the
         tolerance: a binary search, each tested point its own environment, 3+ repeats each."""
-        from fwbench_aggregator import loading
-        from fwbench_aggregator import sweep as report_sweep
-        from fwbench.engines.sweep import run_point
-        from fwbench_aggregator.bisect import bisect
+        from fwbench.cli.bisecting import bisect_cell
 
         repeats = options.repeats
         if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
@@ -148,38 +152,10 @@ def register(app: typer.Typer) -> None:
                                  threads=options.threads or os.cpu_count() or 1)
         check_out_dir(out)
 
-        # The one cell this bisect is about, from the rows its first point gave: --out may also hold other cells'
-        # rows (an earlier sweep's), and a verdict or a median of theirs must never stand in for this cell's.
-        asked: dict[str, CellIdentity] = {}
-
-        def measure(label: str, n: int) -> None:
-            specs = replace(options, repeats=n).plan(base)
-            rows = run_point(specs, points_core.parse_label(label), out, pin_set, device, progress_for=_status(),
-                             resume=True, on_done=lambda result: console.print(result_line(result)))
-            for row in sorted((r for r in rows if r), key=lambda r: r["status"] != "ok"):
-                asked.setdefault("cell", report_sweep.cell_of(CellIdentity.of_row(row)))
-
-        def this_cell():
-            loaded = loading.load_results([out])
-            return report_sweep.rows_of_cell(loaded, asked["cell"]) if "cell" in asked else None
-
-        def judge(a: str, b: str, level: float):
-            loaded = this_cell()
-            verdicts = [] if loaded is None else report_sweep.judge(
-                report_sweep.rows_at(loaded, a), report_sweep.rows_at(loaded, b), tolerance, level)
-            return verdicts[0] if verdicts else report_sweep.StepVerdict(
-                None, a, b, None, None, None, report_sweep.INCONCLUSIVE, "no ok rows on one side", "", tolerance)
-
-        def median_of(label: str):
-            loaded = this_cell()
-            for cell in ([] if loaded is None else report_sweep.cell_sweeps(loaded, tolerance)):
-                for point in cell.points:
-                    if point.label == label and point.estimate is not None:
-                        return point.estimate.median
-            return None
-
-        result = bisect(labels, measure, judge, median_of, repeats, max_repeats=max_repeats)
-        print_bisect(result, out, tolerance, asked.get("cell"))
+        done = bisect_cell(options, base, labels, out, pin_set=pin_set, device=device, tolerance=tolerance,
+                           max_repeats=max_repeats, progress_for=_status())
+        result = done.result
+        print_bisect(result, out, tolerance, done.cell)
         if result.outcome in ("failed",):
             raise typer.Exit(1)
 

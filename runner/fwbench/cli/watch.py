@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, result_line, warn_if_busy
+from fwbench.cli.common import check_out_dir, console, default_data_dir, pin_set_or_default, warn_if_busy
 from fwbench.cli.options import MatrixOptions, Override, matrix_options
 from fwbench.core import sweep as points_core
 from fwbench.core.identity import CellIdentity
@@ -102,12 +102,21 @@ def register(app: typer.Typer) -> None:
                       highlight=False)
         warn_if_busy()
         failed = False
-        for version in to_measure:
-            point = points_core.package_point(package, version)
-            console.print(f"[bold]{escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
-            rows = run_point(specs, point, out, pin_set, device, resume=True,
-                             on_done=lambda result: console.print(result_line(result)))
-            failed |= any(row and row["status"] not in ("ok", "unsupported") for row in rows)
+        from fwbench.cli import progress as run_progress
+
+        # Cell N of M over every version to measure, with what is left estimated from the store (as sweep does).
+        labels = [points_core.package_point(package, version).label for version in to_measure]
+        planned = [spec for label in labels for spec in run_progress.placed_for_sweep(specs, label, pin_set, device)]
+        estimates = run_progress.estimates_never_failing(planned, run_progress.estimate_store(store))
+        with run_progress.RunProgress(planned, estimates, console) as shown:
+            for number, version in enumerate(to_measure):
+                point = points_core.package_point(package, version)
+                shown.pause()
+                console.print(f"[bold]{escape(point.label)}[/] ({len(specs)} cells)", highlight=False)
+                rows = run_point(specs, point, out, pin_set, device, resume=True, on_start=shown.started,
+                                 on_done=shown.finished)
+                shown.settle(range(number * len(specs), (number + 1) * len(specs)))
+                failed |= any(row and row["status"] not in ("ok", "unsupported") for row in rows)
         if to_measure:
             add_rows(store, [out])
         frame = _stored(store, options)
