@@ -1,22 +1,34 @@
-"""One table of axes (issue 49, part 1): an axis declared in fwbench.core.axes.AXES, and nowhere else, is in the cell
-identity, the file names, --resume's reading of older rows, labels, compare's --across and verify's keys."""
+"""One table of axes (issue 49): an axis declared in fwbench.core.axes.AXES, and nowhere else, is in the cell identity,
+the file names, --resume's reading of older rows, labels, compare's --across, verify's keys, the command line's
+options (fwbench.cli.options.matrix_options) and the cell spec (CellSpec.axis_settings)."""
 
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from fwbench.cli import options as matrix
 from fwbench.core import axes, identity, results
 from fwbench.core.spec import CellSpec
+from fwbench.core.usage import UsageError
+
+
+def _knob(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 9:
+        raise ValueError(f"must be 0 to 9, got {value}")
+    return value
 
 
 @pytest.fixture
 def toy_axis(monkeypatch):
-    """A toy axis, declared in the table alone (the test's only change), derived again after it is gone."""
+    """A toy axis with its option, declared in the table alone (the test's only change), derived again after it is
+    gone."""
     toy = axes.Axis("toy_knob", "toy_knob", "toy_knob", default=0, token="toy-{}", read_old=lambda row: 0,
-                    label="knob", bounds=(0, 9))
+                    label="knob", bounds=(0, 9), option=axes.AxisOption("A toy knob, 0 to 9.", parse=_knob))
     monkeypatch.setattr(axes, "AXES", [*axes.AXES, toy])
     identity.rebuild()
     yield toy
@@ -24,13 +36,11 @@ def toy_axis(monkeypatch):
     identity.rebuild()
 
 
-def spec_with(knob: int, **fields):
-    """A CellSpec-like object carrying the toy axis's field (CellSpec itself is not the test's to change)."""
-    base = CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none", data_dir="/d",
-                    steps=20, **fields)
-    spec = types.SimpleNamespace(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, toy_knob=knob)
-    spec.identity = identity.CellIdentity.of_spec(spec)
-    return spec
+def spec_with(knob: int | None, **fields) -> CellSpec:
+    """A real CellSpec with the toy knob set (None: not set, the axis's default)."""
+    settings = () if knob is None else (("toy_knob", knob),)
+    return CellSpec(stack="native-torch", task="bert-fit", preset="tiny", compile_mode="none", data_dir="/d",
+                    steps=20, axis_settings=settings, **fields)
 
 
 def test_a_toy_axis_declared_in_the_table_alone_reaches_every_consumer(toy_axis, tmp_path):
@@ -38,9 +48,12 @@ def test_a_toy_axis_declared_in_the_table_alone_reaches_every_consumer(toy_axis,
     from fwbench_aggregator import compare
     from fwbench_aggregator.variants import Variant
 
-    default, knob3 = spec_with(0), spec_with(3)
+    default, knob3 = spec_with(None), spec_with(3)
+    assert default.identity.setting("toy_knob") == 0 and spec_with(0).identity == default.identity
     assert default.identity != knob3.identity and knob3.identity.setting("toy_knob") == 3  # identity
     assert default.identity.settings_id != knob3.identity.settings_id
+    assert CellSpec.from_json(knob3.to_json()) == knob3  # the cell process reads it from the spec's JSON
+    assert "axis_settings" not in default.to_json()  # a spec without it reads as before (older harnesses)
     assert ".toy-3." in results.readable_path(knob3, tmp_path).name  # file names
     assert ".toy-" not in results.readable_path(default, tmp_path).name
     old_row = {"stack": "native-torch", "task": "bert-fit", "preset": "tiny", "compile_mode": "none",
@@ -54,12 +67,39 @@ def test_a_toy_axis_declared_in_the_table_alone_reaches_every_consumer(toy_axis,
     assert verify.spec_key(knob3.identity) != verify.spec_key(default.identity)  # verify's keys
 
 
+def test_a_toy_axis_declared_in_the_table_alone_is_an_option_of_the_matrix_commands(toy_axis):
+    """A command given the matrix options after the axis is declared takes --toy-knob, and its plan's cells have it."""
+    probe, taken = typer.Typer(), []
+
+    @probe.command()
+    @matrix.matrix_options()
+    def probe_cmd(options: matrix.MatrixOptions) -> None:
+        """A probe."""
+        taken.append(options)
+
+    assert list(matrix.table_axes()) == ["toy_knob"]  # no MatrixOptions field: the table's option
+    runner = CliRunner()
+    result = runner.invoke(probe, ["--stack", "native-torch", "--task", "bert-fit", "--toy-knob", "3"])
+    assert result.exit_code == 0, result.output
+    assert "--toy-knob" in runner.invoke(probe, ["--help"]).output
+    assert taken[-1].axis_values == {"toy_knob": 3} == dataclasses.replace(taken[-1], repeats=2).axis_values
+    specs = taken[-1].plan(taken[-1].base_spec(data_dir="/d", threads=1))
+    assert specs and {spec.identity.setting("toy_knob") for spec in specs} == {3}
+    assert {CellSpec.from_json(spec.to_json()).identity.setting("toy_knob") for spec in specs} == {3}
+    result = runner.invoke(probe, ["--stack", "native-torch", "--task", "bert-fit"])  # not given: the axis default
+    assert result.exit_code == 0, result.output
+    assert taken[-1].base_spec(data_dir="/d", threads=1).identity.setting("toy_knob") == 0
+    result = runner.invoke(probe, ["--stack", "native-torch", "--toy-knob", "12"])  # a bad value: a UsageError
+    assert isinstance(result.exception, UsageError) and "--toy-knob" in str(result.exception)
+
+
 def test_the_table_and_the_identity_agree():
     """Every axis is a setting with its column and spec field; the fixed defaults and tokens are the axes'."""
     assert list(identity.SETTINGS) == [axis.name for axis in axes.AXES]
     for axis in axes.AXES:
         assert identity.SETTINGS[axis.name] == (axis.column, axis.spec_field)
-        assert hasattr(CellSpec, axis.spec_field) or axis.spec_field in {f.name for f in dataclasses.fields(CellSpec)}
+        # An axis with its option in the table (axes.AxisOption) may have no field: the spec's axis_settings holds it.
+        assert axis.spec_field in {f.name for f in dataclasses.fields(CellSpec)} or axis.option is not None
     assert identity.FIXED_DEFAULTS["devices"] == 1 and "threads" not in identity.FIXED_DEFAULTS
     assert identity.SECTION_AXES == {"sweep": ("sweep_point",), "scaling": ("devices", "global_batch")}
 
@@ -87,9 +127,9 @@ NOT_AN_OPTION = {"image_variant": "the engine's image or environment", "device_m
 
 def test_every_settable_axis_is_one_option_whose_default_and_spec_field_are_the_axis():
     """The command line's options and the cell spec take an axis's default and field from the table: an option
-    that sets an axis declares it, and one without an axis cannot set an identity setting of the spec."""
-    from fwbench.cli import options
-
+    that sets an axis declares it (a MatrixOptions field, or the axis's option in the table), and one without an axis
+    cannot set an identity setting of the spec."""
+    options = matrix
     by_axis: dict[str, list[str]] = {}
     for option in dataclasses.fields(options.MatrixOptions):
         declared = options.declaration(option.name)
@@ -100,14 +140,16 @@ def test_every_settable_axis_is_one_option_whose_default_and_spec_field_are_the_
             assert declared.spec_field in (None, axis.spec_field), option.name
         else:
             assert declared.spec_field not in {axis.spec_field for axis in axes.AXES}, option.name
+    for name in options.table_axes():
+        by_axis.setdefault(name, []).append(f"--{name}")
     settable = [axis.name for axis in axes.AXES if axis.name not in NOT_AN_OPTION]
     assert {name: len(found) for name, found in by_axis.items()} == {name: 1 for name in settable}
     spec_defaults = {f.name: f.default for f in dataclasses.fields(CellSpec)}
     for axis in axes.AXES:
-        if axis.default is not axes.HOST:
+        if axis.default is not axes.HOST and axis.name not in options.table_axes():
             assert spec_defaults[axis.spec_field] == axis.default, axis.name
     # A plain run's base spec holds every axis at its default.
     base = options.MatrixOptions(stack=["native-torch"]).base_spec(data_dir="/data", threads=2)
     for axis in axes.AXES:
         if axis.default is not axes.HOST and axis.name != "pin_set":
-            assert getattr(base, axis.spec_field) == axis.default, axis.name
+            assert base.identity.setting(axis.name) == axis.default, axis.name

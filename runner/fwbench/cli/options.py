@@ -17,7 +17,10 @@ commands to this.
 
 Adding an option (a precision, say) is one field below: its default, help, check and the CellSpec field it
 sets (spec_field). An option that sets an axis of the cell (fwbench.core.axes) is declared with `_axis_option`:
-its default and CellSpec field are the axis's, and tests/test_axes.py holds every settable axis to one option.
+its default and CellSpec field are the axis's, and tests/test_axes.py holds every settable axis to one option. An
+axis that declares its option in the axes table (axes.AxisOption) instead needs nothing here: `matrix_options` adds
+`--<axis-name>` for every such axis in axes.AXES when it decorates a command, MatrixOptions.axis_values holds the
+values given, and base_spec passes them on (CellSpec.axis_settings).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import InitVar, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import typer
 
@@ -220,9 +223,19 @@ class MatrixOptions:
         "steps_per_execution", "Keras compile(steps_per_execution=N) for --model's Keras cells: N steps per call of "
         "the compiled step (must divide --steps; the twin runs one a call).",
         check=_at_least("--steps-per-execution", 1), opt_in=True, parse=_integer("--steps-per-execution"))
+    # The values given to the options of the axes that declare one in the axes table (axes.AxisOption; table_axes),
+    # by axis name, parsed: `matrix_options` fills it in, base_spec passes it on (CellSpec.axis_settings); an axis not
+    # here is at its default. Not a field (the fields above are the one definition's options), but kept by replace().
+    axis_values: InitVar[Optional[Dict[str, Any]]] = None
+
+    def __post_init__(self, axis_values: Optional[Dict[str, Any]]) -> None:
+        object.__setattr__(self, "axis_values", dict(axis_values or {}))
 
     def check(self) -> None:
         """Every value, in the order of the fields; a bad one raises a one-line error."""
+        unknown = set(self.axis_values) - set(table_axes())
+        if unknown:
+            raise TypeError(f"not axes with an option of their own (axes.AxisOption): {sorted(unknown)}")
         # With --model, --task is a task kind and --compile the PyTorch twin's modes (fwbench.engines.model_files).
         checked_elsewhere = ("task",) if self.model is not None else ()
         for option in fields(self):
@@ -266,9 +279,12 @@ class MatrixOptions:
         preset = registry.get_preset(self.preset)
         given = {declaration(option.name).spec_field: getattr(self, option.name) for option in fields(self)
                  if declaration(option.name).spec_field}
+        axis_settings = tuple((axis.name, self.axis_values[axis.name]) for axis in axes.AXES
+                              if axis.name in self.axis_values)
         spec = CellSpec(stack="", task="", compile_mode="", data_dir=data_dir, threads=threads,
                         warmup=preset.warmup if self.warmup is None else self.warmup,
-                        timeout_s=self.timeout or preset.timeout_s, precision=self.resolved_precision(), **given)
+                        timeout_s=self.timeout or preset.timeout_s, precision=self.resolved_precision(),
+                        axis_settings=axis_settings, **given)
         return replace(spec, **spec_fields)
 
     def plan(self, base: CellSpec) -> list[CellSpec]:
@@ -296,6 +312,13 @@ _FIELDS = {option.name: option for option in fields(MatrixOptions)}
 _TYPES = typing.get_type_hints(MatrixOptions)
 
 
+def table_axes() -> dict[str, axes.Axis]:
+    """The axes that declare their option in the axes table (axes.AxisOption) and have no field here, by name: read
+    from axes.AXES as it is now (when a command is decorated), so an axis declared later is an option too."""
+    fielded = {declaration(name).axis for name in _FIELDS}
+    return {axis.name: axis for axis in axes.AXES if axis.option is not None and axis.name not in fielded}
+
+
 @dataclass(frozen=True)
 class CommandOptions:
     """What a command took (for tests/test_options.py): the options it shows and its overrides."""
@@ -307,12 +330,18 @@ class CommandOptions:
 def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None = None, opt_in: tuple[str, ...] = (),
                    **overrides: Override) -> Callable[[Callable], Callable]:
     """Give a command the matrix options (all, `only` these, or all but `omit`; opt-in ones only when named in
-    `opt_in`), with its overrides; the command receives them as one checked MatrixOptions, its first parameter."""
-    unknown = set(omit) | set(only or ()) | set(opt_in) | set(overrides)
-    if unknown - set(_FIELDS):
-        raise TypeError(f"not matrix options: {sorted(unknown - set(_FIELDS))}")
+    `opt_in`), with its overrides; the command receives them as one checked MatrixOptions, its first parameter.
+    The options of the axes that declare theirs in the axes table (table_axes) come after the fields' (omit and only
+    name them too; they take no overrides)."""
+    table = table_axes()
+    if set(table) & set(_FIELDS):
+        raise TypeError(f"axes named like a matrix option: {sorted(set(table) & set(_FIELDS))}")
+    unknown = (set(omit) | set(only or ()) | set(opt_in) | set(overrides)) - (set(_FIELDS) | set(table))
+    if unknown or set(overrides) - set(_FIELDS):
+        raise TypeError(f"not matrix options: {sorted(unknown | (set(overrides) - set(_FIELDS)))}")
     names = tuple(name for name in _FIELDS if (only is None or name in only) and name not in omit
                   and (not declaration(name).opt_in or name in opt_in))
+    axis_names = tuple(name for name in table if (only is None or name in only) and name not in omit)
     fixed = {name: override.default for name, override in overrides.items()
              if name not in names and override.default is not _UNCHANGED}
 
@@ -323,17 +352,25 @@ def matrix_options(*, omit: tuple[str, ...] = (), only: tuple[str, ...] | None =
                for parameter in list(inspect.signature(command).parameters.values())[1:]]
         shown = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_shown_type(name),
                                    default=_typer_option(name, overrides.get(name))) for name in names]
+        shown += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                                    default=_axis_typer_option(table[name])) for name in axis_names]
+        if {p.name for p in own} & {p.name for p in shown}:
+            raise TypeError(f"{command.__name__} has a parameter named like a matrix option: "
+                            f"{sorted({p.name for p in own} & {p.name for p in shown})}")
 
         @functools.wraps(command)
         def with_options(**values: Any) -> Any:
-            options = MatrixOptions(**fixed, **{name: _parsed(name, values.pop(name)) for name in names})
+            given = {name: values.pop(name) for name in axis_names}
+            options = MatrixOptions(**fixed, **{name: _parsed(name, values.pop(name)) for name in names},
+                                    axis_values={name: _axis_parsed(table[name], text) for name, text in given.items()
+                                                 if text is not None})
             options.check()
             return command(options, **values)
 
         # Typer reads the signature and annotations: the matrix options first, then the command's own.
         with_options.__signature__ = inspect.Signature([*shown, *own])
         with_options.__annotations__ = {p.name: p.annotation for p in (*shown, *own)}
-        with_options.matrix_options = CommandOptions(names, dict(overrides))
+        with_options.matrix_options = CommandOptions((*names, *axis_names), dict(overrides))
         return with_options
 
     return decorate
@@ -363,3 +400,23 @@ def _typer_option(name: str, override: Override | None) -> Any:
         help = help.rstrip(".") + f" (default: {default_text})."
     return typer.Option(... if required else default, help=help, envvar=declared.envvar, hidden=declared.hidden,
                         metavar="<int>" if declared.parse else None)
+
+
+def _axis_flag(axis: axes.Axis) -> str:
+    return "--" + axis.name.replace("_", "-")
+
+
+def _axis_parsed(axis: axes.Axis, text: str) -> Any:
+    """The value of an axis's option (axes.AxisOption.parse), or a one-line UsageError naming the option."""
+    try:
+        return axis.option.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{_axis_flag(axis)}: {exc}") from None
+
+
+def _axis_typer_option(axis: axes.Axis) -> Any:
+    """The option of an axis declared in the table: not given (None), the axis's default."""
+    default = ("the host's or preset's" if axis.default is axes.HOST else "none" if axis.default is None
+               else str(axis.default))
+    return typer.Option(None, _axis_flag(axis), help=axis.option.help.rstrip(".") + f" (default: {default}).",
+                        metavar=axis.option.metavar)

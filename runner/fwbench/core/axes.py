@@ -5,8 +5,15 @@ token, how a row written before its column existed reads it (`read_old`), its sh
 verifier re-runs it within, whether the engine fills it in at run time, how a comparison along it works, and the
 report section that holds its other values. The cell identity (fwbench.core.identity), file names, `--resume`,
 labels (fwbench_aggregator.variants), compare's --across and its comparability (fwbench_aggregator.compare), verify's
-keys and bounds (fwbench.release.verify) and the report's sections are all derived from AXES: adding an axis is one
-entry below (plus its CellSpec field and, for a new column, the schema's), nothing in the consumers.
+keys and bounds (fwbench.release.verify) and the report's sections are all derived from AXES, and so are the command
+line and the cell spec of an axis that declares its `option` (AxisOption): the matrix options (fwbench.cli.options)
+add `--<axis-name>` for it, and the cell spec carries its value in `CellSpec.axis_settings` (in the spec's JSON, so
+the cell process has it) where CellSpec has no field of its own for it. Adding an axis is one entry below, nothing in
+the consumers. What the table does not reach: a row holds the axis only once the schema has its column
+(fwbench.core.schema; a new column bumps the schema version) and the cell writes it (fwbench.harness.cell writes each
+axis column by name), and the code that acts on the value reads it from the spec (`spec.identity.setting(name)`).
+The axes below are older than AxisOption: each has a CellSpec field and a MatrixOptions field of its own (with its
+help, checks and overrides), so none declares an option here.
 
 Rows of older schemas are upgraded to the current axes in one place, `current_values` (each axis's `read_old`); no
 consumer reads an old row's quirks itself.
@@ -34,10 +41,23 @@ RATIO_ONLY = "ratio only"  # another machine: a ratio with its interval, never s
 
 
 @dataclass(frozen=True)
+class AxisOption:
+    """The command-line option of an axis (`--<axis name>`, shown by every command that takes the matrix options,
+    fwbench.cli.options), for an axis that MatrixOptions and CellSpec have no field for: its value travels in
+    MatrixOptions.axis_values and CellSpec.axis_settings. Not given: the axis's default (None for a HOST default)."""
+
+    help: str
+    # The command line's text -> the value; raises ValueError (or UsageError) on a bad one, which the command reports
+    # in one line naming the option.
+    parse: Callable[[str], Any] = str
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
 class Axis:
     name: str
     column: str
-    spec_field: str
+    spec_field: str  # its CellSpec field; where CellSpec has none (an axis with an `option`): CellSpec.axis_settings
     default: Any = HOST
     token: str | None = None  # file-name token of a value off the default ("prec-{}"); None: the settings hash tells
     read_old: Callable[[Mapping[str, Any]], Any] | None = None  # the value of a row without the column
@@ -52,6 +72,7 @@ class Axis:
     not_rerunnable: str | None = None  # why verify cannot re-run a value off the default
     compared: str = RATIO
     section: str | None = None  # the report section of its values off the default (the headline holds the default)
+    option: AxisOption | None = None  # its command-line option where MatrixOptions has no field for it
 
     @property
     def label_name(self) -> str:

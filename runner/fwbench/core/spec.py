@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from fwbench.core import axes
 from fwbench.core import precision as precisions
@@ -83,6 +84,10 @@ class CellSpec:
     # Keras compile(steps_per_execution=N) (fwbench run --model --steps-per-execution; part of the identity): N steps
     # per call of the compiled step, the clock read around each call (fwbench.harness.clock). 1: one step a call.
     steps_per_execution: int = _axis_default("steps_per_execution")
+    # Every axis without a field above (one declared in fwbench.core.axes with its option, axes.AxisOption): (axis
+    # name, value) pairs, set from its option (MatrixOptions.base_spec); an axis not here is at its default. Left out
+    # of the JSON when empty, so that older harnesses read the spec unchanged.
+    axis_settings: tuple[tuple[str, Any], ...] = ()
 
     @property
     def cell_id(self) -> str:
@@ -118,6 +123,8 @@ class CellSpec:
             del fields["devices"]
         if fields["steps_per_execution"] == 1:  # as a spec written before --steps-per-execution existed
             del fields["steps_per_execution"]
+        if not fields["axis_settings"]:  # as a spec written before axes without a field of their own existed
+            del fields["axis_settings"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod
@@ -133,4 +140,6 @@ class CellSpec:
             fields["precision"] = precisions.from_tf32(fields.pop("tf32"), fields.get("precision", "published"))
         if fields.get("gpu_indices") is not None:  # a JSON list; the spec is frozen (hashable)
             fields["gpu_indices"] = tuple(fields["gpu_indices"])
+        if "axis_settings" in fields:  # JSON lists of [name, value]
+            fields["axis_settings"] = tuple((name, value) for name, value in fields["axis_settings"])
         return cls(**fields)
