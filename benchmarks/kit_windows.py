@@ -4,7 +4,8 @@
     python benchmarks/kit_windows.py FOLDER --units .py- [--windows 3,4]            # those windows' units matching
 
 A window in kit.log runs from its "window: budget" line to its "window done in N s" line; its preflight is the
-"preflight done in N s" it logs, its checks the time from "GPU checks on a GPU" to its first unit starting (or to
+"preflight done in N s" it logs (of it, "doctor and imports" from "host recorded" to "doctor: exit": what a later
+window at the same commit, GPU model and wheelhouse no longer spends), its checks the time from "GPU checks on a GPU" to its first unit starting (or to
 the plan's line when none starts), its units' span the time from the first unit starting to its "ran N units this
 window" line, and each unit's seconds the "ok in N s" (or "error in", "unsupported in") the kit logs for it. kit.log
 gives times of day only: a window's date is that of the host facts (host.json, host-<time>.json, "recorded_at")
@@ -40,6 +41,9 @@ class Window:
     start: str
     budget_s: int | None = None
     preflight_s: int | None = None
+    host_at: str | None = None
+    machine: tuple[str, str] | None = None  # (GPU model, commit) as "host recorded" says them
+    doctor_s: int | None = None
     checks_from: str | None = None
     checks_s: int | None = None
     units_from: str | None = None
@@ -84,8 +88,14 @@ def windows(folder: Path) -> list[Window]:
         if not found:
             continue
         window = found[-1]
-        if text.startswith("host recorded:") and clock in hosts:
-            window.day = day = hosts[clock]
+        if text.startswith("host recorded:"):
+            window.host_at = clock
+            if recorded := re.match(r"host recorded: (.+), commit (\w+)", text):
+                window.machine = (recorded[1], recorded[2])
+            if clock in hosts:
+                window.day = day = hosts[clock]
+        elif text.startswith("doctor: exit") and window.host_at:
+            window.doctor_s = seconds_between(window.host_at, clock)
         elif done := re.match(r"preflight done in (\d+) s", text):
             window.preflight_s = int(done[1])
         elif text.startswith("GPU checks on a GPU"):
@@ -119,14 +129,21 @@ def cell(value) -> str:
 
 
 def window_table(found: list[Window]) -> str:
-    lines = ["| window | started (UTC) | budget s | preflight s | checks s | units: ok, other | units' span s | "
-             "each unit s | window s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| window | started (UTC) | budget s | preflight s | of it doctor and imports s | checks s | units: ok, "
+             "other | units' span s | each unit s | window s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for window in found:
         ok = sum(unit.status == "ok" for unit in window.units)
         lines.append(f"| {window.number} | {window.day} {window.start[:5]} | {cell(window.budget_s)} | "
-                     f"{cell(window.preflight_s)} | {cell(window.checks_s)} | {ok}, {len(window.units) - ok} | "
+                     f"{cell(window.preflight_s)} | {cell(window.doctor_s)} | {cell(window.checks_s)} | {ok}, {len(window.units) - ok} | "
                      f"{cell(window.units_span_s)} | {span([unit.seconds for unit in window.units])} | "
                      f"{cell(window.wall_s)} |")
+    repeated = [window for i, window in enumerate(found)
+                if window.machine and any(earlier.machine == window.machine for earlier in found[:i])]
+    if repeated and not any(window.doctor_s is None for window in repeated):
+        lines += ["", f"Windows on the GPU model and at the commit of an earlier window: "
+                      f"{', '.join(str(window.number) for window in repeated)}, whose doctor and imports took "
+                      f"{', '.join(str(window.doctor_s) for window in repeated)} s: what the preflight record in "
+                      "kit-state.json now saves such a window."]
     return "\n".join(lines)
 
 

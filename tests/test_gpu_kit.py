@@ -291,11 +291,12 @@ def test_state_resumes_skips_failures_and_runs_a_budget_cut_unit_first(tmp_path)
     assert not state.runnable(first, False) and state.runnable(first, True)
     assert not state.runnable(second, False)  # repeating a failing cell would only repeat the failure
     state.record(first, "ok", 40.0, 3.2)
-    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T00:00:00+00:00")
+    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T00:00:00+00:00", gpu="H100", code="c0de")
     path.write_text(state.to_json())
     again = KitState(path)
     assert not again.runnable(first, False) and again.runnable(second, False)
-    assert again.passed("per-step sync") and not again.passed("busy")
+    assert again.passed("per-step sync", gpu="H100", code="c0de")
+    assert not again.passed("busy", gpu="H100", code="c0de")
     # A repeat of a cell that ran ok should have about its wall time left before it starts.
     assert again.needed_s(second) == 60.0
     again.record(first, "ok", 10.0, 3.2)
@@ -375,7 +376,7 @@ def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None):
     """A window without a host: preflight and the report are stubs, time is the fake `clock`."""
     monkeypatch.setattr(kit_window.time, "monotonic", lambda: clock["now"])
 
-    def preflight(folders, settings, *, doctor_timeout_s):
+    def preflight(folders, settings, *, doctor_timeout_s, **_):
         clock["now"] += preflight_s
         return dict(broken or {}), gpus
 
@@ -468,7 +469,7 @@ def test_the_files_come_back_when_the_report_fails_and_when_the_kit_itself_fails
     assert {"rows.tar.gz", "kit-state.json", "kit.log"} <= {path.name for path in exported.iterdir()}
     assert "no report: fwbench aggregate failed: boom" in (exported / "kit.log").read_text()
 
-    def broken_preflight(folders, settings, *, doctor_timeout_s):
+    def broken_preflight(folders, settings, *, doctor_timeout_s, **_):
         raise KitError("fwbench itself does not import with the kit installed: x")
 
     monkeypatch.setattr(kit_window, "preflight", broken_preflight)
@@ -745,6 +746,9 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     assert second.stdout.count(": running (") == 1, second.stdout
     assert "keras3-jax.bert-predict.tiny.compile-xla.r0: running" in second.stdout
     assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
+    # Same machine model, commit and wheelhouse as the first window: doctor and the stacks' imports are not re-run.
+    assert "doctor: exit 0" in first.stdout, first.stdout
+    assert "preflight: doctor and the stacks' imports passed" in second.stdout and "doctor: exit" not in second.stdout
     assert len(list(second_export.iterdir())) == 8 and (second_export / "report.md").is_file()
 
     from fwbench.core.results import read_row
@@ -787,6 +791,7 @@ def bare_checks(tmp_path, gpu=True, state=None, time_left=None):
     checks.cell_timeout_s = 300.0
     checks.lines, checks.failed, checks.gpu, checks.rows = [], False, gpu, []
     checks.state, checks.time_left, checks.on_line = state, time_left, None
+    checks.gpu_model, checks.code = "NVIDIA H100 80GB HBM3", "c0de"
     checks.sync_row = checks.cuda_graph_row = None
     return checks
 
@@ -822,9 +827,10 @@ def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_br
     from fwbench.kit import checks as kit_checks
 
     state = KitState(tmp_path / "kit-state.json")
-    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T14:54:36+00:00")
     left = {"s": 100.0}
     checks = bare_checks(tmp_path, state=state, time_left=lambda: left["s"])
+    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T14:54:36+00:00", gpu=checks.gpu_model,
+                       code=checks.code)
     ran = []
 
     def tf32():
@@ -846,7 +852,8 @@ def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_br
                         "reduce-overhead replays CUDA graphs": "SKIP", "compiled Trainer fit runs": "SKIP"}
     assert "in an earlier window" in checks.lines[0] and "raised RuntimeError" in checks.lines[1]
     assert (tmp_path / "checks.txt").read_text().count("\n") == 5  # written as each check ends
-    assert state.checks["TF32 recorded as set"]["verdict"] == "FAIL" and state.passed("per-step sync")
+    assert state.checks["TF32 recorded as set"]["verdict"] == "FAIL"
+    assert state.passed("per-step sync", gpu=checks.gpu_model, code=checks.code)
     ran.clear()
     left["s"] = 500.0
     checks.run_cell_checks({"compiled Trainer fit runs"})  # --recheck: only what is named
@@ -999,3 +1006,111 @@ def test_the_kit_declares_the_commit_it_runs_to_every_cell(tmp_path, monkeypatch
     from fwbench.harness import envinfo
 
     assert envinfo.read_source_commit(None, environment) == "ab" * 20
+
+
+@pytest.mark.parametrize("gpu, code, reruns", [("NVIDIA H100 80GB HBM3", "c0de", False),
+                                               ("NVIDIA H200", "c0de", True),  # another GPU model
+                                               ("NVIDIA H100 80GB HBM3", "beef", True)])  # the checked code changed
+def test_a_passed_check_runs_again_on_another_gpu_model_or_when_its_code_changed(tmp_path, gpu, code, reruns):
+    state = KitState(tmp_path / "kit-state.json")
+    state.record_check("per-step sync", "PASS", "differ", "2026-11-26T14:54:36+00:00", gpu=gpu, code=code)
+    # A check recorded before the GPU model and code were kept has not passed as far as a window can tell.
+    state.checks["TF32 recorded as set"] = {"verdict": "PASS", "detail": "set", "at": "2026-11-26T14:55:00+00:00"}
+    checks = bare_checks(tmp_path, state=state)
+    ran = []
+    checks.sync, checks.tf32 = (lambda: ran.append("sync")), (lambda: ran.append("tf32"))
+    checks.busy = checks.cuda_graph_cell = checks.compiled_trainer = lambda: None
+    checks.run_cell_checks()
+    assert ran == (["sync", "tf32"] if reruns else ["tf32"])
+
+
+def test_the_checked_code_fingerprint_follows_the_harness_and_the_checks(tmp_path):
+    from fwbench.kit.checks import CHECKED_CODE, code_fingerprint
+
+    for part in CHECKED_CODE:
+        target = tmp_path / part
+        if part.endswith(".py"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("x = 1\n")
+        else:
+            (target / "sub").mkdir(parents=True)
+            (target / "sub" / "a.py").write_text("y = 1\n")
+    before = code_fingerprint(tmp_path)
+    (tmp_path / "runner/fwbench/harness/sub/a.py").write_text("y = 2\n")
+    assert code_fingerprint(tmp_path) != before
+    (tmp_path / "runner/fwbench/harness/sub/a.py").write_text("y = 1\n")
+    (tmp_path / "runner/fwbench/harness/notes.txt").write_text("not code")
+    assert code_fingerprint(tmp_path) == before
+    assert code_fingerprint() != before  # the repository's own
+
+
+def test_doctor_and_the_stack_imports_run_once_per_gpu_model_commit_and_wheelhouse(tmp_path, monkeypatch):
+    """The parts a GPU host would do are stand-ins (NVML, doctor, the imports); what is tested is when they run."""
+    from fwbench.kit import preflight as kit_preflight
+
+    folders = KitFolders.at(tmp_path / "kit", tmp_path / "out")
+    folders.out.mkdir(parents=True)
+    ran = []
+    host = {"gpu": "NVIDIA H100 80GB HBM3"}
+
+    def record_window_host(folders):
+        (folders.out / "host.json").write_text(json.dumps({"nvml": {"gpu_names": [host["gpu"]]}}))
+
+    class Doctor:
+        def __init__(self, code):
+            self.code = code
+
+    doctor_code = {"code": 0}
+    monkeypatch.setattr(kit_preflight, "install", lambda wheels, site: None)
+    monkeypatch.setattr(kit_preflight, "record_window_host", record_window_host)
+    monkeypatch.setattr(kit_preflight, "usable_gpu_count", lambda: 1)
+    monkeypatch.setattr(kit_preflight, "wheelhouse_stamp", lambda: "w" * 64)
+    monkeypatch.setattr(kit_preflight, "run_doctor", lambda folders, plan: ran.append("doctor") or Doctor(0))
+    monkeypatch.setattr(kit_preflight, "finish_doctor", lambda folders, doctor, timeout_s: doctor_code["code"])
+    monkeypatch.setattr(kit_preflight, "check_imports", lambda folders, modules: ran.append("fwbench") or [])
+    monkeypatch.setattr(kit_preflight, "broken_stacks",
+                        lambda folders, stacks: ran.append("stacks") or {"keras3-jax": "does not import here"})
+    plan = PlanSettings(preset="tiny")
+    state = KitState(tmp_path / "kit-state.json", "c1", "tiny")
+
+    def window(commit="c1"):
+        ran.clear()
+        return kit_preflight.preflight(folders, plan, doctor_timeout_s=60, state=state, commit=commit)
+
+    assert window() == ({"keras3-jax": "does not import here"}, 1) and ran == ["doctor", "fwbench", "stacks"]
+
+    def next_window():  # a fresh machine: the state the last window wrote, restored
+        nonlocal state
+        state.path.write_text(state.to_json())
+        state = KitState(state.path, "c1", "tiny")
+
+    next_window()
+    assert window() == ({"keras3-jax": "does not import here"}, 1) and ran == ["fwbench"]  # found, not re-run
+    assert window(commit="c2") and ran == ["doctor", "fwbench", "stacks"]  # another commit
+    next_window()
+    host["gpu"] = "NVIDIA H200"
+    assert window(commit="c2") and ran == ["doctor", "fwbench", "stacks"]  # another GPU model
+    doctor_code["code"] = 1
+    host["gpu"] = "NVIDIA B200"
+    window(commit="c2")
+    next_window()
+    assert window(commit="c2") and ran == ["doctor", "fwbench", "stacks"]  # a failed doctor is not remembered
+
+
+def test_publish_adds_the_published_cell_rows_to_a_history_store(tmp_path, monkeypatch, capsys):
+    from tests.aggregator_rows import record
+    from fwbench_aggregator import history
+
+    out = tmp_path / "out"
+    row = record("native-torch", "bert-fit", preset="paper", step_ms=[5.0, 5.1, 5.2])
+    write_row(row, out / "rows" / "paper" / "native-torch" / "bert-fit.compile-none.r0.parquet")
+    check = record("native-torch", "bert-predict", step_ms=[1.0])
+    write_row(check, out / "checks" / "sync" / "tiny" / "native-torch" / "bert-predict.compile-none.r0.parquet")
+    (out / "host.json").write_text(json.dumps({"recorded_at": "2026-11-24T19:00:00+00:00",
+                                               "nvml": {"gpu_names": ["NVIDIA H100 80GB HBM3"]}}))
+    monkeypatch.setattr(publish, "aggregate", lambda folders: None)
+    store = tmp_path / "store"
+    assert kit_cli(monkeypatch, "publish", "--out", out, "--kit-dir", tmp_path / "kit", "--dest", tmp_path / "results",
+                   "--history", store) == 0
+    assert "1 new row(s), 0 already there" in capsys.readouterr().out
+    assert list(history.query(store)["task"]) == ["bert-fit"]  # the cell's row, not the check's

@@ -171,12 +171,23 @@ def publish_cmd(
     out: Optional[Path] = OUT, kit_dir: Optional[Path] = KIT_DIR,
     dest: Optional[Path] = typer.Option(None, "--dest", help="Where results folders go (default: benchmarks/results "
                                                              "in the repository)."),
+    history: Optional[Path] = typer.Option(None, "--history", help="Then add the published rows to this history "
+                                                                   "store (docs/history.md)."),
 ) -> None:
-    """Copy rows, report and host facts to benchmarks/results/<date>-<gpu>/ (the next window restores from there)."""
+    """Copy rows, report and host facts to benchmarks/results/<date>-<gpu>/ (the next window restores from there).
+    The window itself runs offline without the history's DuckDB; --history adds its rows here, once published."""
     from fwbench.kit.layout import RESULTS
     from fwbench.kit.publish import publish
 
-    publish(_folders(kit_dir, out), dest.resolve() if dest else RESULTS)
+    if history is not None:
+        from fwbench.cli.history import check_store
+
+        check_store(history)
+    target = publish(_folders(kit_dir, out), dest.resolve() if dest else RESULTS)
+    if history is not None:
+        from fwbench.cli.history import add_rows
+
+        add_rows(history, [target / "rows"])  # the cells' rows; checks/ holds the GPU checks' rows
 
 
 @kit_app.command("page")

@@ -30,18 +30,21 @@ TensorFlow), and doctor's Docker checks (NVIDIA Container Toolkit, a GPU inside 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
 from fwbench.core.precision import TF32_AS_PRECISION
 from fwbench.kit import cells
+from fwbench.kit.host import window_gpu
 from fwbench.kit.install import kit_environment
-from fwbench.kit.layout import KitFolders
+from fwbench.kit.layout import REPO, KitFolders
 from fwbench.kit.rows import all_rows
 from fwbench.kit.unit import PUBLISHED, Unit
 
@@ -54,6 +57,23 @@ COMPETITOR = ("import sys, time, torch\n"
               "end = time.time() + float(sys.argv[1])\n"
               "while time.time() < end:\n"
               "    (x @ x).sum().item()\n")
+
+
+# The code whose behaviour the cell checks test: the harness (clock, sync, TF32, contention, CUDA graphs), the torch
+# workloads they run, the precision rules and the checks themselves. A check that passed on a GPU model runs again
+# there only when this code changed (code_fingerprint), or when asked (--recheck).
+CHECKED_CODE = ("runner/fwbench/harness", "runner/fwbench/workloads/torch", "runner/fwbench/workloads/__init__.py",
+                "runner/fwbench/core/precision.py", "runner/fwbench/kit/checks.py")
+
+
+def code_fingerprint(repo: Path = REPO) -> str:
+    """A digest of CHECKED_CODE's Python files (paths and contents)."""
+    digest = hashlib.sha256()
+    for part in CHECKED_CODE:
+        root = repo / part
+        for path in sorted([root] if root.is_file() else root.rglob("*.py")):
+            digest.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 # Estimated seconds of a check's cells on a GPU host (tiny sizes: the process start, imports and CUDA set-up
@@ -100,6 +120,8 @@ class Checks:
         self.lines, self.failed = [], False
         self.gpu = on_gpu()
         self.state, self.time_left, self.on_line = state, time_left, on_line
+        self.gpu_model = window_gpu(folders)  # what a passed check is recorded against, with the checked code
+        self.code = code_fingerprint()
         self.rows: list[dict] = []  # the rows of this window's check cells
         self.cuda_graph_row: dict | None = None
         self.sync_row: dict | None = None
@@ -110,7 +132,8 @@ class Checks:
         self.lines.append(line)
         print(line, flush=True)
         if self.state is not None:
-            self.state.record_check(name, verdict, detail, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            self.state.record_check(name, verdict, detail, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                    gpu=self.gpu_model, code=self.code)
         write_atomically(self.folders.out / "checks.txt", "\n".join(self.lines) + "\n")
         if self.on_line is not None:
             self.on_line()
@@ -138,11 +161,14 @@ class Checks:
 
     def run_cell_checks(self, names: set[str] | None = None) -> None:
         """The checks that run cells, cheapest first, each only if its estimate fits what is left; one that has
-        passed in an earlier window (kit-state.json) is not run again but for `names` asked for."""
+        passed in an earlier window (kit-state.json) on this GPU model, with the code it checks as it is now
+        (code_fingerprint), is not run again but for `names` asked for."""
         for name, method, estimate_s in CELL_CHECKS:
-            if names is None and self.state is not None and self.state.passed(name):
+            if names is None and self.state is not None and self.state.passed(name, gpu=self.gpu_model,
+                                                                              code=self.code):
                 earlier = self.state.checks[name]
-                self.lines.append(f"PASS {name}: in an earlier window ({earlier.get('at')}): {earlier.get('detail')}")
+                self.lines.append(f"PASS {name}: in an earlier window ({earlier.get('at')}, same GPU model and "
+                                  f"checked code): {earlier.get('detail')}")
                 continue
             if names is not None and name not in names:
                 continue
@@ -391,3 +417,4 @@ class Checks:
 def kit_rows(folders: KitFolders) -> list[dict]:
     """Every row of the kit's cells (not the check cells')."""
     return all_rows(folders.rows)
+

@@ -75,3 +75,13 @@ def record_host(folders: KitFolders) -> dict:
         text = "nvidia-smi -q: no answer within 60 s\n"
     write_atomically(folders.out / "nvidia-smi.txt", text)
     return facts
+
+
+def window_gpu(folders: KitFolders) -> str | None:
+    """The window's GPU model, from its host.json (None: no GPU, or no host facts yet)."""
+    host = folders.out / "host.json"
+    try:
+        names = (json.loads(host.read_text()).get("nvml") or {}).get("gpu_names") if host.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return names[0] if names else None

@@ -31,7 +31,7 @@ def install(wheels: Path, site: Path) -> None:
         if wheelhouse.sha256(path) != entry["sha256"]:
             raise KitError(f"{path.name}: its SHA-256 is not the one in {wheelhouse.LOCK.name}")
         files.append(path)
-    stamp = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
+    stamp = wheelhouse_stamp()
     marker = site / ".kit-installed"
     if marker.is_file() and marker.read_text().strip() == stamp:
         log(f"wheelhouse already installed in {site}")
@@ -53,6 +53,11 @@ def install(wheels: Path, site: Path) -> None:
                 archive.extractall(site)
     write_atomically(marker, stamp + "\n")
     log(f"installed {len(files)} wheels into {site} (--no-index --no-deps)")
+
+
+def wheelhouse_stamp() -> str:
+    """A digest of the locked wheels (their SHA-256s): equal stamps, the same wheels installed."""
+    return hashlib.sha256("".join(e["sha256"] for e in wheelhouse.locked_wheels()).encode()).hexdigest()
 
 
 def kit_environment(folders: KitFolders) -> dict[str, str]:

@@ -37,8 +37,12 @@ class KitState:
         self.preset = self.preset or preset
         self.units: dict[str, dict] = {upgrade_key(key, self.preset or "paper"): entry
                                        for key, entry in saved.get("units", {}).items()}
-        # GPU check -> its last verdict, detail and when (a later window re-runs only what has not passed).
+        # GPU check -> its last verdict, detail and when, and the GPU model and checked code it ran on (a later
+        # window re-runs what has not passed on its GPU model with its code: fwbench.kit.checks.code_fingerprint).
         self.checks: dict[str, dict] = saved.get("checks", {})
+        # The last preflight that passed: what it ran on (GPU model, commit, wheelhouse, doctor's plan) and what it
+        # found (stacks that do not import); a window with the same key does not run doctor and the imports again.
+        self.preflight: dict | None = saved.get("preflight")
         # Each window: when it began, its wall time so far, the GPU it ran on.
         self.windows: list[dict] = saved.get("windows", [])
 
@@ -91,11 +95,23 @@ class KitState:
         return (f"{len(units)} units: {done} done, {failed} failed, {runnable} runnable now, "
                 f"{len(units) - done - failed - runnable} waiting for an earlier repeat")
 
-    def record_check(self, name: str, verdict: str, detail: str, when: str) -> None:
-        self.checks[name] = {"verdict": verdict, "detail": detail, "at": when}
+    def record_check(self, name: str, verdict: str, detail: str, when: str, *, gpu: str | None = None,
+                     code: str | None = None) -> None:
+        self.checks[name] = {"verdict": verdict, "detail": detail, "at": when, "gpu": gpu, "code": code}
 
-    def passed(self, name: str) -> bool:
-        return (self.checks.get(name) or {}).get("verdict") == "PASS"
+    def passed(self, name: str, *, gpu: str | None, code: str | None) -> bool:
+        """Whether the check passed on this GPU model with this checked code (a check recorded before either was
+        kept has not: it runs again once)."""
+        entry = self.checks.get(name) or {}
+        return (entry.get("verdict") == "PASS" and "code" in entry and entry.get("gpu") == gpu
+                and entry.get("code") == code)
+
+    def passed_preflight(self, key: dict) -> dict | None:
+        """The earlier preflight with this key that passed (None: none)."""
+        return self.preflight if self.preflight and self.preflight.get("key") == key else None
+
+    def record_preflight(self, key: dict, unrunnable: dict[str, str], when: str) -> None:
+        self.preflight = {"key": key, "unrunnable": unrunnable, "at": when}
 
     def begin_window(self, began_at: str, gpu: str | None) -> None:
         self.windows.append({"began_at": began_at, "wall_s": 0.0, "gpu": gpu})
@@ -106,6 +122,7 @@ class KitState:
             self.windows[-1]["wall_s"] = round(wall_s, 1)
 
     def to_json(self) -> str:
-        saved = {"units": self.units, "checks": self.checks, "windows": self.windows}
+        saved = {"units": self.units, "checks": self.checks, "windows": self.windows,
+                 **({"preflight": self.preflight} if self.preflight else {})}
         return json.dumps({**({"preset": self.preset} if self.preset else {}), **saved}, indent=2,
                           sort_keys=True) + "\n"

@@ -11,7 +11,6 @@ out with all of the cell timeout is recorded as a timeout). Each unit's seconds 
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -25,6 +24,7 @@ from fwbench.kit import breakdown, cells
 from fwbench.kit import log as kit_log
 from fwbench.kit.checks import Checks, kit_rows
 from fwbench.kit.export import export, restore_into
+from fwbench.kit.host import window_gpu
 from fwbench.kit.layout import RESULTS, KitError, KitFolders
 from fwbench.kit.log import log
 from fwbench.kit.plan import PlanSettings, plan_units, scaling_note
@@ -78,7 +78,8 @@ def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline:
               settings: WindowSettings, exported) -> int:
     """Run pending units in order while they fit (see the module's doc); returns how many started."""
     ran, passed_over = 0, []
-    for unit in state.pending(units, settings.retry_failed):
+    pending = state.pending(units, settings.retry_failed)
+    for number, unit in enumerate(pending, 1):
         if settings.max_units is not None and ran >= settings.max_units:
             break
         if not state.runnable(unit, settings.retry_failed):  # its previous repeat failed in this window
@@ -89,7 +90,11 @@ def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline:
             passed_over.append(f"{unit.key} ({need:.0f} s)")
             continue
         timeout_s = min(settings.cell_timeout_s, left)
-        log(f"{unit.key}: running (estimated {need:.0f} s, timeout {timeout_s:.0f} s)")
+        # Unit N of the M pending at the window's start, and the device minutes the rest would take by the
+        # plan's estimates (after a first run, its wall time): what `run` shows as cell N of M.
+        rest_s = sum(min(state.needed_s(later), settings.cell_timeout_s) for later in pending[number:])
+        log(f"{unit.key}: running (estimated {need:.0f} s, timeout {timeout_s:.0f} s; unit {number} of "
+            f"{len(pending)} pending, about {rest_s / 60:.0f} device minutes after it)")
         began_at, begun = datetime.now(timezone.utc), time.monotonic()
         row = cells.run_unit(unit, folders, timeout_s)
         wall_s = time.monotonic() - begun
@@ -123,12 +128,6 @@ def timed_seconds(state: KitState, window: int) -> float:
     """The timed steps' seconds of a window's units (ms_per_step x timed_steps)."""
     return sum((entry.get("breakdown") or {}).get("timed_s") or 0.0 for entry in state.units.values()
                if entry.get("window") == window)
-
-
-def window_gpu(folders: KitFolders) -> str | None:
-    host = folders.out / "host.json"
-    names = (json.loads(host.read_text()).get("nvml") or {}).get("gpu_names") if host.is_file() else None
-    return names[0] if names else None
 
 
 def run_window_units(folders: KitFolders, plan: PlanSettings, state: KitState, deadline: Deadline, *,
@@ -176,7 +175,8 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
         log(f"window: budget {settings.budget_s:.0f} s ({settings.reserve_s:.0f} s of it kept for the report and "
             f"export); {sum(1 for e in state.units.values() if e.get('status') == 'ok')} units done before")
         state.begin_window(began_at.isoformat(timespec="seconds"), None)
-        unrunnable, gpus = preflight(folders, plan, doctor_timeout_s=settings.doctor_timeout_s)
+        unrunnable, gpus = preflight(folders, plan, doctor_timeout_s=settings.doctor_timeout_s, state=state,
+                                     commit=commit)
         state.windows[-1]["gpu"] = window_gpu(folders)
         exported()
         if not settings.skip_checks:
