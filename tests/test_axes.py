@@ -65,6 +65,12 @@ def test_a_toy_axis_declared_in_the_table_alone_reaches_every_consumer(toy_axis,
     assert compare.across_settings(["toy_knob"]) == frozenset({"toy_knob"})  # --across
     assert "toy_knob" in identity.differing_settings(knob3.identity, set()).__repr__()
     assert verify.spec_key(knob3.identity) != verify.spec_key(default.identity)  # verify's keys
+    # verify re-runs a published row at its knob: the spec it plans carries the axis it has no field for.
+    import pandas as pd
+
+    published = {**old_row, "toy_knob": 3, "status": "ok", "image_digest": "registry/fwbench@sha256:1"}
+    [(_, rerun)] = verify.published_specs(pd.DataFrame([published]), None, 1, tmp_path)
+    assert rerun.identity.setting("toy_knob") == 3 and dict(rerun.axis_settings) == {"toy_knob": 3}
 
 
 def test_a_toy_axis_declared_in_the_table_alone_is_an_option_of_the_matrix_commands(toy_axis):

@@ -103,7 +103,8 @@ def run_cmd(
                                                                    "(release.json of `fwbench publish`)."),
     docker_memory: Optional[str] = typer.Option(None, help="docker: container memory limit, e.g. 8g."),
     history: Optional[Path] = typer.Option(None, "--history", help="After the run, add its rows to this history "
-                                                                   "store (fwbench history add; docs/history.md)."),
+                                                                   "store (fwbench history add; docs/history.md); "
+                                                                   "its earlier rows give the progress estimates."),
 ) -> None:
     """Run cells, each in its own process with a timeout, writing one Parquet row per cell."""
     require_stack_or_model(options)

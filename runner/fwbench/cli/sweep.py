@@ -63,7 +63,8 @@ def register(app: typer.Typer) -> None:
         resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help=RESUME_HELP + " (At each point.)",
                                               show_default=False),
         history: Optional[Path] = typer.Option(None, "--history", help="After the sweep, add its rows to this "
-                                                                       "history store (docs/history.md)."),
+                                                                       "history store (docs/history.md); its earlier "
+                                                                       "rows give the progress estimates."),
     ) -> None:
         """Run cells at several versions of one package (or dates), one environment per point, then print and
         write the sweep report (ms/step per point with intervals, a plot, a verdict per step)."""

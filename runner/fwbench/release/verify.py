@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from fwbench.core import axes, registry
@@ -21,6 +21,8 @@ from fwbench.release.record import read_release
 from fwbench.core.atomic import write_atomically
 from fwbench.release.bundle import VerificationRefused, bundle_digest, open_bundle
 from fwbench.core.spec import CellSpec
+
+SPEC_FIELDS = {field.name for field in fields(CellSpec)}
 
 
 def check_signature(bundle_dir: Path, allowed_signers: Path | None, allow_unsigned: bool,
@@ -121,10 +123,14 @@ def published_specs(frame, tasks: list[str] | None, repeats: int | None, data_di
     specs = []
     for reference, identity, count in published_cells(ok).values():
         settings = {attribute: identity.setting(name) for name, (_, attribute) in SETTINGS.items()
-                    if name not in ENGINE_SETTINGS}
+                    if name not in ENGINE_SETTINGS and attribute in SPEC_FIELDS}
+        # An axis with no CellSpec field of its own travels in the spec's axis_settings (fwbench.core.axes).
+        elsewhere = tuple((name, identity.setting(name)) for name, (_, attribute) in SETTINGS.items()
+                          if name not in ENGINE_SETTINGS and attribute not in SPEC_FIELDS)
         base = CellSpec(stack=identity.stack, task=identity.task, preset=identity.preset,
                         compile_mode=identity.compile_mode, data_dir=str(data_dir.resolve()),
-                        timeout_s=registry.get_preset(identity.preset).timeout_s, engine="docker", **settings)
+                        timeout_s=registry.get_preset(identity.preset).timeout_s, engine="docker",
+                        axis_settings=elsewhere, **settings)
         for repeat in range(repeats or count):
             specs.append((reference, replace(base, repeat=repeat)))
     return specs
