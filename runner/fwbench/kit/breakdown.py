@@ -107,7 +107,9 @@ def describe(breakdown: dict | None) -> str:
     """'start 3.1 | python 1.2 | ... | export 0.2' (the parts the row gave)."""
     if not breakdown:
         return "no breakdown recorded"
-    return " | ".join(f"{PARTS[name]} {breakdown[name]:.1f}" for name in PARTS if breakdown.get(name) is not None)
+    # + 0.0: a part that rounds to zero from below reads 0.0, not -0.0.
+    return " | ".join(f"{PARTS[name]} {round(breakdown[name], 1) + 0.0:.1f}" for name in PARTS
+                      if breakdown.get(name) is not None)
 
 
 def timed_fraction(timed_s: float, window_wall_s: float) -> str:
