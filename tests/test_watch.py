@@ -216,3 +216,20 @@ def test_schedule_bad_input_is_one_line(tmp_path, args, message):
     proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
                        "--out", str(tmp_path / "out"), *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_package_the_rows_do_not_track_is_read_from_their_sweep_point():
+    """native-torch's rows track torch and transformers, not tqdm: a watch of tqdm reads each row's version from the
+    sweep point it was measured at (sweep_installed), and a row at no point of it is left out, counted."""
+    import pandas as pd
+
+    from fwbench_aggregator import history_series
+
+    rng = np.random.default_rng(5)
+    rows = [record("native-torch", "bert-fit", repeat=r, step_ms=samples(rng, 10.0, n=5), sweep_point=f"tqdm=={v}",
+                   sweep_installed=f"tqdm=={v}", started_at=START + dt.timedelta(minutes=10 * i + r))
+            for i, v in enumerate(("4.66.1", "4.66.2")) for r in range(3)]
+    rows.append(record("native-torch", "bert-fit", step_ms=samples(rng, 10.0, n=5)))  # the lock's, no tqdm recorded
+    [series] = history_series.build(pd.DataFrame(rows), "version:tqdm")
+    assert [(p.at, p.processes) for p in series.points] == [("4.66.1", 3), ("4.66.2", 3)]
+    assert series.left_out == 1

@@ -146,7 +146,21 @@ def _axis_value(row: dict, package: str | None) -> str | None:
     if package is None:
         started = started_utc(row.get("started_at"))
         return None if started is None else started.date().isoformat()
-    return dict(judge.environment_key(row)).get(package)
+    recorded = dict(judge.environment_key(row)).get(package)
+    return recorded if recorded is not None else _swept_version(row, package)
+
+
+def _swept_version(row: dict, package: str) -> str | None:
+    """The version of `package` a sweep (or watch) installed for the row (`sweep_installed`, else its sweep point),
+    for a package its library versions do not track (e.g. tqdm); None: the row is not at a point of it."""
+    for column in ("sweep_installed", "sweep_point"):
+        try:
+            point = sweeps_core.parse_label(row.get(column) if isinstance(row.get(column), str) else None)
+        except sweeps_core.SweepError:
+            continue
+        if point is not None and not point.is_date and point.package == sweeps_core.normalise(package):
+            return point.version
+    return None
 
 
 def version_order(version: str) -> tuple:

@@ -127,6 +127,8 @@ def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[
             note = "" if point.decides or not point.rows else f", fewer than {judge.MIN_REPEATS}: decides nothing"
             out.append(f"  {package} {point.at}{mark}: {value}, {point.processes} process(es), "
                        f"{point.busy} busy left out{note}")
+        if watch.series.left_out:
+            out.append(f"  {watch.series.left_out} ok row(s) record no version of {package}: left out")
         for new_step in watch.steps:
             out.append("  " + step_line(new_step, package, tolerance_pct))
         for point, change in watch.series.changes:
