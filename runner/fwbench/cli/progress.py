@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fwbench.core.identity import CellIdentity, held_equal
+from fwbench.kit.breakdown import number_or_none
 
 HISTORY, REGISTRY, UNKNOWN = "history", "registry", "unknown"
 STORE_ENV = "FWBENCH_HISTORY"  # fwbench_aggregator.history.STORE_ENV (not imported: that module loads pyarrow)
@@ -62,7 +63,7 @@ def row_wall_s(row) -> float | None:
     except ValueError:
         extra = {}
     for value in ((extra or {}).get("process_s") if isinstance(extra, dict) else None, row.get("wall_s")):
-        number = _number(value)
+        number = number_or_none(value)
         if number is not None and number > 0:
             return number
     return None
@@ -274,16 +275,6 @@ def _ratio_text(per_source: dict[str, float], pooled: float) -> str:
 
 def _usable(estimate: float) -> bool:
     return estimate is not None and not math.isnan(estimate) and estimate > 0
-
-
-def _number(value) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
 
 
 def plan_key(spec) -> tuple:

@@ -34,7 +34,8 @@ PARTS = {"runner_start_s": "start", "interpreter_s": "python", "data_load_s": "d
          "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export", "unaccounted_s": "unaccounted"}
 
 
-def _number(value) -> float | None:
+def number_or_none(value) -> float | None:
+    """A row's value as a float; None where it is missing, not a number, a bool or NaN."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -69,14 +70,14 @@ def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, expor
     row = row or {}
     extra = extra_of(row.get("extra"))
     extra = extra if isinstance(extra, dict) else {}
-    phases = {name: _number(value) for name, value in (extra.get("phases_s") or {}).items()}
-    process_s = _number(extra.get("process_s"))
+    phases = {name: number_or_none(value) for name, value in (extra.get("phases_s") or {}).items()}
+    process_s = number_or_none(extra.get("process_s"))
     interpreter_s = phases.get("interpreter_start")
     started = _started(row)
     runner_start_s = (None if started is None or interpreter_s is None or began_at is None
                       else (started - began_at).total_seconds() - interpreter_s)
-    setup_s, first_step_s = _number(row.get("setup_s")), _number(row.get("first_step_s"))
-    ms, steps = _number(row.get("ms_per_step")), _number(row.get("timed_steps"))
+    setup_s, first_step_s = number_or_none(row.get("setup_s")), number_or_none(row.get("first_step_s"))
+    ms, steps = number_or_none(row.get("ms_per_step")), number_or_none(row.get("timed_steps"))
     timed_s = ms * steps / 1000 if ms is not None and steps is not None else None
     in_cell = [value for name, value in phases.items() if name != "interpreter_start" and value is not None]
     parts = {
