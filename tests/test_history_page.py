@@ -201,3 +201,18 @@ def test_the_page_renders_in_headless_chromium_without_a_script_error(page, tmp_
     pixels = matplotlib.image.imread(screenshot)
     colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
     assert len(colours) > 50, "screenshot is blank (a single colour or nearly)"
+
+
+def test_a_sweeps_cells_share_one_version_plot_and_one_day_keeps_its_week(tmp_path):
+    """Rows a sweep measured at three tqdm versions are three cells by date but one series by tqdm version: the
+    version plot is drawn once, the other sections point to it."""
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    rows = [record("native-torch", "bert-fit", repeat=r, step_ms=samples(rng, 10.0, n=5), sweep_point=f"tqdm=={v}",
+                   sweep_installed=f"tqdm=={v}", started_at=dt.datetime(2026, 11, 28, 12, i, r, tzinfo=dt.timezone.utc))
+            for i, v in enumerate(("4.66.1", "4.66.2", "4.66.3")) for r in range(3)]
+    page = history_page.write_page(pd.DataFrame(rows), tmp_path / "page", by_values=["version:tqdm"])
+    text = page.read_text()
+    assert text.count("<img") == 4  # three date plots, one version plot
+    assert text.count("The same series as in the section of") == 2

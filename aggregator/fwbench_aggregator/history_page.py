@@ -71,12 +71,18 @@ def write_page(frame, out_dir: Path, *, by_values: Sequence[str] = (history_seri
                         "dashed line marks a change the judge found, at the first point after it.", "note"))
     with tempfile.TemporaryDirectory(prefix="fwbench-history-page-") as temp:
         plots = Path(temp)
-        shown = set()
+        shown: dict[tuple[str, int], str] = {}  # (axis, series) -> the section that drew it
         for cell in cells:
             doc.add(d.Heading(cell.label, 2))
             for by in axes:
                 series = _same_cell(built[by], cell, by)
-                shown.add((by, id(series)))
+                if series is not None and (by, id(series)) in shown:
+                    # Cells of a sweep are one series by the swept package's version: drawn once.
+                    doc.add(d.Heading(f"by {_axis_name(by)}", 3),
+                            d.Paragraph(f"The same series as in the section of {shown[(by, id(series))]} (a sweep's "
+                                        f"points, one series by {_axis_name(by)}).", "note"))
+                    continue
+                shown[(by, id(series))] = cell.label
                 doc.add(*_axis_blocks(series, by, plots / f"plot{len(doc.blocks)}.png"))
         # A series on a version axis that belongs to no cell of the date axis still gets its section.
         for by in axes:
@@ -277,6 +283,9 @@ def plot_series(series: history_series.Series, by: str, path: Path) -> Path | No
         ax.set_xlim(-0.5, len(labels) - 0.5)
         ax.set_xlabel(f"{history_series.parse_by(by)} version (in the series' order)")
     else:
+        days = sorted({x for x in xs_all})
+        if len(days) == 1:  # one day: a week around it, not matplotlib's years
+            ax.set_xlim(days[0] - dt.timedelta(days=3), days[0] + dt.timedelta(days=3))
         fig.autofmt_xdate()
         ax.set_xlabel("date (UTC day the rows started)")
     low, high = ax.get_ylim()
