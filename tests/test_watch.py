@@ -159,29 +159,46 @@ def test_watch_real_tiny_cells_find_and_bisect_a_planted_change(tmp_path, shared
     store, out = tmp_path / "store", tmp_path / "watch"
     common = ["watch", "--stack", "native-torch", "--task", "bert-predict", "--steps", "5", "--warmup", "1",
               "--threads", "1", "--data", str(shared_data), "--package", "tqdm", "--store", str(store),
-              "--out", str(out), "--inject-fault", "step-sleep-from:tqdm==4.66.4:40"]
+              "--out", str(out), "--inject-fault", "step-sleep-from:tqdm==4.66.4:40",
+              # Processes of a tiny CPU cell differ by more than 5%: a 5% band could not show a release without
+              # the delay equivalent to the good end, and the bisect would stop undecided.
+              "--tolerance", "50"]
     night1 = run_fwbench(*common, "--versions", "4.66.1,4.66.2", "--newest", "2", timeout=1200)
     assert night1.returncode in (0, 3) and "Traceback" not in night1.stderr, night1.stdout + night1.stderr
+
+    def rows_by_point():
+        found = {}
+        for path in out.rglob("*.parquet"):
+            row = pq.read_table(path).to_pylist()[0]
+            found.setdefault(row["sweep_point"], []).append(row)
+        return found
+
+    def quiet(rows):
+        return sum(1 for row in rows if row["status"] == "ok" and not row.get("busy"))
+
+    first = rows_by_point()
+    baseline = next((v for v in ("4.66.2", "4.66.1") if quiet(first.get(f"tqdm=={v}", [])) >= 3), None)
+    if baseline is None:  # no point of night 1 decides: night 2 would have nothing to compare with
+        assert night1.returncode == 0 and "no change found" in night1.stdout, night1.stdout
+        pytest.skip("night 1's rows were busy (a loaded machine): no point decides, and the watch claimed nothing, "
+                    "as it must; the found-and-bisected path needs a quieter machine")
     night2 = run_fwbench(*common, "--versions", "4.66.1,4.66.2,4.66.3,4.66.4,4.66.5", timeout=1200)
     printed = " ".join(night2.stdout.split())
     assert "Traceback" not in night2.stderr, night2.stderr
     assert "newest 1 of 5 release(s) (4.66.5); 1 not in the history" in printed, printed
-    rows = [row for path in out.rglob("*.parquet") for row in pq.read_table(path).to_pylist()]
-    assert all(row["status"] == "ok" for row in rows), [row.get("error_message") for row in rows]
-    planted = {row["sweep_point"] for row in rows if "injected_fault" in (row.get("extra") or "")}
+    found = rows_by_point()
+    assert all(row["status"] == "ok" for rows in found.values() for row in rows)
+    planted = {point for point, rows in found.items()
+               if any("injected_fault" in (row.get("extra") or "") for row in rows)}
     assert planted and planted <= {"tqdm==4.66.4", "tqdm==4.66.5"} and "tqdm==4.66.5" in planted
-    quiet = {}
-    for row in rows:
-        quiet.setdefault(row["sweep_point"], []).append(not row.get("busy"))
-    if sum(quiet["tqdm==4.66.5"]) >= 3 and sum(quiet["tqdm==4.66.2"]) >= 3:
-        assert night2.returncode == 3, night2.stdout + night2.stderr
-        assert "tqdm 4.66.2 -> 4.66.5: slower" in printed and "to bisect: tqdm 4.66.2 .. 4.66.5" in printed
-        assert ("changed (slower) between tqdm==4.66.3 and tqdm==4.66.4" in printed
-                or "undecided" in printed), printed  # undecided: a middle point was busy
-    else:  # a busy point decides nothing: no change may be claimed from it
+    if quiet(found["tqdm==4.66.5"]) < 3:  # a busy new point decides nothing: no change may be claimed from it
         assert night2.returncode == 0 and "no change found" in printed, printed
-        pytest.skip("rows at a compared version were busy (a loaded machine): the watch claimed nothing, as it "
-                    "must; the found-and-bisected path needs a quieter machine")
+        pytest.skip("the new version's rows were busy (a loaded machine): the watch claimed nothing, as it must")
+    assert night2.returncode == 3, night2.stdout + night2.stderr
+    assert f"tqdm {baseline} -> 4.66.5: slower" in printed and f"to bisect: tqdm {baseline} .. 4.66.5" in printed
+    # undecided or inconclusive: a middle point's rows were busy, and the bisect says it could not place the change.
+    assert any(text in printed for text in ("changed (slower) between tqdm==4.66.3 and tqdm==4.66.4", "undecided",
+                                            "inconclusive")), printed
 
 
 @pytest.mark.parametrize("kind, expected", [
