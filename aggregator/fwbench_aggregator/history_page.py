@@ -137,14 +137,12 @@ def _axis_blocks(series: history_series.Series | None, by: str, png: Path) -> li
         notes.append(f"{busy_only} point(s) with busy rows only: not plotted, decide nothing.")
     if series.left_out:
         notes.append(f"{series.left_out} ok row(s) do not record {axis.removesuffix(' version')}: left out.")
-    deciding = sum(1 for p in series.points if p.decides)
     for point, change in series.changes:
         where = point.at + (f" ({point.environment})" if point.environment else "")
         notes.append(f"Change at {where}: {_change_text(change)}.")
     if not series.changes:
-        notes.append(f"No change found in {deciding} point(s) that decide"
-                     + ("." if deciding >= 2 * judge.CHANGE_MIN_POINTS else
-                        f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side)."))
+        text = history_series.no_change_text(series)
+        notes.append(f"{text[0].upper()}{text[1:]}.")
     return blocks + [d.BulletList(notes)]
 
 

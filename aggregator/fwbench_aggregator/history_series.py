@@ -51,11 +51,14 @@ class Point:
         return len(self.rows)
 
     @cached_property
+    def process_medians(self) -> list[float]:
+        """Each quiet process's median ms/step."""
+        return [stats.median(stats.repeat_samples(_steps(row), row["ms_per_step"])) for row in self.rows]
+
+    @cached_property
     def median_ms(self) -> float | None:
         """The median of its processes' median ms/step (None: only busy rows)."""
-        if not self.rows:
-            return None
-        return stats.median([stats.median(stats.repeat_samples(_steps(row), row["ms_per_step"])) for row in self.rows])
+        return stats.median(self.process_medians) if self.rows else None
 
     @property
     def decides(self) -> bool:
@@ -168,8 +171,6 @@ def version_order(version: str) -> tuple:
     return _order(version, "")
 
 
-steps_of = _steps
-
 
 def _order(at: str, package: str | None) -> tuple:
     if package is None:
@@ -207,15 +208,20 @@ def lines(series: list[Series], by: str) -> list[str]:
                        f"{p.busy:>13}{note}")
         if s.left_out:
             out.append(f"  {s.left_out} ok row(s) do not record {axis}: left out")
-        deciding = sum(1 for p in s.points if p.decides)
         for point, change in s.changes:
             where = f"{point.at}" + (f" ({point.environment})" if point.environment else "")
             out.append(f"  change at {where}: x{change.ratio:.3f}, {change.word}")
         if not s.changes:
-            out.append(f"  no change found in {deciding} point(s) that decide"
-                       + ("" if deciding >= 2 * judge.CHANGE_MIN_POINTS else
-                          f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side)"))
+            out.append(f"  {no_change_text(s)}")
     return out
+
+
+def no_change_text(series: Series) -> str:
+    """What a series without a change says: how many points decided, and when too few could show one."""
+    deciding = sum(1 for p in series.points if p.decides)
+    return (f"no change found in {deciding} point(s) that decide"
+            + ("" if deciding >= 2 * judge.CHANGE_MIN_POINTS else
+               f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side)"))
 
 
 def rule_line() -> str:

@@ -241,6 +241,16 @@ def step_verdict(ratio: float, p_change: float | None, p_equivalent: float | Non
     return INCONCLUSIVE
 
 
+def step_detail(verdict: str, p_change: float, p_equivalent: float, tolerance_pct: float) -> str:
+    """Why a tested step got its verdict, in the p-values that decided it (the sweep report, bisect and watch)."""
+    if verdict in (SLOWER, FASTER):
+        return f"Holm p {p_change:.3g}"
+    if verdict == EQUIVALENT:
+        return f"equivalence Holm p {p_equivalent:.3g}"
+    return (f"change Holm p {p_change:.3g}, equivalence Holm p {p_equivalent:.3g}: the interval reaches past "
+            f"±{tolerance_pct:g}%")
+
+
 def credibly_above(tests: Sequence[LogRatioTest], limit: float, alpha: float) -> list[bool]:
     """--fail-above's gate: for each cell's test, is B/A credibly above `limit` (one-sided Welch t, Holm-adjusted
     over the gated cells, so the chance of failing any cell whose true change is within the limit stays <= alpha)."""
@@ -591,8 +601,6 @@ def steps_between(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, t
             continue
         low, high = test.interval(CONFIDENCE)
         verdict = step_verdict(test.ratio, p_change[i], p_equal[i], tolerance_pct, alpha)
-        detail = (f"Holm p {p_change[i]:.3g}" if verdict in (SLOWER, FASTER)
-                  else f"equivalence Holm p {p_equal[i]:.3g}" if verdict == EQUIVALENT
-                  else f"change Holm p {p_change[i]:.3g}, equivalence Holm p {p_equal[i]:.3g}")
+        detail = step_detail(verdict, p_change[i], p_equal[i], tolerance_pct)
         found.append(Step(test.ratio, low, high, verdict, detail))
     return found

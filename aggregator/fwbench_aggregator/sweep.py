@@ -36,7 +36,7 @@ from fwbench_aggregator.variants import Variant
 DEFAULT_TOLERANCE_PCT = cmp.DEFAULT_MIN_EFFECT_PCT
 EQUIVALENT, FASTER, SLOWER, INCONCLUSIVE = judge.EQUIVALENT, judge.FASTER, judge.SLOWER, judge.INCONCLUSIVE
 # The step rule is the judge's; these names stay importable from here for the benchmarks and tests.
-from fwbench_aggregator.judge import equivalence_p, step_verdict  # noqa: E402
+from fwbench_aggregator.judge import equivalence_p, step_detail, step_verdict  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -105,13 +105,7 @@ def judge(a: LoadedResults, b: LoadedResults, tolerance_pct: float = DEFAULT_TOL
         before, after = r.identity.setting("sweep_point"), r.identity_b.setting("sweep_point")
         if id(r) in p_equivalent:
             verdict = step_verdict(r.ratio, r.p_adjusted, p_equivalent[id(r)], tolerance_pct, alpha)
-            if verdict in (SLOWER, FASTER):
-                detail = f"Holm p {r.p_adjusted:.3g}"
-            elif verdict == EQUIVALENT:
-                detail = f"equivalence Holm p {p_equivalent[id(r)]:.3g}"
-            else:
-                detail = (f"change Holm p {r.p_adjusted:.3g}, equivalence Holm p {p_equivalent[id(r)]:.3g}: the "
-                          f"interval reaches past ±{tolerance_pct:g}%")
+            detail = step_detail(verdict, r.p_adjusted, p_equivalent[id(r)], tolerance_pct)
         else:
             verdict, detail = INCONCLUSIVE, r.verdict
         verdicts.append(StepVerdict(cell_of(r.identity), before, after, r.ratio, r.ratio_low, r.ratio_high,
