@@ -250,3 +250,13 @@ def test_a_package_the_rows_do_not_track_is_read_from_their_sweep_point():
     [series] = history_series.build(pd.DataFrame(rows), "version:tqdm")
     assert [(p.at, p.processes) for p in series.points] == [("4.66.1", 3), ("4.66.2", 3)]
     assert series.left_out == 1
+
+
+def test_schedule_k8s_puts_the_results_in_the_claim_whichever_name_out_was_given_by(tmp_path):
+    proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
+                       "-o", str(tmp_path / "out"), "--schedule", "k8s", "--image", "reg/fw@sha256:1")
+    assert proc.returncode == 0, proc.stderr
+    import yaml
+
+    args = yaml.safe_load(proc.stdout)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "-o" not in args and str(tmp_path / "out") not in args and args[args.index("--out") + 1] == "/results/watch"

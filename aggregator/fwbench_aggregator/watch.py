@@ -12,7 +12,7 @@ from pathlib import Path
 from fwbench.core import sweep as sweeps_core
 from fwbench.core.identity import CellIdentity
 
-from fwbench_aggregator import history_series, judge, stats
+from fwbench_aggregator import history_series, judge
 
 
 @dataclass
@@ -52,21 +52,30 @@ class CellWatch:
         return bool(self.brackets)
 
 
-def measured_versions(frame, identity: CellIdentity, package: str) -> set[str]:
-    """The versions of `package` at which the store's series of `identity` has a point that decides (at least the
-    judge's minimum of quiet processes): a watch measures only the others."""
-    series = _series(frame, identity, package)
+def series_by_identity(frame, package: str) -> dict[CellIdentity, history_series.Series]:
+    """The store's rows `frame` (None: an empty store) as series over the versions of `package`, by series identity
+    (history_series.series_identity: a watch's rows at each version are points of their cell's one series)."""
+    if frame is None or not len(frame):
+        return {}
+    return {series.identity: series
+            for series in history_series.build(frame, f"{history_series.VERSION_PREFIX}{package}")}
+
+
+def measured_versions(series: history_series.Series | None) -> set[str]:
+    """The versions at which a series has a point that decides (at least the judge's minimum of quiet processes): a
+    watch measures only the others."""
     return {point.at for point in series.points if point.decides} if series is not None else set()
 
 
-def assess(frame, cells: list[CellIdentity], package: str, new_versions: list[str], releases: list[str],
-           tolerance_pct: float) -> list[CellWatch]:
-    """Each watched cell (a series identity: history_series.series_identity) read from the store's rows `frame`: the
-    steps of its newly measured versions, judged together (Holm over them), and the brackets to bisect."""
+def assess(known: dict[CellIdentity, history_series.Series], cells: list[CellIdentity], new_versions: list[str],
+           releases: list[str], tolerance_pct: float) -> list[CellWatch]:
+    """Each watched cell (a series identity: history_series.series_identity) in the store's series `known`
+    (series_by_identity): the steps of its newly measured versions, judged together (Holm over them), and the
+    brackets to bisect."""
     found = []
     pending: list[tuple[CellWatch, NewStep, list[float], list[float]]] = []
     for identity in cells:
-        series = _series(frame, identity, package)
+        series = known.get(identity)
         watch = CellWatch(identity, series, list(new_versions), [], [])
         found.append(watch)
         if series is None:
@@ -84,7 +93,7 @@ def assess(frame, cells: list[CellIdentity], package: str, new_versions: list[st
                 continue
             new_step = NewStep(before.at, version, None, busy)
             watch.steps.append(new_step)
-            pending.append((watch, new_step, _process_medians(before), _process_medians(point)))
+            pending.append((watch, new_step, before.process_medians, point.process_medians))
     judged = judge.steps_between([(a, b) for _, _, a, b in pending], tolerance_pct=tolerance_pct)
     for (watch, new_step, _, _), step in zip(pending, judged):
         new_step.step = step
@@ -165,21 +174,7 @@ def write_summary(path: Path, heading: list[str], body: list[str], outcomes: lis
     return path
 
 
-def _series(frame, identity: CellIdentity, package: str) -> history_series.Series | None:
-    if frame is None or not len(frame):
-        return None
-    rows = [row for row in frame.to_dict("records")
-            if history_series.series_identity(CellIdentity.of_row(row), package) == identity]
-    if not rows:
-        return None
-    return history_series.series_of(identity, identity.cell_key, rows, package)
-
-
 def _point_before(deciding: list[history_series.Point], version: str) -> history_series.Point | None:
     """The last deciding point at a version below `version`."""
     earlier = [p for p in deciding if history_series.version_order(p.at) < history_series.version_order(version)]
     return earlier[-1] if earlier else None
-
-
-def _process_medians(point: history_series.Point) -> list[float]:
-    return [stats.median(stats.repeat_samples(history_series.steps_of(row), row["ms_per_step"])) for row in point.rows]

@@ -11,6 +11,17 @@ from fwbench.cli.options import MatrixOptions
 from fwbench.core import sweep as points_core
 from fwbench.core.identity import CellIdentity
 from fwbench.core.spec import CellSpec
+from fwbench.core.usage import UsageError
+
+
+def check_bisect_settings(repeats: int, max_repeats: int, tolerance: float) -> None:
+    """A bisect's repeats, cap and tolerance, checked before anything runs (UsageError: one line)."""
+    if repeats < 3:
+        raise UsageError(f"--repeats must be at least 3 (a verdict needs 3 repeats a point), got {repeats}")
+    if max_repeats < repeats:
+        raise UsageError(f"--max-repeats ({max_repeats}) is below --repeats ({repeats})")
+    if not tolerance > 0:
+        raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
 
 
 @dataclass

@@ -133,17 +133,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the first release (or day) between --good and --bad at which a cell changed by more than the
         tolerance: a binary search, each tested point its own environment, 3+ repeats each."""
-        from fwbench.cli.bisecting import bisect_cell
+        from fwbench.cli.bisecting import bisect_cell, check_bisect_settings
 
-        repeats = options.repeats
         if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
             raise UsageError("bisect takes one --stack, one --task and at most one --compile (one cell)")
-        if repeats < 3:
-            raise UsageError(f"--repeats must be at least 3 (a verdict needs 3 repeats a point), got {repeats}")
-        if max_repeats < repeats:
-            raise UsageError(f"--max-repeats ({max_repeats}) is below --repeats ({repeats})")
-        if not tolerance > 0:
-            raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
+        check_bisect_settings(options.repeats, max_repeats, tolerance)
         labels = candidate_points(package, good, bad, versions)
         console.print(f"{len(labels)} candidate points from {escape(labels[0])} to {escape(labels[-1])}; a binary "
                       f"search tests about {2 + max(0, len(labels) - 2).bit_length()} of them", highlight=False)
@@ -170,11 +164,7 @@ def candidate_points(package: Optional[str], good: str, bad: str, versions: Opti
                     for day in points_core.dates_between(good_point.date, bad_point.date)]
         points_core.release_version(good, "--good")  # before the index is asked
         points_core.release_version(bad, "--bad")
-        if versions:
-            listed = [v.strip() for v in versions.split(",") if v.strip()]
-        else:
-            listed = points_core.releases_from_page(points_core.fetch_simple_json(package))
-        between = points_core.versions_between(listed, good, bad)
+        between = points_core.versions_between(points_core.listed_releases(package, versions), good, bad)
         return [points_core.package_point(package, v).label for v in between]
     except points_core.SweepError as exc:
         raise UsageError(str(exc)) from None

@@ -58,21 +58,17 @@ def register(app: typer.Typer) -> None:
         """Measure a package's newest releases that the history lacks, add them to it, and look for a change;
         a change between two measured versions with releases between them is bisected. Exit 3 when a change is
         found, 0 when none, 1 when a cell or bisect failed, 2 on bad input."""
+        from fwbench.cli.bisecting import check_bisect_settings
         from fwbench.cli.history import add_rows
         from fwbench.engines.sweep import point_specs, run_point
         from fwbench_aggregator import history, history_series, watch
 
         if schedule is not None:
-            print(_schedule(schedule, at, image, out, store, options), end="")
+            print(_schedule(schedule, at, image, options), end="")
             return
-        if options.repeats < 3:
-            raise UsageError(f"--repeats must be at least 3 (a point decides only with 3), got {options.repeats}")
+        check_bisect_settings(options.repeats, max_repeats, tolerance)
         if newest < 1:
             raise UsageError(f"--newest must be at least 1, got {newest}")
-        if max_repeats < options.repeats:
-            raise UsageError(f"--max-repeats ({max_repeats}) is below --repeats ({options.repeats})")
-        if not tolerance > 0:
-            raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
         store = store if store is not None else history.default_store()
         try:
             history.check_store(store)
@@ -92,10 +88,10 @@ def register(app: typer.Typer) -> None:
         probe = points_core.package_point(package, releases[-1])
         cells = list(dict.fromkeys(history_series.series_identity(CellIdentity.of_spec(spec), package)
                                    for spec in point_specs(specs, probe, pin_set, device)[1]))
-        frame = _stored(store, options)
+        known = watch.series_by_identity(_stored(store, options), package)
+        measured = [watch.measured_versions(known.get(cell)) for cell in cells]
         watched = releases[-newest:]
-        to_measure = [v for v in watched
-                      if not all(v in watch.measured_versions(frame, cell, package) for cell in cells)]
+        to_measure = [v for v in watched if not all(v in versions for versions in measured)]
         console.print(f"watch {escape(package)}: newest {len(watched)} of {len(releases)} release(s) "
                       f"({escape(', '.join(watched))}); {len(to_measure)} not in the history "
                       f"{escape(str(store))}" + (f": {escape(', '.join(to_measure))}" if to_measure else ""),
@@ -119,8 +115,8 @@ def register(app: typer.Typer) -> None:
                 failed |= any(row and row["status"] not in ("ok", "unsupported") for row in rows)
         if to_measure:
             add_rows(store, [out])
-        frame = _stored(store, options)
-        assessed = watch.assess(frame, cells, package, to_measure, releases, tolerance)
+        known = watch.series_by_identity(_stored(store, options), package)
+        assessed = watch.assess(known, cells, to_measure, releases, tolerance)
         body = watch.lines(assessed, package, tolerance)
         for line in body:
             console.print(escape(line), highlight=False)
@@ -153,18 +149,10 @@ def register(app: typer.Typer) -> None:
 
 def _releases(package: str, versions: Optional[str]) -> list[str]:
     """The package's releases, oldest first (UsageError: none, or the index cannot list them)."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         points_core.package_point(package, "0")  # the name, checked before the index is asked
-        if versions:
-            listed = [v.strip() for v in versions.split(",") if v.strip()]
-            for v in listed:
-                points_core.release_version(v, "--versions")
-            listed = sorted(dict.fromkeys(listed), key=Version)
-        else:
-            listed = points_core.releases_from_page(points_core.fetch_simple_json(package))
-    except (points_core.SweepError, InvalidVersion) as exc:
+        listed = points_core.listed_releases(package, versions)
+    except points_core.SweepError as exc:
         raise UsageError(str(exc)) from None
     if not listed:
         raise UsageError(f"the index lists no release of {package}")
@@ -208,8 +196,7 @@ def _bisect(options: MatrixOptions, base, cell: CellIdentity, package: str, brac
 SCHEDULE_ONLY = ("--schedule", "--at", "--image")
 
 
-def _schedule(kind: str, at: str, image: Optional[str], out: Path, store: Optional[Path],
-              options: MatrixOptions) -> str:
+def _schedule(kind: str, at: str, image: Optional[str], options: MatrixOptions) -> str:
     """The entry that runs this same watch daily (docs/history.md#scheduling a watch)."""
     import shutil
     import sys
@@ -240,8 +227,8 @@ def _schedule(kind: str, at: str, image: Optional[str], out: Path, store: Option
     import yaml
 
     # In the pod, the results claim holds the rows and the store; the data are regenerated in the pod's scratch.
-    in_pod = _with_value(_with_value(_with_value(argv, "--out", "/results/watch"), "--store", "/results/history"),
-                         "--data", "/data")
+    in_pod = _with_value(_with_value(_with_value(argv, ("--out", "-o"), "/results/watch"), ("--store",),
+                                     "/results/history"), ("--data",), "/data")
     try:
         job = schedule.k8s_cronjob(in_pod, at, image=image, results_claim="fwbench-results", namespace=None,
                                    resources=k8s.PodResources(cpu=str(options.threads or 8)))
@@ -266,6 +253,7 @@ def _without(argv: list[str], names: tuple[str, ...]) -> list[str]:
     return kept
 
 
-def _with_value(argv: list[str], name: str, value: str) -> list[str]:
-    """argv with option `name` set to `value` (replaced where given, else added)."""
-    return [*_without(argv, (name,)), name, value]
+def _with_value(argv: list[str], names: tuple[str, ...], value: str) -> list[str]:
+    """argv with the option of these `names` (its long name first, then its aliases) set to `value`, replaced where
+    given under any of them, else added."""
+    return [*_without(argv, names), names[0], value]

@@ -170,6 +170,15 @@ def releases_from_page(page: dict) -> list[str]:
     return [live[v] for v in sorted(live)]
 
 
+def listed_releases(package: str, versions: str | None) -> list[str]:
+    """A package's releases, oldest first: `versions` (V1,V2,..., each a release version; SweepError naming
+    `--versions lists` otherwise) or, without it, the index's final releases (releases_from_page)."""
+    if versions:
+        listed = dict.fromkeys(v.strip() for v in versions.split(",") if v.strip())
+        return sorted(listed, key=lambda v: release_version(v, "--versions lists"))
+    return releases_from_page(fetch_simple_json(package))
+
+
 def release_version(text: str, what: str):
     """`text` as a PEP 440 version (packaging's Version); SweepError naming `what` it is when it is none (a branch
     name such as `main` is not a release)."""
