@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "runner"))
-sys.path.insert(0, str(ROOT / "aggregator"))
+sys.path[:0] = [str(ROOT / "runner"), str(ROOT / "aggregator"), str(ROOT / "benchmarks")]
 
 from fwbench.harness.envinfo import cpu_model  # noqa: E402
 from fwbench_aggregator import judge  # noqa: E402
+import measurement_log  # noqa: E402
 
 POINTS = 30
 REPEATS = (judge.MIN_REPEATS, 5)  # points of fewer quiet processes do not decide (judge.decides_change)
@@ -186,12 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration-trials", type=int, default=2000, help="no-change series per row, part 1")
     parser.add_argument("--seed", type=int, default=52)
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--json", type=Path, default=None, help="also write the result to this JSON file")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="print the Markdown table of a result file (for docs/history.md) and exit")
+    measurement_log.add_output_options(parser, "docs/history.md")
     args = parser.parse_args(argv)
-    if args.render is not None:
-        print(render(json.loads(args.render.read_text())))
+    if measurement_log.rendered(args, render):
         return 0
     if min(args.trials, args.calibration_trials, args.jobs) < 1:
         parser.error("--trials, --calibration-trials and --jobs must be at least 1")

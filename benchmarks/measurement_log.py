@@ -98,3 +98,18 @@ def write(path: Path, found: dict) -> None:
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def add_output_options(parser, page: str) -> None:
+    """--json PATH (write the run's file) and --render JSON (print a file's Markdown for `page`, run nothing)."""
+    parser.add_argument("--json", type=Path, default=None, help="also write the result to this JSON file")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help=f"print the Markdown of a result file (for {page}) and exit")
+
+
+def rendered(args, render) -> bool:
+    """With --render: print `render` of that file and say so (the caller returns); else False."""
+    if args.render is None:
+        return False
+    print(render(json.loads(args.render.read_text())))
+    return True

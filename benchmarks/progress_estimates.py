@@ -18,7 +18,6 @@ speed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -162,12 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/fwbench-progress-estimates"),
                         help="folder of both runs' results, their store and data (emptied first)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the result to this JSON file")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="print the Markdown of a result file (for docs/running.md) and exit")
+    measurement_log.add_output_options(parser, "docs/running.md")
     args = parser.parse_args(argv)
-    if args.render is not None:
-        print(render(json.loads(args.render.read_text())))
+    if measurement_log.rendered(args, render):
         return 0
     args.stack = args.stack or ["native-torch"]
     args.task = args.task or ["bert-predict", "bert-fit"]

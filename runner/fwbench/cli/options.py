@@ -105,7 +105,7 @@ def _axis_option(name: str, help: str, *, direct: bool = True, **declaration: An
     """An option that sets the axis `name`: the axis's default (None where the host or preset decides) and, when the
     value goes to the spec as given (`direct`), the axis's CellSpec field."""
     axis = axes.by_name()[name]
-    default = declaration.pop("default", None if axis.default is axes.HOST else axis.default)
+    default = declaration.pop("default", axis.unset_value)
     return _declared(default, help, axis=name, spec_field=axis.spec_field if direct else None, **declaration)
 
 

@@ -75,6 +75,12 @@ class Axis:
     option: AxisOption | None = None  # its command-line option where MatrixOptions has no field for it
 
     @property
+    def unset_value(self) -> Any:
+        """The value a spec or an option holds when nothing sets the axis: its default, None where the host or the
+        preset decides it."""
+        return None if self.default is HOST else self.default
+
+    @property
     def label_name(self) -> str:
         return self.label or self.name
 

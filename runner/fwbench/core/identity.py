@@ -100,15 +100,9 @@ class CellIdentity:
         (an axis without a field of its own), else the axis's default."""
         given = dict(getattr(spec, "axis_settings", ()))
         values = {name: _plain(getattr(spec, attribute) if hasattr(spec, attribute) else
-                               given[name] if name in given else _default(name))
+                               given[name] if name in given else axes.by_name()[name].unset_value)
                   for name, (_, attribute) in SETTINGS.items()}
         return cls(*(getattr(spec, f) for f in KEY_FIELDS), tuple(values.items()))
-
-
-def _default(name: str) -> Any:
-    """The value of an axis a spec does not set: its default (None where the host or preset decides)."""
-    default = axes.by_name()[name].default
-    return None if default is axes.HOST else default
 
 
 def held_equal(identity: CellIdentity, along) -> CellIdentity:

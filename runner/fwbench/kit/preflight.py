@@ -87,23 +87,20 @@ def preflight(folders: KitFolders, plan: PlanSettings, *, doctor_timeout_s: floa
     key = preflight_key(folders, plan, commit)
     earlier = state.passed_preflight(key) if state is not None and commit else None
     if earlier is not None:
-        broken = check_imports(folders, FWBENCH_MODULES)
-        if broken:
-            raise KitError("fwbench itself does not import with the kit installed: " + "; ".join(broken))
+        broken, unrunnable = check_imports(folders, FWBENCH_MODULES), dict(earlier.get("unrunnable") or {})
         log(f"preflight: doctor and the stacks' imports passed on this GPU model at this commit with this wheelhouse "
             f"({earlier.get('at')}): not run again")
-        log(f"preflight done in {time.monotonic() - begun:.0f} s")
-        return dict(earlier.get("unrunnable") or {}), gpus
-    doctor = run_doctor(folders, plan)
-    stacks = [stack for stack, _mode in plan.variants]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        own = pool.submit(check_imports, folders, FWBENCH_MODULES)
-        unrunnable = pool.submit(broken_stacks, folders, stacks)
-        broken, unrunnable = own.result(), unrunnable.result()
-    code = finish_doctor(folders, doctor, doctor_timeout_s - (time.monotonic() - begun))
+    else:
+        doctor = run_doctor(folders, plan)
+        stacks = [stack for stack, _mode in plan.variants]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            own = pool.submit(check_imports, folders, FWBENCH_MODULES)
+            unrunnable = pool.submit(broken_stacks, folders, stacks)
+            broken, unrunnable = own.result(), unrunnable.result()
+        passed = finish_doctor(folders, doctor, doctor_timeout_s - (time.monotonic() - begun)) == 0
     if broken:
         raise KitError("fwbench itself does not import with the kit installed: " + "; ".join(broken))
-    if state is not None and commit and code == 0:
+    if earlier is None and passed and state is not None and commit:
         state.record_preflight(key, unrunnable, datetime.now(timezone.utc).isoformat(timespec="seconds"))
     log(f"preflight done in {time.monotonic() - begun:.0f} s")
     return unrunnable, gpus
