@@ -358,6 +358,23 @@ def test_a_units_seconds_are_split_as_finely_as_its_row_says_and_add_up():
     assert breakdown.timed_fraction(3.0, 25.0) == "12.0%"
 
 
+def test_a_fits_weights_checksum_is_a_part_of_its_own_not_warm_up():
+    """On the H200 a Gemma fit's warm-up (2 steps) read 27-56 s: its initial-weights checksum (extra.initial_weights_s:
+    8.5B weights read back and hashed). It is its own part, also in parts a kit before it recorded."""
+    began = datetime(2026, 11, 28, 17, 40, tzinfo=timezone.utc)
+    phases = {"interpreter_start": 1.5, "data_load": 0.25, "framework_import": 6.0, "workload_import": 0.5,
+              "build_and_steps": 39.0, "describe": 0.5, "ceiling": 0.25}
+    row = cell_row(began, extra=json.dumps({"phases_s": phases, "process_s": 48.5, "initial_weights_s": 30.0}))
+    parts = breakdown.of_unit(row, began_at=began, wall_s=55.0)
+    assert parts["checksum_s"] == 30.0 and parts["warmup_s"] == 1.0 and parts["unaccounted_s"] == 0.0
+    assert "| setup 3.0 | checksum 30.0 | first step 2.0 | warm-up 1.0 |" in breakdown.describe(parts)
+    recorded = {**parts, "warmup_s": 31.0}
+    del recorded["checksum_s"]
+    assert breakdown.with_checksum(recorded, row) == parts
+    assert breakdown.with_checksum(parts, row) == parts  # never taken out twice
+    assert breakdown.with_checksum(recorded, cell_row(began)) == recorded  # a predict cell: no checksum
+
+
 def test_status_reads_the_parts_of_units_an_older_kit_ran_from_their_rows(tmp_path, monkeypatch, capsys):
     """The published H100 windows ran before the kit recorded parts: their rows still give most of them."""
     out = tmp_path / "out"
@@ -858,6 +875,33 @@ def test_cell_checks_skip_what_passed_earlier_what_does_not_fit_and_survive_a_br
     left["s"] = 500.0
     checks.run_cell_checks({"compiled Trainer fit runs"})  # --recheck: only what is named
     assert ran == ["compiled"]
+
+
+def test_a_check_starts_only_where_its_share_lets_its_last_cell_start(tmp_path, monkeypatch):
+    """On the H200 a 45-s checks share started the per-step sync check, ran its first cell (about 18 s) and then
+    refused the second (a check's cell starts only with UNIT_OVERHEAD_S plus a 10-s timeout left): 25 s spent, no
+    verdict. A check now starts only where its last cell could; the cells here (GPU mocked) take 18 s each."""
+    from fwbench.kit import cells as kit_cells
+    from fwbench.kit import checks as kit_checks
+
+    left = {"s": 45.0}
+    started = []
+
+    def run_unit(unit, folders, timeout, extra, rows):
+        started.append(rows.name)
+        left["s"] -= 18.0
+        return {"status": "ok", "cell_id": rows.name, "ms_per_step": 1.0, "per_step_sync": True}
+
+    monkeypatch.setattr(kit_cells, "run_unit", run_unit)
+    checks = bare_checks(tmp_path, time_left=lambda: left["s"])
+    checks.run_cell_checks({"per-step sync"})
+    assert started == [] and checks.lines[-1].startswith("SKIP per-step sync: not run")
+    for _name, method, cells_s in kit_checks.CELL_CHECKS:  # every check: its estimate lets its last cell start
+        assert kit_checks.needed_s(*cells_s) - sum(cells_s[:-1]) >= kit_cells.UNIT_OVERHEAD_S + 10, method
+    left["s"] = 50.0
+    checks.lines = []
+    checks.run_cell_checks({"per-step sync"})
+    assert started == ["sync-on", "sync-off"] and "no time left" not in checks.lines[-1]
 
 
 def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):

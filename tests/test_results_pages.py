@@ -16,15 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FOLDER = ROOT / "benchmarks" / "results" / "2026-11-26-nvidia-h100-80gb-hbm3"
 PAGE = ROOT / "docs" / "results-h100.md"
+# Every GPU model's page and the kit folder its figures come from.
+PAGES = {"h100": (FOLDER, PAGE),
+         "h200": (ROOT / "benchmarks" / "results" / "2026-11-28-nvidia-h200", ROOT / "docs" / "results-h200.md")}
 # Names that carry digits and state no measurement: devices, precisions, file and model names.
 NAMES = {"H100", "A100", "H200", "bf16", "fp32", "tf32", "FP32", "TF32", "float32", "bfloat16", "mixed_bfloat16",
-         "MobileNetV2", "bf16=True", "80GB", "HBM3", "H100s", "TF32-against-FP32", "tf32_effective", "keras3-jax",
+         "MobileNetV2", "bf16=True", "7B", "gemma-generate-bs32", "80GB", "HBM3", "H100s", "TF32-against-FP32", "tf32_effective", "keras3-jax",
          "keras3-torch", "keras3-tensorflow", "keras2-tensorflow"}
 
 
 def prose(text: str) -> str:
-    """The page outside the generated block, without figure markers' values, link targets or paths in code."""
-    text = text.split("<!-- BEGIN generated:", 1)[0] + text.split("<!-- END generated -->", 1)[-1]
+    """The page outside its generated blocks, without figure markers' values, link targets or paths in code."""
+    text = re.sub(r"<!-- BEGIN generated:.*?<!-- END generated -->", " ", text, flags=re.S)
     text = page_figures.FIGURE.sub(" ", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets and anchors
     return re.sub(r"`[^`]*/[^`]*`", " ", text)  # paths and commands in code
@@ -40,14 +43,24 @@ def figures():
     return results_page.figures(FOLDER)
 
 
-def test_every_figure_the_h100_page_states_is_what_its_rows_give(figures):
-    text = PAGE.read_text()
-    assert len(page_figures.FIGURE.findall(text)) >= 40
-    assert page_figures.stale(text, figures) == []
+@pytest.mark.parametrize("gpu", sorted(PAGES))
+def test_every_figure_a_gpu_page_states_is_what_its_rows_give(gpu):
+    folder, page = PAGES[gpu]
+    text = page.read_text()
+    assert len(page_figures.FIGURE.findall(text)) >= 20
+    assert page_figures.stale(text, results_page.figures(folder)) == []
+    assert results_page.begin(folder) in text
 
 
-def test_the_h100_page_prose_holds_no_figure_outside_a_marker():
-    assert bare_figures(PAGE.read_text()) == []
+@pytest.mark.parametrize("gpu", sorted(PAGES))
+def test_a_gpu_page_prose_holds_no_figure_outside_a_marker(gpu):
+    assert bare_figures(PAGES[gpu][1].read_text()) == []
+
+
+def test_prose_between_two_generated_blocks_is_still_prose():
+    text = ("<!-- BEGIN generated: a -->\n1 2\n<!-- END generated -->\nsaid 42 here\n"
+            "<!-- BEGIN generated: b -->\n3\n<!-- END generated -->\n")
+    assert bare_figures(text) == ["42"]
 
 
 def test_the_six_wrong_points_of_the_old_page_are_caught(figures):

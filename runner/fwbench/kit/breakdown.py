@@ -9,8 +9,10 @@ row and the runner say:
   workload_import_s   importing the workload, and a model file with its inputs (phases_s.workload_import, model_file)
   setup_s             building the model (the row's setup_s)
   first_step_s        the first step: trace and compile (the row's first_step_s)
-  warmup_s            the warm-up steps, with what else the steps' phase holds (a fit's initial-weights checksum,
-                      the clock's reads): phases_s.build_and_steps less setup, first step and timed steps
+  checksum_s          a fit's checksum of the weights it starts from (extra.initial_weights_s): all of a 7B
+                      model's bytes read back to the host and hashed
+  warmup_s            the warm-up steps, with the little else the steps' phase holds (the clock's reads):
+                      phases_s.build_and_steps less setup, checksum, first step and timed steps
   timed_s             the timed steps: ms_per_step x timed_steps
   describe_s          describing the row after the window, the physics ceiling (phases_s.describe, ceiling)
   cell_end_s          the cell process writing its record and exiting, as the runner saw it (extra.process_s less
@@ -30,7 +32,7 @@ from fwbench.core.results import extra_of
 
 PARTS = {"runner_start_s": "start", "interpreter_s": "python", "data_load_s": "data",
          "framework_import_s": "imports", "workload_import_s": "workload", "setup_s": "setup",
-         "first_step_s": "first step", "warmup_s": "warm-up", "timed_s": "timed", "describe_s": "describe",
+         "checksum_s": "checksum", "first_step_s": "first step", "warmup_s": "warm-up", "timed_s": "timed", "describe_s": "describe",
          "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export", "unaccounted_s": "unaccounted"}
 
 
@@ -77,6 +79,7 @@ def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, expor
     runner_start_s = (None if started is None or interpreter_s is None or began_at is None
                       else (started - began_at).total_seconds() - interpreter_s)
     setup_s, first_step_s = number_or_none(row.get("setup_s")), number_or_none(row.get("first_step_s"))
+    checksum_s = number_or_none(extra.get("initial_weights_s"))
     ms, steps = number_or_none(row.get("ms_per_step")), number_or_none(row.get("timed_steps"))
     timed_s = ms * steps / 1000 if ms is not None and steps is not None else None
     in_cell = [value for name, value in phases.items() if name != "interpreter_start" and value is not None]
@@ -87,9 +90,10 @@ def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, expor
         "framework_import_s": phases.get("framework_import"),
         "workload_import_s": _sum(phases.get("workload_import"), phases.get("model_file") or 0.0),
         "setup_s": setup_s,
+        "checksum_s": checksum_s,
         "first_step_s": first_step_s,
         "warmup_s": (None if None in (phases.get("build_and_steps"), setup_s, first_step_s, timed_s)
-                     else phases["build_and_steps"] - setup_s - first_step_s - timed_s),
+                     else phases["build_and_steps"] - setup_s - (checksum_s or 0.0) - first_step_s - timed_s),
         "timed_s": timed_s,
         "describe_s": _sum(phases.get("describe"), phases.get("ceiling") or 0.0),
         "cell_end_s": (None if process_s is None or interpreter_s is None or not in_cell
@@ -102,6 +106,15 @@ def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, expor
     # The parts are disjoint (warmup_s is what the steps' phase holds beyond the others); the rest is unaccounted.
     known["unaccounted_s"] = wall_s + (export_s or 0.0) - sum(known.values())
     return {name: round(value, 2) for name, value in known.items()}
+
+
+def with_checksum(parts: dict | None, row: dict | None) -> dict | None:
+    """Parts a kit before `checksum_s` recorded (the checksum inside warm-up), with it taken out of warm-up where the
+    unit's row has it."""
+    checksum_s = number_or_none((extra_of((row or {}).get("extra")) or {}).get("initial_weights_s"))
+    if not parts or "checksum_s" in parts or checksum_s is None or parts.get("warmup_s") is None:
+        return parts
+    return {**parts, "checksum_s": round(checksum_s, 2), "warmup_s": round(parts["warmup_s"] - checksum_s, 2)}
 
 
 def describe(breakdown: dict | None) -> str:

@@ -76,13 +76,27 @@ def code_fingerprint(repo: Path = REPO) -> str:
     return digest.hexdigest()[:16]
 
 
-# Estimated seconds of a check's cells on a GPU host (tiny sizes: the process start, imports and CUDA set-up
-# dominate; a reduce-overhead cell adds its compile). A check starts only if this much of its share is left.
-PLAIN_CELL_S, COMPILED_CELL_S = 15.0, 75.0
-CELL_CHECKS = (("per-step sync", "sync", 2 * PLAIN_CELL_S), ("TF32 recorded as set", "tf32", 2 * PLAIN_CELL_S),
-               ("competing GPU process marks rows busy", "busy", PLAIN_CELL_S),
-               ("reduce-overhead replays CUDA graphs", "cuda_graph_cell", COMPILED_CELL_S),
-               ("compiled Trainer fit runs", "compiled_trainer", COMPILED_CELL_S))
+# Estimated seconds of a check's cell on a GPU host, from starting `fwbench run` to its row (tiny sizes: the process
+# start, imports and CUDA set-up dominate, about 18 s on the H200; a reduce-overhead cell adds its compile).
+PLAIN_CELL_S, COMPILED_CELL_S = 20.0, 75.0
+# A check's cell starts only with a timeout of at least this left after the unit's own overhead (Checks.cell).
+MIN_CELL_TIMEOUT_S = 10.0
+
+
+def needed_s(*cells_s: float) -> float:
+    """The share a check needs before it starts: its cells' estimates, the last at least what Checks.cell asks to
+    start it, so that a check is never begun only to have its last cell refused (on the H200, a 45-s share ran the
+    sync check's first cell and then had too little left for its second)."""
+    *before, last = cells_s
+    return sum(before) + max(last, cells.UNIT_OVERHEAD_S + MIN_CELL_TIMEOUT_S)
+
+
+# Each check's cells, by their estimates (TF32's first is the per-step sync check's synced cell where that ran).
+CELL_CHECKS = (("per-step sync", "sync", (PLAIN_CELL_S, PLAIN_CELL_S)),
+               ("TF32 recorded as set", "tf32", (PLAIN_CELL_S, PLAIN_CELL_S, PLAIN_CELL_S)),
+               ("competing GPU process marks rows busy", "busy", (PLAIN_CELL_S,)),
+               ("reduce-overhead replays CUDA graphs", "cuda_graph_cell", (COMPILED_CELL_S,)),
+               ("compiled Trainer fit runs", "compiled_trainer", (COMPILED_CELL_S,)))
 
 
 def on_gpu() -> bool:
@@ -150,7 +164,7 @@ class Checks:
         timeout = self.cell_timeout_s
         if self.time_left is not None:
             timeout = min(timeout, self.time_left() - cells.UNIT_OVERHEAD_S)
-            if timeout < 10:
+            if timeout < MIN_CELL_TIMEOUT_S:
                 raise OutOfTime(f"{name}: no time left in this window")
         row = cells.run_unit(unit, self.folders, timeout, extra, rows=rows)
         if row and row.get("status") == "timeout" and timeout < self.cell_timeout_s:
@@ -163,7 +177,10 @@ class Checks:
         """The checks that run cells, cheapest first, each only if its estimate fits what is left; one that has
         passed in an earlier window (kit-state.json) on this GPU model, with the code it checks as it is now
         (code_fingerprint), is not run again but for `names` asked for."""
-        for name, method, estimate_s in CELL_CHECKS:
+        for name, method, cells_s in CELL_CHECKS:
+            if method == "tf32" and self.ok(self.sync_row):
+                cells_s = cells_s[1:]
+            estimate_s = needed_s(*cells_s)
             if names is None and self.state is not None and self.state.passed(name, gpu=self.gpu_model,
                                                                               code=self.code):
                 earlier = self.state.checks[name]

@@ -19,8 +19,8 @@ SELECTOR is the same with * for any):
   each:CELL                          each process's median ms/step, in the order they ran
   range:METRIC:SELECTOR              the smallest to the largest METRIC over the cells SELECTOR matches:
                                      speedup (native-torch eager at the same precision / CELL), over_published
-                                     (measured / published A100 step), h100_speedup (published / measured),
-                                     tflops, peak, first, n (processes)
+                                     (measured / published A100 step), a100_speedup (published / measured: the
+                                     GPU's speed-up over the A100), tflops, peak, first, n (processes)
   count:cells | count:cell_repeats | count:planned | count:ok_rows | count:energy | count:windows
   dates                              the windows' dates      const:min_repeats, const:one_process_separates
 """
@@ -202,7 +202,7 @@ class Figures:
         if name == "speedup":
             base = baseline_of(self.cells, cell)
             return None if base is None or base is cell else base.median() / cell.median()
-        if name in ("over_published", "h100_speedup"):
+        if name in ("over_published", "a100_speedup"):
             published = self.published_step_s(cell.task).get(f"{cell.stack}/{cell.mode}")
             if not published or not is_published(cell.precision):
                 return None
@@ -225,7 +225,8 @@ class Figures:
         if kind == "tflops":
             return f"{self.cell(args[0]).mean('achieved_tflops'):.1f}"
         if kind == "peak":
-            return f"{self.cell(args[0]).mean('pct_of_peak'):.0f}%"
+            pct = self.cell(args[0]).mean('pct_of_peak')
+            return f"{pct:.{0 if pct >= 1 else 1}f}%"  # a tenth below 1%: never a bare 0%
         if kind == "first":
             return f"{self.cell(args[0]).mean('first_step_s'):.1f} s"
         if kind == "cache":
@@ -248,12 +249,13 @@ class Figures:
         if kind == "each":
             cell = self.cell(args[0])
             ran = sorted(cell.ok, key=lambda row: str(row.get("started_at")))
-            return " and ".join(stats.fmt_ms(stats.median(samples(row))) for row in ran)
+            medians = [stats.fmt_ms(stats.median(samples(row))) for row in ran]
+            return " and ".join(medians) if len(medians) < 3 else ", ".join(medians[:-1]) + " and " + medians[-1]
         if kind == "range" and len(args) == 2:
             values = [v for c in self.select(args[1]) if (v := self.metric(args[0], c)) is not None]
             if not values:
                 raise FigureError(f"{name!r}: no cell has the figure")
-            unit = {"speedup": "x", "h100_speedup": "x", "over_published": "", "tflops": "", "peak": "%",
+            unit = {"speedup": "x", "a100_speedup": "x", "over_published": "", "tflops": "", "peak": "%",
                     "first": " s", "n": ""}[args[0]]
             digits = {"over_published": 2, "n": 0}.get(args[0], 1)
             # Words for the range, not a verdict: one value where both ends print alike.

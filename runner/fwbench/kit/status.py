@@ -42,9 +42,10 @@ def unit_lines(state: KitState, units: dict[str, Unit], rows: Path) -> list[str]
     for key, entry in ran:
         window = f", window {entry['window']}" if entry.get("window") else ""
         parts, source = entry.get("breakdown"), ""
-        if not parts and key in units and entry.get("wall_s"):
-            parts, source = breakdown.of_unit(unit_row(rows, units[key]), began_at=None,
-                                              wall_s=entry["wall_s"]), " (from its row)"
+        row = unit_row(rows, units[key]) if key in units else None
+        if not parts and row is not None and entry.get("wall_s"):
+            parts, source = breakdown.of_unit(row, began_at=None, wall_s=entry["wall_s"]), " (from its row)"
+        parts = breakdown.with_checksum(parts, row)
         lines.append(f"  {key}: {entry.get('status')}, {entry.get('wall_s', 0):.1f} s{window}{source}: "
                      + breakdown.describe(parts))
     return lines
