@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,36 @@ def test_backend_switches_are_recorded(stack_results):
         # hold no CUDA context or memory beside theirs; a CPU cell has none to hide (CUDA_VISIBLE_DEVICES empty).
         hidden = json.loads(row["extra"]).get("tensorflow_gpus")
         assert hidden == ("none visible" if backend in ("jax", "torch") else None), (stack, hidden)
+
+
+def test_keras3_torch_checksums_the_bytes_numpy_would_give(stack_results):
+    """keras3-torch's initial-weights checksum reads each variable's torch tensor (Keras's own NumPy conversion takes
+    every bfloat16 tensor to float32 and back: twice native-torch's checksum time on the H200); the dtype names,
+    shapes and bytes, so the digest, are those np.asarray gives, in the real keras3-torch environment."""
+    from fwbench.engines.local import StackEnvironment
+
+    environment = StackEnvironment("keras3-torch")
+    assert environment.ready, "the keras3-torch environment was built by stack_results"
+    snippet = """
+import numpy as np, keras
+from fwbench.workloads import weights_sha256
+from fwbench.workloads.keras import common
+keras.config.set_dtype_policy("bfloat16")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.BatchNormalization(),
+                          keras.layers.Dense(4, dtype="float32")])
+optimizer = keras.optimizers.AdamW()
+optimizer.build(model.trainable_variables)
+extra = [keras.Variable(np.arange(3), dtype=d, trainable=False) for d in ("int64", "uint32", "bool", "uint8")]
+class Weights:
+    weights = model.weights + optimizer.variables + extra
+as_numpy = [(str(a.dtype), a.shape, np.ascontiguousarray(a).view(np.uint8))
+            for a in (np.asarray(w) for w in Weights.weights)]
+fast = list(common.weight_bytes(Weights))
+assert [(n, s) for n, s, _ in fast] == [(n, s) for n, s, _ in as_numpy]
+assert weights_sha256(iter(fast)) == weights_sha256(iter(as_numpy))
+print("same", len(fast))
+"""
+    env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "runner")}
+    done = subprocess.run([str(environment.python), "-c", snippet], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("same "), done.stderr[-2000:]

@@ -301,3 +301,18 @@ def test_kit_windows_are_read_from_the_log_and_shown_on_the_gpu_kit_page():
     assert module.window_table(found) in page
     assert module.window_table([window for window in found if window.number in (5, 6)]) in page
     assert module.unit_table(found, ".py-") in page
+
+
+def test_the_weights_checksum_benchmark_writes_and_renders_its_file(tmp_path, capsys):
+    """benchmarks/weights_checksum.py at a size a unit test affords: both ways agree (it exits otherwise), the file
+    is a measurement log with its machine and date, and --render prints what docs/gpu-kit.md shows."""
+    module = benchmark_module("weights_checksum")
+    path = tmp_path / "weights-checksum.json"
+    assert module.main(["--mib", "2", "--layers", "3", "--repeats", "1", "--json", str(path)]) == 0
+    found = json.loads(path.read_text())
+    assert found["benchmark"] == "weights_checksum" and found["machine"] and found["date"]
+    [row] = found["rows"]
+    assert row["mib"] == 2 and row["tensors"] == 4 and row["one loop s"] > 0 and row["side by side s"] > 0
+    capsys.readouterr()
+    assert module.main(["--render", str(path)]) == 0
+    assert "| 2 MiB in 4 tensors |" in capsys.readouterr().out
