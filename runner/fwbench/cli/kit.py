@@ -39,6 +39,10 @@ MODEL_PRECISION = typer.Option("tf32", "--model-precision", help="--models' prec
 TIMED_WINDOW_S = typer.Option(15.0, "--timed-window-s", help="At paper, a task gets fewer timed steps where its "
                                                              "slowest published stack would time longer than this "
                                                              "(estimated; 0: the preset's steps).")
+FULL_STEPS = typer.Option(1.0, "--full-steps-below-s", help="At paper, a task keeps the preset's timed steps (the "
+                                                             "published 100) where its slowest published stack's step "
+                                                             "is estimated under this many seconds (0: every task by "
+                                                             "--timed-window-s).")
 STEPS = typer.Option(None, "--steps", help="Timed steps of every cell (default: the window's, see --timed-window-s).")
 OUT = typer.Option(None, "--out", "-o", help="The window's folder: rows, checks, report, kit-state.json, kit.log "
                                              "(default: KIT_DIR/out).")
@@ -68,14 +72,15 @@ def _folders(kit_dir: Optional[Path], out: Optional[Path]):
 
 
 def _plan(preset: str, tasks: Optional[str], variants: Optional[str], repeats: int, precisions: Optional[str], *,
-          models: Optional[str], model_batch: int, model_precision: str, timed_window_s: float, steps: Optional[int]):
+          models: Optional[str], model_batch: int, model_precision: str, timed_window_s: float, steps: Optional[int],
+          full_steps_below_s: float):
     from fwbench.kit import plan
 
     if model_batch < 1 or (steps is not None and steps < 1):
         raise UsageError("--model-batch and --steps must be at least 1")
     return plan.PlanSettings(preset, plan.parse_tasks(tasks), plan.parse_variants(variants), repeats,
                              plan.parse_precisions(precisions), plan.parse_models(models), model_batch,
-                             plan.parse_precisions(model_precision)[0], timed_window_s, steps)
+                             plan.parse_precisions(model_precision)[0], timed_window_s, steps, full_steps_below_s)
 
 
 @kit_app.command("prepare")
@@ -99,7 +104,8 @@ def window_cmd(
     preset: str = PRESET, tasks: Optional[str] = TASKS, variants: Optional[str] = VARIANTS,
     cell_repeats: int = REPEATS, precisions: Optional[str] = PRECISIONS, models: Optional[str] = MODELS,
     model_batch: int = MODEL_BATCH, model_precision: str = MODEL_PRECISION, timed_window_s: float = TIMED_WINDOW_S,
-    cell_steps: Optional[int] = STEPS, out: Optional[Path] = OUT, kit_dir: Optional[Path] = KIT_DIR,
+    cell_steps: Optional[int] = STEPS, full_steps_below_s: float = FULL_STEPS, out: Optional[Path] = OUT,
+    kit_dir: Optional[Path] = KIT_DIR,
     export: Optional[Path] = typer.Option(None, "--export", help="Copy the 8 files worth bringing back here, after "
                                                                  "every step."),
     budget_s: float = typer.Option(540.0, "--budget-s", help="The window's whole time, report and export included."),
@@ -126,7 +132,8 @@ def window_cmd(
     from fwbench.kit.window import WindowSettings, window
 
     plan = _plan(preset, tasks, variants, cell_repeats, precisions, models=models, model_batch=model_batch,
-                 model_precision=model_precision, timed_window_s=timed_window_s, steps=cell_steps)
+                 model_precision=model_precision, timed_window_s=timed_window_s, steps=cell_steps,
+                 full_steps_below_s=full_steps_below_s)
     registry.get_task(check_task)
     settings = WindowSettings(budget_s, reserve_s, checks_s, cell_timeout, doctor_timeout, restore,
                               tuple(recheck or ()), skip_checks, skip_units, max_units, check_task, retry_failed,
@@ -142,13 +149,15 @@ def status_cmd(
     preset: str = PRESET, tasks: Optional[str] = TASKS, variants: Optional[str] = VARIANTS,
     cell_repeats: int = REPEATS, precisions: Optional[str] = PRECISIONS, models: Optional[str] = MODELS,
     model_batch: int = MODEL_BATCH, model_precision: str = MODEL_PRECISION, timed_window_s: float = TIMED_WINDOW_S,
-    cell_steps: Optional[int] = STEPS, out: Optional[Path] = OUT, kit_dir: Optional[Path] = KIT_DIR,
+    cell_steps: Optional[int] = STEPS, full_steps_below_s: float = FULL_STEPS, out: Optional[Path] = OUT,
+    kit_dir: Optional[Path] = KIT_DIR,
 ) -> None:
     """Units done and left, checks, where each unit's seconds went, each window's timed fraction."""
     from fwbench.kit.status import status
 
     plan = _plan(preset, tasks, variants, cell_repeats, precisions, models=models, model_batch=model_batch,
-                 model_precision=model_precision, timed_window_s=timed_window_s, steps=cell_steps)
+                 model_precision=model_precision, timed_window_s=timed_window_s, steps=cell_steps,
+                 full_steps_below_s=full_steps_below_s)
     for line in status(_folders(kit_dir, out), plan):
         print(line)
 

@@ -29,6 +29,9 @@ OTHER_PRESET_STEP_S = 0.05
 MODEL_FILE_BUILD_S = 10.0
 MIN_TIMED_STEPS = 5
 DEFAULT_TIMED_WINDOW_S = 15.0
+# A task whose slowest published stack's step is estimated under this keeps the published protocol's timed steps
+# (the preset's: 100 at paper) however long its window; only slower tasks are shortened to --timed-window-s.
+FULL_STEPS_BELOW_S = 1.0
 
 
 @lru_cache(maxsize=None)
@@ -47,15 +50,20 @@ def published_step_s(task: str) -> dict[str, float]:
     return dict(published_steps().get(task, {}))
 
 
-def window_steps(task: str, preset: str, timed_window_s: float) -> int | None:
-    """The timed steps a window gives this task: None (the preset's own) off `paper`, or where the preset's steps
-    fit `timed_window_s` at the slowest published stack's estimated step; else as many as fit, at least
-    MIN_TIMED_STEPS. One number per task, whichever stacks run, so that the stacks of a task stay comparable."""
+def window_steps(task: str, preset: str, timed_window_s: float,
+                 full_steps_below_s: float = FULL_STEPS_BELOW_S) -> int | None:
+    """The timed steps a window gives this task: None (the preset's own) off `paper`, where the slowest published
+    stack's estimated step is under `full_steps_below_s` (the published protocol), or where the preset's steps fit
+    `timed_window_s` at that step; else as many as fit, at least MIN_TIMED_STEPS. One number per task, whichever
+    stacks run, so that the stacks of a task stay comparable."""
     default = registry.default_steps(task, preset)
     published = published_step_s(task)
     if preset != "paper" or timed_window_s <= 0 or not published:
         return None
-    steps = max(MIN_TIMED_STEPS, math.floor(timed_window_s / (max(published.values()) * H100_PER_A100)))
+    slowest_s = max(published.values()) * H100_PER_A100
+    if slowest_s < full_steps_below_s:
+        return None
+    steps = max(MIN_TIMED_STEPS, math.floor(timed_window_s / slowest_s))
     return None if steps >= default else steps
 
 

@@ -273,7 +273,7 @@ def generate(folder: Path) -> str:
              "", "### Cells", "",
              "Each cell at the published sizes (`--preset paper`), at the precision in its row (`published`: each "
              "stack's as in the published table; `bf16`: every stack's compute in bf16), timed steps as the kit gave them "
-             "(fewer than the preset's 100 where the full window would not fit a 15-minute window: a cell identity "
+             "(fewer than the preset's 100 where the window shortened them: a cell identity "
              "of its own, the same for every stack of a task). A cell whose rows differ in the compile cache's state "
              "is split into its parts, never pooled. The interval is the report's two-level bootstrap of the median: "
              f"over steps only (step-to-step) where a cell has fewer than {few} repeats, which leaves "

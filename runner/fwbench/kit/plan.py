@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fwbench.core import model_file, precision, registry
 from fwbench.core.usage import UsageError
-from fwbench.kit.estimates import BUILD_S, DEFAULT_TIMED_WINDOW_S, UNKNOWN_BUILD_S, published_steps, window_steps
+from fwbench.kit.estimates import (BUILD_S, DEFAULT_TIMED_WINDOW_S, FULL_STEPS_BELOW_S, UNKNOWN_BUILD_S,
+                                   published_steps, window_steps)
 from fwbench.kit.image import KIT_STACKS, NOT_ON_THIS_HOST
 from fwbench.kit.layout import REPO
 from fwbench.kit.unit import PUBLISHED, Unit
@@ -124,6 +125,7 @@ class PlanSettings:
     model_precision: str = DEFAULT_MODEL_PRECISION
     timed_window_s: float = DEFAULT_TIMED_WINDOW_S
     steps: int | None = None  # every task's timed steps; None: the window's (window_steps)
+    full_steps_below_s: float = FULL_STEPS_BELOW_S  # tasks this fast keep the preset's steps (window_steps)
 
     def __post_init__(self):
         registry.get_preset(self.preset)
@@ -135,7 +137,8 @@ class PlanSettings:
         """task -> its shortened timed steps, None for the preset's."""
         if self.steps:
             return {task: self.steps for task in self.tasks}
-        return {task: window_steps(task, self.preset, self.timed_window_s) for task in self.tasks}
+        return {task: window_steps(task, self.preset, self.timed_window_s, self.full_steps_below_s)
+                for task in self.tasks}
 
 
 # -- order ------------------------------------------------------------------------------------------
@@ -249,3 +252,31 @@ def plan_units(settings: PlanSettings, *, gpus: int = 1,
                         if runnable_here(stack, task):
                             units.append(unit(task, stack, mode, repeat, chosen, gpus))
     return units, left_out(settings, broken_stacks)
+
+
+# -- the docs' table of timed steps (python -m fwbench.kit.plan) -------------------------------------
+
+def steps_table() -> str:
+    """Markdown: per task of the published table, its slowest published step, that step estimated on an H100, the
+    timed steps a default window gives it, and the device minutes one repeat of the published-precision plan takes
+    by the estimates (docs/gpu-kit.md's generated block)."""
+    from fwbench.kit.estimates import H100_PER_A100, estimate_s
+
+    settings = PlanSettings("paper", repeats=1, precisions=("published",))
+    steps = settings.steps_by_task()
+    lines = ["| task | slowest published A100 step s | estimated on an H100 s | timed steps | their seconds at that step |",
+             "|---|---|---|---|---|"]
+    for task in settings.tasks:
+        slowest = max(published_steps()[task].values())
+        count = steps[task] or registry.default_steps(task, "paper")
+        shortened = "" if steps[task] is None else " (shortened)"
+        lines.append(f"| {task} | {slowest:.2f} | {slowest * H100_PER_A100:.2f} | {count}{shortened} | "
+                     f"{count * slowest * H100_PER_A100:.0f} |")
+    units, _ = plan_units(settings)
+    lines += ["", f"One repeat of every cell the kit can run at the published precision: {len(units)} cells, about "
+                  f"{sum(estimate_s(unit) for unit in units) / 60:.0f} device minutes by these estimates."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(steps_table())
