@@ -264,8 +264,8 @@ def steps_table() -> str:
 
     settings = PlanSettings("paper", repeats=1, precisions=("published",))
     steps = settings.steps_by_task()
-    lines = ["| task | slowest published A100 step s | estimated on an H100 s | timed steps | their seconds at that step |",
-             "|---|---|---|---|---|"]
+    lines = ["| task | slowest published A100 step s | estimated on an H100 s | timed steps "
+             "| their seconds at that step |", "|---|---|---|---|---|"]
     for task in settings.tasks:
         slowest = max(published_steps()[task].values())
         count = steps[task] or registry.default_steps(task, "paper")

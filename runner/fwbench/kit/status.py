@@ -43,7 +43,7 @@ def unit_lines(state: KitState, units: dict[str, Unit], rows: Path) -> list[str]
         window = f", window {entry['window']}" if entry.get("window") else ""
         parts, source = entry.get("breakdown"), ""
         row = unit_row(rows, units[key]) if key in units else None
-        if not parts and row is not None and entry.get("wall_s"):
+        if not parts and key in units and entry.get("wall_s"):
             parts, source = breakdown.of_unit(row, began_at=None, wall_s=entry["wall_s"]), " (from its row)"
         parts = breakdown.with_checksum(parts, row)
         lines.append(f"  {key}: {entry.get('status')}, {entry.get('wall_s', 0):.1f} s{window}{source}: "
