@@ -385,3 +385,21 @@ def test_the_gpu_kit_runs_doctor_first_and_goes_on_after_a_fail(tmp_path, monkey
     export(folders, tmp_path / "export")
     exported = sorted(path.name for path in (tmp_path / "export").iterdir())
     assert "doctor.txt" in exported and len(exported) <= 8
+
+
+def test_the_frameworks_gpu_views_are_asked_side_by_side_in_order(monkeypatch):
+    """Each framework's GPU view is a process importing it and initialising CUDA (the GPU kit's first window waits
+    for doctor): the probes run at once, not one after another (a barrier the three must reach together, probes
+    mocked), and the checks keep the stacks' order."""
+    import threading
+
+    stacks = ("native-torch", "keras3-jax", "keras3-torch")
+    together = threading.Barrier(len(stacks), timeout=10)
+
+    def probe(stack, python, host, chosen):
+        together.wait()  # one probe at a time would wait here alone until the timeout
+        return doctor.Check(f"{stack}: view", "ok", "sees 1 GPU(s)")
+
+    monkeypatch.setattr(doctor, "check_framework", probe)
+    checks = doctor.python_checks(selection(stacks=stacks), doctor.GpuHost())
+    assert [check.name for check in checks] == [f"{stack}: view" for stack in stacks]

@@ -355,8 +355,13 @@ def python_checks(selection: Selection, host: GpuHost) -> list[Check]:
                      else "every environment is built"))
         checks.append(Check("disk for environments", "FAIL" if need > free else "ok", detail,
                             "free disk, or point FWBENCH_HOME at a larger file system"))
-    for stack in selection.stacks:
-        checks.append(check_framework(stack, interpreters[stack], host, selection))
+    # Side by side: each probe is a process importing its framework and initialising CUDA, and the GPU kit's first
+    # window waits for doctor (on the H200, three such probes in a row were most of its 40 s of doctor and imports).
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(len(selection.stacks), 1)) as pool:
+        checks += pool.map(lambda stack: check_framework(stack, interpreters[stack], host, selection),
+                           selection.stacks)
     return checks
 
 
