@@ -260,3 +260,39 @@ def test_schedule_k8s_puts_the_results_in_the_claim_whichever_name_out_was_given
 
     args = yaml.safe_load(proc.stdout)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "-o" not in args and str(tmp_path / "out") not in args and args[args.index("--out") + 1] == "/results/watch"
+
+
+def test_a_version_measured_in_two_environments_is_judged_like_with_like_and_says_which():
+    """Rows of tqdm 4.66.1 and 4.66.2 each in two environments (transformers 4.38.2 and 4.39.0): each new point is
+    judged against the point before it in its own environment, named in the line. Only the 4.39.0 environment
+    slowed down (x1.3); before, the watch took the version's last point and compared it with the last point of
+    the version before, whichever environments they were."""
+    import pandas as pd
+
+    from fwbench_aggregator import history_series, watch
+
+    rng = np.random.default_rng(7)
+    centre = {("4.66.1", "4.38.2"): 10.0, ("4.66.2", "4.38.2"): 10.0,
+              ("4.66.1", "4.39.0"): 10.0, ("4.66.2", "4.39.0"): 13.0}
+    rows, minute = [], 0
+    for version in ("4.66.1", "4.66.2"):
+        # The slowed environment first, so that the version's last point is the unchanged one.
+        for transformers in ("4.39.0", "4.38.2"):
+            for repeat in range(3):
+                minute += 1
+                rows.append(record("native-torch", "bert-fit", repeat=repeat,
+                                   step_ms=samples(rng, centre[(version, transformers)], n=10, spread=0.01),
+                                   started_at=START + dt.timedelta(minutes=minute),
+                                   library_versions={**LIBRARY_VERSIONS, "transformers": transformers,
+                                                     "tqdm": version}))
+    known = watch.series_by_identity(pd.DataFrame(rows), "tqdm")
+    [identity] = known
+    [cell] = watch.assess(known, [identity], ["4.66.2"], ["4.66.1", "4.66.2"], tolerance_pct=5.0)
+    by_environment = {step.environment: step for step in cell.steps}
+    assert set(by_environment) == {"transformers 4.38.2", "transformers 4.39.0"}
+    assert by_environment["transformers 4.39.0"].step.changed
+    assert not by_environment["transformers 4.38.2"].step.changed
+    assert [(b.before, b.after) for b in cell.brackets] == [("4.66.1", "4.66.2")]
+    text = "\n".join(watch.lines([cell], "tqdm", 5.0))
+    assert "tqdm 4.66.1 -> 4.66.2 (transformers 4.39.0): " in text
+    assert "tqdm 4.66.2 (transformers 4.38.2) (new): " in text

@@ -23,6 +23,7 @@ class NewStep:
     after: str
     step: judge.Step | None  # None when there is no point before it
     busy: int = 0  # busy processes left out at `after`
+    environment: str = ""  # both points' (a version measured in several environments is judged in each)
 
 
 @dataclass
@@ -82,22 +83,20 @@ def assess(known: dict[CellIdentity, history_series.Series], cells: list[CellIde
             continue
         deciding = [p for p in series.points if p.decides]
         for version in new_versions:
-            at = [p for p in series.points if p.at == version]
-            if not at:
-                continue
-            point = at[-1]
-            busy = sum(p.busy for p in at)
-            before = _point_before(deciding, version)
-            if before is None:
-                watch.steps.append(NewStep(None, version, None, busy))
-                continue
-            new_step = NewStep(before.at, version, None, busy)
-            watch.steps.append(new_step)
-            pending.append((watch, new_step, before.process_medians, point.process_medians))
+            # Like with like: each of the version's points (one per environment: other libraries' versions, the
+            # compile cache) against the deciding point before it in the same environment, never another's.
+            for point in [p for p in series.points if p.at == version]:
+                before = _point_before([p for p in deciding if p.environment == point.environment], version)
+                if before is None:
+                    watch.steps.append(NewStep(None, version, None, point.busy, point.environment))
+                    continue
+                new_step = NewStep(before.at, version, None, point.busy, point.environment)
+                watch.steps.append(new_step)
+                pending.append((watch, new_step, before.process_medians, point.process_medians))
     judged = judge.steps_between([(a, b) for _, _, a, b in pending], tolerance_pct=tolerance_pct)
     for (watch, new_step, _, _), step in zip(pending, judged):
         new_step.step = step
-        if step.changed:
+        if step.changed and not any((b.before, b.after) == (new_step.before, new_step.after) for b in watch.brackets):
             watch.brackets.append(Bracket(new_step.before, new_step.after, "step"))
     for watch in found:
         if watch.series is None:
@@ -132,7 +131,8 @@ def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[
             continue
         for point in watch.series.points:
             value = "busy only" if point.median_ms is None else f"{point.median_ms:.3f} ms/step"
-            mark = " (new)" if point.at in watch.new else ""
+            mark = (f" ({point.environment})" if point.environment else "") + (" (new)" if point.at in watch.new
+                                                                                 else "")
             note = "" if point.decides or not point.rows else f", fewer than {judge.MIN_REPEATS}: decides nothing"
             out.append(f"  {package} {point.at}{mark}: {value}, {point.processes} process(es), "
                        f"{point.busy} busy left out{note}")
@@ -153,13 +153,16 @@ def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[
 
 
 def step_line(new_step: NewStep, package: str, tolerance_pct: float) -> str:
+    where = f" ({new_step.environment})" if new_step.environment else ""
     if new_step.step is None:
-        return f"{package} {new_step.after}: no earlier point that decides, nothing to compare with"
+        return (f"{package} {new_step.after}{where}: no earlier point that decides"
+                f"{' in the same environment' if where else ''}, nothing to compare with")
     step = new_step.step
     busy = f"; {new_step.busy} busy process(es) left out" if new_step.busy else ""
     words = (judge.interval_words(step.ratio, step.low, step.high, tolerance_pct) if step.ratio is not None
              else step.detail)
-    return f"{package} {new_step.before} -> {new_step.after}: {step.verdict} ({words}; {step.detail}){busy}"
+    return (f"{package} {new_step.before} -> {new_step.after}{where}: {step.verdict} ({words}; {step.detail})"
+            f"{busy}")
 
 
 def write_summary(path: Path, heading: list[str], body: list[str], outcomes: list[str]) -> Path:
