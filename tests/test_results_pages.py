@@ -119,3 +119,16 @@ def test_the_page_updater_refills_prose_and_block(tmp_path, monkeypatch, capsys)
     text = page.read_text()
     assert "<!--f count:cells-->12<!--/f-->" in text and "<!--f count:windows-->6<!--/f-->" in text
     assert "\nold\n" not in text and "### Cells" in text
+
+
+def test_every_h200_row_ran_on_the_gpu_its_host_files_name():
+    """The H200's later windows ran with --skip-checks, which then skipped the checks over rows too (fixed): the
+    page says their rows were checked from the files, and this is that check: every ok row ran on CUDA, on one
+    device, the GPU whose UUID the window's nvidia-smi.txt names, with its peak memory filled."""
+    folder = PAGES["h200"][0]
+    uuids = set(re.findall(r"GPU UUID\s*:\s*(\S+)", (folder / "nvidia-smi.txt").read_text()))
+    ok = [row for row in results_page.load_rows(folder) if row.get("status") == "ok"]
+    assert uuids and len(ok) == 11
+    for row in ok:
+        assert row["device"] == "cuda" and row["device_count"] == 1 and row["gpu_uuid"] in uuids, row["cell_id"]
+        assert (row.get("peak_mem_bytes") or 0) > 0, row["cell_id"]

@@ -120,7 +120,8 @@ def window_cmd(
                                                           "rows.tar.gz, a results folder, or none."),
     recheck: Optional[List[str]] = typer.Option(None, "--recheck", help="Run this cell check again although it "
                                                                         "passed earlier (repeatable)."),
-    skip_checks: bool = typer.Option(False, "--skip-checks", help="No GPU checks."),
+    skip_checks: bool = typer.Option(False, "--skip-checks", help="No GPU cell checks (the checks over "
+                                                                    "rows always run)."),
     skip_units: bool = typer.Option(False, "--skip-units", help="No cells beyond the checks."),
     max_units: Optional[int] = typer.Option(None, "--max-units", help="Start at most this many units."),
     check_task: str = typer.Option("bert-predict", "--check-task", help="The cell the sync, TF32 and busy checks "

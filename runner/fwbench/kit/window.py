@@ -179,11 +179,14 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
                                      commit=commit)
         state.windows[-1]["gpu"] = window_gpu(folders)
         exported()
-        if not settings.skip_checks:
-            share = Deadline(min(settings.checks_s, deadline.left()))
-            checks = Checks(folders, preset=plan.preset, task=settings.check_task,
-                            cell_timeout_s=settings.cell_timeout_s, state=state, time_left=share.left,
-                            on_line=exported)
+        # The checks over rows (finish) run in every window, --skip-checks or not: they run no cell, and a row no
+        # window checked (a CPU fallback, another GPU) would reach the results page unchecked.
+        share = Deadline(min(settings.checks_s, deadline.left()))
+        checks = Checks(folders, preset=plan.preset, task=settings.check_task, cell_timeout_s=settings.cell_timeout_s,
+                        state=state, time_left=share.left, on_line=exported)
+        if settings.skip_checks:
+            log("GPU cell checks skipped (--skip-checks); the checks over rows run at the window's end")
+        else:
             log(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}, at most "
                 f"{min(settings.checks_s, deadline.left()):.0f} s")
             checks.run_cell_checks(set(settings.recheck) if settings.recheck else None)
