@@ -52,6 +52,11 @@ class CellWatch:
     def changed(self) -> bool:
         return bool(self.brackets)
 
+    def bracket(self, before: str, after: str, why: str) -> None:
+        """A change between two measured versions, once however many steps or change points show it."""
+        if not any((b.before, b.after) == (before, after) for b in self.brackets):
+            self.brackets.append(Bracket(before, after, why))
+
 
 def series_by_identity(frame, package: str) -> dict[CellIdentity, history_series.Series]:
     """The store's rows `frame` (None: an empty store) as series over the versions of `package`, by series identity
@@ -96,17 +101,15 @@ def assess(known: dict[CellIdentity, history_series.Series], cells: list[CellIde
     judged = judge.steps_between([(a, b) for _, _, a, b in pending], tolerance_pct=tolerance_pct)
     for (watch, new_step, _, _), step in zip(pending, judged):
         new_step.step = step
-        if step.changed and not any((b.before, b.after) == (new_step.before, new_step.after) for b in watch.brackets):
-            watch.brackets.append(Bracket(new_step.before, new_step.after, "step"))
+        if step.changed:
+            watch.bracket(new_step.before, new_step.after, "step")
     for watch in found:
         if watch.series is None:
             continue
         deciding = [p for p in watch.series.points if p.decides]
         for point, _change in watch.series.changes:
             index = deciding.index(point)
-            before, after = deciding[index - 1].at, point.at
-            if not any((b.before, b.after) == (before, after) for b in watch.brackets):
-                watch.brackets.append(Bracket(before, after, "change point"))
+            watch.bracket(deciding[index - 1].at, point.at, "change point")
         for bracket in watch.brackets:
             bracket.between = releases_between(releases, bracket.before, bracket.after)
     return found
@@ -131,8 +134,8 @@ def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[
             continue
         for point in watch.series.points:
             value = "busy only" if point.median_ms is None else f"{point.median_ms:.3f} ms/step"
-            mark = (f" ({point.environment})" if point.environment else "") + (" (new)" if point.at in watch.new
-                                                                                 else "")
+            where = f" ({point.environment})" if point.environment else ""
+            mark = where + (" (new)" if point.at in watch.new else "")
             note = "" if point.decides or not point.rows else f", fewer than {judge.MIN_REPEATS}: decides nothing"
             out.append(f"  {package} {point.at}{mark}: {value}, {point.processes} process(es), "
                        f"{point.busy} busy left out{note}")

@@ -33,7 +33,8 @@ from fwbench.core.results import extra_of
 PARTS = {"runner_start_s": "start", "interpreter_s": "python", "data_load_s": "data",
          "framework_import_s": "imports", "workload_import_s": "workload", "setup_s": "setup",
          "checksum_s": "checksum", "first_step_s": "first step", "warmup_s": "warm-up", "timed_s": "timed",
-         "describe_s": "describe", "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export", "unaccounted_s": "unaccounted"}
+         "describe_s": "describe", "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export",
+         "unaccounted_s": "unaccounted"}
 
 
 def number_or_none(value) -> float | None:

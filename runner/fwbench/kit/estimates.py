@@ -50,6 +50,12 @@ def published_step_s(task: str) -> dict[str, float]:
     return dict(published_steps().get(task, {}))
 
 
+def slowest_step_s(task: str) -> float | None:
+    """The task's slowest published stack's step, estimated on an H100 (None: the table has no time for it)."""
+    published = published_step_s(task)
+    return max(published.values()) * H100_PER_A100 if published else None
+
+
 def window_steps(task: str, preset: str, timed_window_s: float,
                  full_steps_below_s: float = FULL_STEPS_BELOW_S) -> int | None:
     """The timed steps a window gives this task: None (the preset's own) off `paper`, where the slowest published
@@ -57,10 +63,9 @@ def window_steps(task: str, preset: str, timed_window_s: float,
     `timed_window_s` at that step; else as many as fit, at least MIN_TIMED_STEPS. One number per task, whichever
     stacks run, so that the stacks of a task stay comparable."""
     default = registry.default_steps(task, preset)
-    published = published_step_s(task)
-    if preset != "paper" or timed_window_s <= 0 or not published:
+    slowest_s = slowest_step_s(task)
+    if preset != "paper" or timed_window_s <= 0 or slowest_s is None:
         return None
-    slowest_s = max(published.values()) * H100_PER_A100
     if slowest_s < full_steps_below_s:
         return None
     steps = max(MIN_TIMED_STEPS, math.floor(timed_window_s / slowest_s))

@@ -260,18 +260,18 @@ def steps_table() -> str:
     """Markdown: per task of the published table, its slowest published step, that step estimated on an H100, the
     timed steps a default window gives it, and the device minutes one repeat of the published-precision plan takes
     by the estimates (docs/gpu-kit.md's generated block)."""
-    from fwbench.kit.estimates import H100_PER_A100, estimate_s
+    from fwbench.kit.estimates import H100_PER_A100, estimate_s, slowest_step_s
 
     settings = PlanSettings("paper", repeats=1, precisions=("published",))
     steps = settings.steps_by_task()
     lines = ["| task | slowest published A100 step s | estimated on an H100 s | timed steps "
              "| their seconds at that step |", "|---|---|---|---|---|"]
     for task in settings.tasks:
-        slowest = max(published_steps()[task].values())
+        here_s = slowest_step_s(task)
         count = steps[task] or registry.default_steps(task, "paper")
         shortened = "" if steps[task] is None else " (shortened)"
-        lines.append(f"| {task} | {slowest:.2f} | {slowest * H100_PER_A100:.2f} | {count}{shortened} | "
-                     f"{count * slowest * H100_PER_A100:.0f} |")
+        lines.append(f"| {task} | {here_s / H100_PER_A100:.2f} | {here_s:.2f} | {count}{shortened} | "
+                     f"{count * here_s:.0f} |")
     units, _ = plan_units(settings)
     lines += ["", f"One repeat of every cell the kit can run at the published precision: {len(units)} cells, about "
                   f"{sum(estimate_s(unit) for unit in units) / 60:.0f} device minutes by these estimates."]

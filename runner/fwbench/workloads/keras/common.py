@@ -134,25 +134,20 @@ def _replicas(weight) -> int:
 
 def weight_bytes(model):
     """The model's weights for its initial-weights checksum (CellContext.set_initial_weights): model.weights in its
-    own order (trainable and non-trainable variables), each as NumPy holds it (its dtype's name, shape and bytes)."""
+    own order (trainable and non-trainable variables), each as NumPy holds it (its dtype's name, shape and bytes).
+    On the torch backend the same names, shapes and bytes are read from each variable's tensor: Keras's conversion
+    to NumPy takes each bfloat16 tensor to float32 and back on the host, which made keras3-torch's checksum of Gemma
+    7B's weights twice native-torch's on the H200 (a uint32 variable is an int64 tensor there, as np.asarray reads
+    it)."""
+    if KERAS3 and BACKEND == "torch":
+        from fwbench.workloads.torch.common import tensor_bytes
+
+        for weight in model.weights:
+            yield tensor_bytes(weight.value)
+        return
     for weight in model.weights:
-        if KERAS3 and BACKEND == "torch":
-            yield torch_weight_bytes(weight)
-            continue
         array = np.asarray(weight)
         yield str(array.dtype), array.shape, np.ascontiguousarray(array).view(np.uint8)
-
-
-def torch_weight_bytes(weight):
-    """The same name, shape and bytes as np.asarray gives, read from the torch tensor: Keras's conversion to NumPy
-    takes each bfloat16 tensor to float32 and back on the host, which made keras3-torch's checksum of Gemma 7B's
-    weights twice native-torch's on the H200."""
-    import torch
-
-    # The tensor's own dtype, as np.asarray reads it (a uint32 variable is an int64 tensor in Keras's torch backend).
-    value = weight.value.detach()
-    flat = value.cpu().contiguous().reshape(-1)
-    return str(value.dtype).removeprefix("torch."), tuple(value.shape), flat.view(torch.uint8).numpy()
 
 
 def write_weights(model, path: str) -> None:

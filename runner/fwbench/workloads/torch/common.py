@@ -95,8 +95,14 @@ def weight_bytes(model):
     its buffers, in the module's own order (a DistributedDataParallel wrapper yields its module's), each as raw
     bytes (NumPy has no bfloat16)."""
     for value in (*model.parameters(), *model.buffers()):
-        flat = value.detach().cpu().contiguous().reshape(-1)
-        yield str(value.dtype).removeprefix("torch."), tuple(value.shape), flat.view(torch.uint8).numpy()
+        yield tensor_bytes(value)
+
+
+def tensor_bytes(value: torch.Tensor):
+    """One tensor as (dtype name, shape, raw bytes) on the host: the names NumPy gives, the bytes viewed as uint8
+    (NumPy has no bfloat16). Keras's torch backend reads its variables through it too."""
+    flat = value.detach().cpu().contiguous().reshape(-1)
+    return str(value.dtype).removeprefix("torch."), tuple(value.shape), flat.view(torch.uint8).numpy()
 
 
 def is_first_rank() -> bool:
