@@ -19,6 +19,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -398,9 +399,43 @@ def test_status_reads_the_parts_of_units_an_older_kit_ran_from_their_rows(tmp_pa
 
 # -- a window, its scheduling and its files (the cell processes and the host are mocked) -------------------
 
+class SerialAhead:
+    """The window's units run through cells.run_unit (mocked) one after another, none started ahead; what the window
+    asked to start ahead and to stop is recorded (kit.ahead's real processes: tests/test_kit_ahead.py)."""
+
+    log: list[tuple[str, str, list[str]]] = []
+
+    def __init__(self, folders, *, depth, cell_timeout_s):
+        self.folders, self.depth, self.started = folders, depth, set()
+
+    def refill(self, running, predicted):
+        if self.depth and not self.started - {running.key}:
+            chosen = [unit.key for unit in predicted[:self.depth]]
+            self.started |= set(chosen)
+            SerialAhead.log.append(("ahead", running.key, chosen))
+
+    def run(self, unit, timeout_s):
+        self.started.discard(unit.key)
+        began_at, begun = datetime.now(timezone.utc), kit_window.time.monotonic()
+        row = cells.run_unit(unit, self.folders, timeout_s)
+        return SimpleNamespace(began_at=began_at, begun=begun, ahead_s=0.0), row
+
+    def cancel(self, unit):
+        if unit.key in self.started:
+            self.started.discard(unit.key)
+            SerialAhead.log.append(("stopped", unit.key, []))
+
+    def cancel_all(self):
+        for key in sorted(self.started):
+            SerialAhead.log.append(("stopped", key, []))
+        self.started.clear()
+
+
 def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None):
-    """A window without a host: preflight and the report are stubs, time is the fake `clock`."""
+    """A window without a host: preflight and the report are stubs, time is the fake `clock`, units run serially."""
     monkeypatch.setattr(kit_window.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(kit_window, "Ahead", SerialAhead)
+    SerialAhead.log = []
 
     def preflight(folders, settings, *, doctor_timeout_s, **_):
         clock["now"] += preflight_s
@@ -479,6 +514,64 @@ def test_a_cell_cut_by_the_window_leaves_no_row_and_runs_first_in_the_next_windo
     assert calls[2] == ("native-torch.bert-fit.tiny.compile-none.r0", 350)
     state = KitState(tmp_path / "out" / "kit-state.json")
     assert state.status(unit("native-torch", "none", "bert-fit")) == "ok" and len(state.windows) == 2
+
+
+def test_a_window_starts_ahead_the_units_it_will_run_next_and_stops_those_it_then_cannot(tmp_path, monkeypatch):
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, preflight_s=0.0)
+    durations = iter([10.0, 210.0, 10.0, 10.0])  # the second unit overruns its estimate
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: next(durations), calls))
+    monkeypatch.setattr(kit_window.KitState, "needed_s", lambda self, of: 60.0)
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
+            "--variants", "native-torch:none,keras3-torch,keras3-jax", "--repeats", "1", "--precisions", "published",
+            "--skip-checks", "--preset", "tiny", "--restore", "none", "--budget-s", "330", "--prefetch", "2"]
+    assert kit_cli(monkeypatch, *argv) == 0
+    first, second, third = ("native-torch.bert-predict.tiny.compile-none.r0",
+                            "keras3-torch.bert-predict.tiny.compile-none.r0", "keras3-jax.bert-predict.tiny.compile-xla.r0")
+    # 300 s for units, 60 s each and 20 s of overhead: after the first, 240 s fit the next two, started ahead.
+    assert SerialAhead.log[0] == ("ahead", first, [second, third])
+    # The second took 215 s: 70 s left, the third (60 s + 20 s) no longer fits and is stopped, never run.
+    assert [key for key, _ in calls] == [first, second] and ("stopped", third, []) in SerialAhead.log
+    assert "not started, too little of the window left: 1 units" in (tmp_path / "out" / "kit.log").read_text()
+    SerialAhead.log = []
+    assert kit_cli(monkeypatch, *argv[:-1], "0") == 0  # --prefetch 0: nothing ahead
+    assert SerialAhead.log == [] and [key for key, _ in calls][2:] == [third]
+
+
+def test_a_repeat_runs_in_the_window_that_ran_its_previous_repeat_and_not_after_a_failed_one(tmp_path, monkeypatch):
+    """A window once ran only the repeats runnable at its start: with budget to spare it stopped after every cell's
+    first repeat ("run another window to continue")."""
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, preflight_s=0.0)
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 1.0, calls))
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
+            "--variants", "native-torch:none,keras3-torch", "--repeats", "3", "--precisions", "published",
+            "--skip-checks", "--preset", "tiny", "--restore", "none"]
+    assert kit_cli(monkeypatch, *argv) == 0
+    assert [key for key, _ in calls] == [f"{stack}.bert-predict.tiny.compile-none.r{repeat}" for repeat in range(3)
+                                         for stack in ("native-torch", "keras3-torch")]
+    calls.clear()
+    failing = fake_cells(clock, lambda of: 1000.0 if of.repeat == 0 else 1.0, calls)  # every r0 times out
+    monkeypatch.setattr(cells, "run_unit", failing)
+    assert kit_cli(monkeypatch, *argv[:2], tmp_path / "out2", *argv[3:], "--cell-timeout", "50") == 0
+    assert [key for key, _ in calls] == ["native-torch.bert-predict.tiny.compile-none.r0",
+                                         "keras3-torch.bert-predict.tiny.compile-none.r0"]
+
+
+def test_the_window_predicts_the_units_that_fit_in_order_as_it_will_choose_them(tmp_path):
+    state = KitState(tmp_path / "kit-state.json")
+    units = [unit("native-torch", "none", task) for task in ("bert-predict", "bert-fit", "sam-predict", "sam-fit")]
+    needs = dict(zip((of.key for of in units), (50.0, 200.0, 30.0, 55.0)))
+    state.needed_s = lambda of: needs.get(of.key, 1.0)
+    settings = kit_window.WindowSettings(cell_timeout_s=480.0)
+    # A repeat whose previous repeat has not run is never started ahead (its `run --resume` would run that one).
+    assert kit_window.predicted(state, [units[0].other_repeat(1)], 150.0, settings=settings, limit=None) == []
+    # 150 s left: bert-predict (50, and 20 s of overhead) fits, leaving 100; bert-fit (200) does not; sam-predict
+    # (30) does, leaving 70; sam-fit (55 + 20) does not.
+    assert [of.task for of in kit_window.predicted(state, units, 150.0, settings=settings, limit=None)] == [
+        "bert-predict", "sam-predict"]
+    assert [of.task for of in kit_window.predicted(state, units, 150.0, settings=settings, limit=1)] == [
+        "bert-predict"]
 
 
 def test_the_files_come_back_when_the_report_fails_and_when_the_kit_itself_fails(tmp_path, monkeypatch):
@@ -741,7 +834,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     assert "wheelhouse: 11 wheels" in made.stdout and "device call" in made.stdout
 
     first_out, first_export = tmp_path / "first", tmp_path / "first-export"
-    plan_options = ["--kit-dir", str(kit_dir), "--preset", "tiny", "--repeats", "1", "--tasks", "bert-predict",
+    plan_options = ["--kit-dir", str(kit_dir), "--preset", "tiny", "--repeats", "2", "--tasks", "bert-predict",
                     "--variants", "native-torch:none,keras3-jax", "--precisions", "published"]
     window_options = [*plan_options, "--budget-s", "500", "--cell-timeout", "150"]
     # The first window is made to fail its report (a file stands where the report folder goes) and stops after one
@@ -767,13 +860,16 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
                         "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP",
                         "peak memory filled": "PASS", "energy columns": "SKIP"}, verdicts
 
-    # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on: one cell left.
+    # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on: three units
+    # left, each after the first started ahead (kit.ahead): native-torch r1 with keras3-jax r0, keras3-jax r1 (once
+    # its r0 is ok) with native-torch r1.
     second_out, second_export = tmp_path / "second", tmp_path / "second-export"
     second = kit(python, "window", *window_options, "--out", str(second_out), "--export", str(second_export),
                  "--restore", str(first_export))
     assert second.returncode == 0, second.stderr + second.stdout
-    assert second.stdout.count(": running (") == 1, second.stdout
-    assert "keras3-jax.bert-predict.tiny.compile-xla.r0: running" in second.stdout
+    assert second.stdout.count(": running (") == 3, second.stdout
+    assert second.stdout.index("keras3-jax.bert-predict.tiny.compile-xla.r0: running") < second.stdout.index(
+        "native-torch.bert-predict.tiny.compile-none.r1: running")
     assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
     # Same machine model, commit and wheelhouse as the first window: doctor and the stacks' imports are not re-run.
     assert "doctor: exit 0" in first.stdout, first.stdout
@@ -783,7 +879,19 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     from fwbench.core.results import read_row
 
     rows = [read_row(path) for path in sorted((second_out / "rows").rglob("*.parquet"))]
-    assert sorted(row["stack"] for row in rows) == ["keras3-jax", "native-torch"]
+    assert sorted((row["stack"], row["repeat"]) for row in rows) == [("keras3-jax", 0), ("keras3-jax", 1),
+                                                                     ("native-torch", 0), ("native-torch", 1)]
+    extras = {(row["stack"], row["repeat"]): json.loads(row["extra"]) for row in rows}
+    # The units started ahead imported before they held (nothing of a device started) and were released in turn;
+    # the unit each imported beside waited for it to hold before its set-up and met it held in its timed window.
+    for started_ahead in (("native-torch", 1), ("keras3-jax", 1)):
+        extra = extras[started_ahead]
+        assert extra["held"]["held_s"] > 0 and "device_started_ahead" not in extra["held"], extra.get("held")
+        assert extra["phases_s"]["import_ahead"] > 0 and extra["phases_s"]["framework_import"] < 1.0
+    for beside in (("keras3-jax", 0), ("native-torch", 1)):
+        assert extras[beside]["neighbours"]["neighbours"] == 1 and extras[beside]["neighbours"]["not_held"] == []
+        assert extras[beside]["held_neighbours"] >= 1  # its own (and any other test's held cells beside it)
+    assert "neighbours" not in extras[("native-torch", 0)]  # the first window ran one unit: none ahead
     for row in rows:
         assert row["status"] == "ok", (row["stack"], row["task"], row["error_message"])
         assert row["engine"] == "current" and row["pin_set"] == "current"
@@ -796,7 +904,12 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     # Where each unit's seconds went, and each window's timed fraction, in the state the windows added up to.
     shown = kit(python, "status", *plan_options, "--out", str(second_out))
     assert shown.returncode == 0, shown.stderr
-    assert "2 ok (of 2 units" in shown.stdout, shown.stdout
+    assert "4 ok (of 4 units" in shown.stdout, shown.stdout
+    assert "native-torch.bert-predict.tiny.compile-none.r1: ok, " in shown.stdout and " s of it ahead), window 2" in (
+        shown.stdout) and "| imports ahead " in shown.stdout and "| held " in shown.stdout
+    state = json.loads((second_export / "kit-state.json").read_text())["units"]
+    assert "ahead_s" not in state["native-torch.bert-predict.tiny.compile-none.r0"]  # started at its turn: none
+    assert state["keras3-jax.bert-predict.tiny.compile-xla.r1"]["ahead_s"] > 0
     lines = shown.stdout.splitlines()
     for key, window in (("native-torch.bert-predict.tiny.compile-none.r0", 1),
                         ("keras3-jax.bert-predict.tiny.compile-xla.r0", 2)):

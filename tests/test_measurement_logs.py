@@ -316,3 +316,26 @@ def test_the_weights_checksum_benchmark_writes_and_renders_its_file(tmp_path, ca
     capsys.readouterr()
     assert module.main(["--render", str(path)]) == 0
     assert "| 2 MiB in 4 tensors |" in capsys.readouterr().out
+
+
+def test_the_units_ahead_benchmark_is_recomputed_from_its_kit_states_and_shown_on_the_gpu_kit_page():
+    """benchmarks/kit_ahead.py's table comes from each window's kit-state.json (docs/gpu-kit.md's block), and what it
+    says agrees with the units' own records: every unit ok in both windows, none ahead without --prefetch, and each
+    median overhead is the median of the units' wall time less what ran ahead, first step and timed steps."""
+    import statistics
+
+    module = benchmark_module("kit_ahead")
+    folder = RESULTS / "2026-11-28-cpu-amd-epyc-f25m17-2-cores" / "kit-ahead"
+    lines = module.table(folder)
+    assert "\n".join(lines) in (ROOT / "docs" / "gpu-kit.md").read_text()
+    for prefetch in (0, 3):
+        state = json.loads((folder / f"prefetch-{prefetch}" / "kit-state.json").read_text())
+        units = state["units"].values()
+        assert all(unit["status"] == "ok" for unit in units) and len(units) == 6
+        assert any(unit.get("ahead_s") for unit in units) is (prefetch > 0)
+        overheads = [unit["wall_s"] - unit.get("ahead_s", 0) + unit["breakdown"]["export_s"]
+                     - unit["breakdown"]["first_step_s"] - unit["breakdown"]["timed_s"] for unit in units]
+        assert f"| {prefetch} | 6 of 6 | {state['windows'][-1]['wall_s']:.0f} | " \
+               f"{round(statistics.median(overheads), 1)} |" in "\n".join(lines)
+        measured = json.loads((folder / f"prefetch-{prefetch}" / "measurement.json").read_text())
+        assert folder.parent.name.startswith(measured["date"]) and measured["machine"].endswith("2 cores")

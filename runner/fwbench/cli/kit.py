@@ -127,6 +127,8 @@ def window_cmd(
     check_task: str = typer.Option("bert-predict", "--check-task", help="The cell the sync, TF32 and busy checks "
                                                                         "time."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run units whose row was not ok again."),
+    prefetch: int = typer.Option(3, "--prefetch", help="Start up to this many next units ahead, held after their "
+                                                       "imports while a unit runs (0: each at its turn)."),
 ) -> None:
     """One GPU window: checks, then cells within --budget-s, resuming; the files come back whatever fails."""
     from fwbench.core import registry
@@ -138,7 +140,7 @@ def window_cmd(
     registry.get_task(check_task)
     settings = WindowSettings(budget_s, reserve_s, checks_s, cell_timeout, doctor_timeout, restore,
                               tuple(recheck or ()), skip_checks, skip_units, max_units, check_task, retry_failed,
-                              export.resolve() if export else None)
+                              export.resolve() if export else None, prefetch=prefetch)
     code = window(_folders(kit_dir, out), plan, settings)
     if code:
         raise typer.Exit(code)

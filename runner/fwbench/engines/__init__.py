@@ -28,6 +28,7 @@ from fwbench.core import registry
 from fwbench.core.cpusets import parse_cpu_set
 from fwbench.core.spec import CellSpec
 from fwbench.engines.device import hide_gpus
+from fwbench.harness import hold
 
 # Grace period between SIGTERM and SIGKILL when a cell overruns its timeout.
 KILL_GRACE_S = 10.0
@@ -134,7 +135,7 @@ def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=env, start_new_session=True, preexec_fn=prepare_child(os.getpid(), cpus))
-        watch = _Timeout(process, spec.timeout_s)
+        watch = _Timeout(process, spec.timeout_s, Path(env[hold.HOLD_ENV]) if env.get(hold.HOLD_ENV) else None)
         try:
             # A blocking wait: Popen.wait(timeout=...) polls, waking the runner every 50 ms beside the cell's
             # threads for the whole cell; the timeout is a timer thread's, which sleeps until it is due.
@@ -148,13 +149,35 @@ def launch_process(argv: list[str], spec: CellSpec, record_path: Path, log_path:
 
 
 class _Timeout:
-    """Kills a cell's process group once `timeout_s` have passed, from a timer thread (see launch_process)."""
+    """Kills a cell's process group once `timeout_s` have passed, from a timer thread (see launch_process). A cell
+    started ahead of its turn (`hold_dir`, fwbench.harness.hold) is timed from its release, with the timeout its
+    launcher gave it then (at most `timeout_s`): until then it waits and is no part of the cell's time."""
 
-    def __init__(self, process: subprocess.Popen, timeout_s: float):
+    _HOLD_POLL_S = 0.25
+
+    def __init__(self, process: subprocess.Popen, timeout_s: float, hold_dir: Path | None = None):
         self.process, self.fired = process, False
-        self._timer = threading.Timer(timeout_s, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._timeout_s, self._hold_dir = timeout_s, hold_dir
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        timeout_s = self._timeout_s
+        if self._hold_dir is not None:
+            starting_s = 0.0  # before it holds (loading, importing) counts against the timeout; held does not
+            while (found := hold.state(self._hold_dir)) in ("starting", "held") and self.process.poll() is None:
+                if found == "starting":
+                    starting_s += self._HOLD_POLL_S
+                    if starting_s >= timeout_s:
+                        self._expire()
+                        return
+                if self._cancelled.wait(self._HOLD_POLL_S):
+                    return
+            # The launcher's timeout from the release (what its budget has left), within the cell's own.
+            timeout_s = min(hold.release_timeout_s(self._hold_dir, timeout_s), timeout_s - starting_s)
+        if not self._cancelled.wait(timeout_s):
+            self._expire()
 
     def _expire(self) -> None:
         if self.process.poll() is None:
@@ -162,9 +185,9 @@ class _Timeout:
             _kill_group(self.process)
 
     def cancel(self) -> None:
-        self._timer.cancel()
-        if self._timer is not threading.current_thread() and self._timer.is_alive():
-            self._timer.join()  # a kill under way: its `fired` is then final
+        self._cancelled.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()  # a kill under way: its `fired` is then final
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -565,18 +565,44 @@ def backend_for(stack_id: str, threads: int | None = None, devices: int = 1):
     """The harness backend of a stack, as its definition names it (fwbench.core.registry.Stack.harness_backend).
 
     `threads` and `devices` are applied before the framework starts where that must happen first (JAX)."""
+    stack = prepare_framework(stack_id, threads, devices)
+    return BACKENDS[stack.harness_backend]()
+
+
+def prepare_framework(stack_id: str, threads: int | None = None, devices: int = 1) -> registry.Stack:
+    """What must precede the framework's start (JAX's CPU pools and logical CPU devices), touching no device; again
+    changes nothing (a held cell runs it before its imports ahead, fwbench.harness.hold)."""
     stack = registry.STACKS.get(stack_id)
     if stack is None:
         raise NotImplementedError(f"no harness backend for stack {stack_id!r}")
     if stack.harness_backend == JaxBackend.name:
         if threads is not None:
             _limit_cpus(threads)
-        if devices > 1:
+        flag = f"--xla_force_host_platform_device_count={devices}"
+        flags = os.environ.get("XLA_FLAGS", "")
+        if devices > 1 and flag not in flags.split():
             # N logical CPU devices for keras.distribution (one process, SPMD); GPUs are counted as they are. XLA
             # reads the flag when JAX starts its CPU client, i.e. in the backend's constructor.
-            flags = os.environ.get("XLA_FLAGS", "")
-            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
-    return BACKENDS[stack.harness_backend]()
+            os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+    return stack
+
+
+def device_started() -> list[str]:
+    """The frameworks imported here that have started a device runtime (a CUDA context, JAX's backends); a held
+    cell checks it has none after its imports ahead. Private attributes, read defensively: unknown is not listed."""
+    import sys
+
+    started = []
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)():
+        started.append("torch (CUDA)")
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is not None and getattr(bridge, "_backends", None):
+        started.append("jax")
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if context is not None and getattr(getattr(context, "_context", None), "_context_handle", None) is not None:
+        started.append("tensorflow")
+    return started
 
 
 # Stack.harness_backend -> the class that implements it.

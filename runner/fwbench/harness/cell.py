@@ -23,7 +23,7 @@ from typing import Any
 
 from fwbench import __version__
 from fwbench.core import data, pins, precision, registry, scaling, stability
-from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, interconnect, ranks
+from fwbench.harness import backends, ceiling, contention, envinfo, gpu_identity, hold, interconnect, ranks
 from fwbench.harness.device_check import DeviceUnavailable, require_cpu, require_gpu
 from fwbench.harness.energy import EnergyProbe, Probes
 from fwbench.harness.clock import StepClock, run_loop
@@ -273,6 +273,9 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     if reason or scaling_reason:
         raise Unsupported(reason or scaling_reason)
 
+    module_name = (f"fwbench.workloads.{stack.family}.model_file" if spec.model_file is not None
+                   else f"fwbench.workloads.{stack.family}.{workload.task.model}")
+    held = hold_ahead(spec, module_name, phases)  # started ahead of its turn: imports, then held (harness.hold)
     backend = backends.backend_for(stack.id, spec.threads, spec.devices)
     if spec.device == "gpu":
         require_gpu(backend)
@@ -292,13 +295,17 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
         source = model_source.load(spec)  # the user's file, imported by this backend's process
         arrays, input_sha256, made = model_source.inputs(spec, source, workload.batch_size)
         phases.done("model_file")  # importing the file, and making or reading its inputs
-        module = importlib.import_module(f"fwbench.workloads.{stack.family}.model_file")
-    else:
-        module = importlib.import_module(f"fwbench.workloads.{stack.family}.{workload.task.model}")
+    module = importlib.import_module(module_name)
     ctx = CellContext(spec=spec, workload=workload, arrays=arrays, backend=backend, model_source=source)
     if source is not None:
         ctx.report(extra={"model_inputs": "made by this cell" if made else "read: made by an earlier cell"})
     phases.done("workload_import")
+    if held is not None:
+        ctx.report(extra={"held": held})
+    waited = hold.wait_for_neighbours()  # the set-up and all after it run beside held neighbours only
+    if waited is not None:
+        phases.done("neighbours")
+        ctx.report(extra={"neighbours": waited})
 
     setup_start = time.perf_counter()
     cell = check_cell(module.build(ctx), module.CELLS, workload.task.kind, module.__name__)
@@ -306,6 +313,21 @@ def build_cell(spec: CellSpec, phases: PhaseTimer) -> Built:
     setup_s = time.perf_counter() - setup_start
     record_initial_weights(ctx)
     return Built(stack, ctx, cell, input_sha256, seed, cache_warm, setup_s, target)
+
+
+def hold_ahead(spec: CellSpec, module_name: str, phases: PhaseTimer) -> dict[str, Any] | None:
+    """A cell started ahead of its turn (FWBENCH_HOLD_DIR, fwbench.harness.hold): import the framework and the
+    workload, touching no device, then wait to be released (phases import_ahead and held). None when not asked to
+    hold; else what the row records: the seconds held, and any device runtime the imports started (none expected)."""
+    if not hold.asked_to_hold():
+        return None
+    backends.prepare_framework(spec.stack, spec.threads, spec.devices)
+    importlib.import_module(module_name)
+    phases.done("import_ahead")
+    started = backends.device_started()
+    held_s = hold.hold_here()
+    phases.done("held")
+    return {"held_s": held_s, **({"device_started_ahead": started} if started else {})}
 
 
 def record_initial_weights(ctx: CellContext) -> None:
@@ -437,6 +459,8 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
         extra["threads_effective"] = backend.threads()
     extra["process_settings"] = process_settings()
     extra["context_switches"] = timed.contention.context_switches()
+    if timed.contention.held_neighbours():  # cells held in the window, idle: not competition (harness.hold)
+        extra["held_neighbours"] = timed.contention.held_neighbours()
     if backend.compile_cache_folder:  # which programs it could share: the folder names the CPU count
         extra["compile_cache"] = backend.compile_cache_folder
     manifest = envinfo.image_manifest()
@@ -538,8 +562,18 @@ def measure_data_parallel(spec: CellSpec, work_dir: Path) -> dict[str, Any]:
     """The cell as `spec.devices` ranks launched from this process (fwbench.harness.ranks), timed as the slowest."""
     workload = registry.workload(spec.task, spec.preset)
     _, global_batch = scaling.batches(workload.batch_size, spec.devices, spec.global_batch)
+    # Started ahead of its turn (harness.hold): the launcher holds, without imports ahead (its ranks import), and
+    # its ranks, processes of their own, neither hold nor wait again.
+    held_s = hold.hold_here()
+    waited = hold.wait_for_neighbours()
+    os.environ.pop(hold.HOLD_ENV, None)
     fields = ranks.launch(_rank_main, spec.to_json(), spec.devices, work_dir=str(work_dir), timeout_s=spec.timeout_s)
-    return ranks.merge(fields, global_batch)
+    merged = ranks.merge(fields, global_batch)
+    facts = {**({"held": {"held_s": held_s}} if held_s is not None else {}),
+             **({"neighbours": waited} if waited is not None else {})}
+    if facts:
+        merged["extra"] = {**(merged.get("extra") or {}), **facts}
+    return merged
 
 
 def _rank_main(spec_json: str, rank: int, *, world: int, port: int, cores: list[int], work_dir: str,

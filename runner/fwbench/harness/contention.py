@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from fwbench.harness import hold
 from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
 from fwbench.harness.nvml import nvml_query
 from fwbench.harness.ranks import LAUNCHER_ENV
@@ -184,7 +185,8 @@ class ContentionProbe:
                                           if on_gpu else ())
         self._start: _Snapshot | None = None
         self._stop: _Snapshot | None = None
-        self._cells: set[int] = set()
+        # Competing cells seen at the window's start and at its end: pid -> (held then, its CPU ticks then).
+        self._cells_at: tuple[dict[int, tuple[bool, int | None]], dict[int, tuple[bool, int | None]]] = ({}, {})
         self.load_avg_1m: float | None = None
 
     def _snapshot(self) -> _Snapshot:
@@ -192,17 +194,30 @@ class ContentionProbe:
         own_cpu, involuntary, voluntary = _own_usage()
         return _Snapshot(wall, own_cpu, system_busy_s(self.cpus), involuntary, voluntary)
 
-    def _note_cells(self) -> None:
-        self._cells.update(competing_cells(other_cells(), own_cpus(), *self.gpus))
+    def _note_cells(self, seen: dict[int, tuple[bool, int | None]]) -> None:
+        for pid in competing_cells(other_cells(), own_cpus(), *self.gpus):
+            seen[pid] = (hold.is_held(pid), hold.process_ticks(pid))
+
+    def cells_met(self) -> tuple[set[int], set[int]]:
+        """(held neighbours, competing cells): a cell held at both ends of the window that used at most
+        HELD_MAX_TICKS of CPU in it waited the whole window (fwbench.harness.hold); any other cell competed."""
+        at_start, at_stop = self._cells_at
+        held = {pid for pid, (held_then, ticks) in at_start.items()
+                if held_then and pid in at_stop and at_stop[pid][0] and ticks is not None
+                and at_stop[pid][1] is not None and at_stop[pid][1] - ticks <= hold.HELD_MAX_TICKS}
+        return held, (set(at_start) | set(at_stop)) - held
+
+    def held_neighbours(self) -> int:
+        return len(self.cells_met()[0])
 
     def start(self) -> None:
-        self._note_cells()
+        self._note_cells(self._cells_at[0])
         self.load_avg_1m = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self._start = self._snapshot()  # last, closest to the window's first clock read
 
     def stop(self) -> None:
         self._stop = self._snapshot()  # first, closest to the window's last clock read
-        self._note_cells()
+        self._note_cells(self._cells_at[1])
 
     def result(self) -> dict[str, Any]:
         if self._start is None or self._stop is None:
@@ -212,7 +227,7 @@ class ContentionProbe:
         row: dict[str, Any] = {
             "load_avg_1m": self.load_avg_1m,
             "cpu_share": (stop.own_cpu - start.own_cpu) / (window_s * self.threads),
-            "concurrent_cells": len(self._cells),
+            "concurrent_cells": len(self.cells_met()[1]),
         }
         if start.system_busy is not None and stop.system_busy is not None:
             end = stop

@@ -5,8 +5,13 @@ row and the runner say:
                       the row's started_at less the cell's interpreter_start, less when the kit started the unit
   interpreter_s       the cell process's interpreter and the harness's imports (extra.phases_s.interpreter_start)
   data_load_s         reading the shared inputs (phases_s.data_load)
+  import_ahead_s      a unit started ahead (fwbench.kit.ahead): importing its framework and workload before it
+                      holds (phases_s.import_ahead)
+  held_s              ... then waiting, held, for its turn (phases_s.held)
   framework_import_s  importing and configuring the framework (phases_s.framework_import)
   workload_import_s   importing the workload, and a model file with its inputs (phases_s.workload_import, model_file)
+  neighbours_s        a released unit waiting, before its set-up, for the units started ahead to hold
+                      (phases_s.neighbours)
   setup_s             building the model (the row's setup_s)
   first_step_s        the first step: trace and compile (the row's first_step_s)
   checksum_s          a fit's checksum of the weights it starts from (extra.initial_weights_s): all of a 7B
@@ -21,7 +26,9 @@ row and the runner say:
   export_s            the kit's state and export after the unit
   unaccounted_s       what the row could not split (a failed cell records fewer phases)
 
-A window's timed fraction is its units' timed_s over its wall time.
+A window's timed fraction is its units' timed_s over its wall time. A unit started ahead also records ahead_s (in
+kit-state.json, beside its parts): the seconds from its start to its turn (the unit before it ended), spent beside
+that unit and off the window's clock.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ from datetime import datetime, timezone
 from fwbench.core.results import extra_of
 
 PARTS = {"runner_start_s": "start", "interpreter_s": "python", "data_load_s": "data",
-         "framework_import_s": "imports", "workload_import_s": "workload", "setup_s": "setup",
+         "import_ahead_s": "imports ahead", "held_s": "held",
+         "framework_import_s": "imports", "workload_import_s": "workload", "neighbours_s": "neighbours",
+         "setup_s": "setup",
          "checksum_s": "checksum", "first_step_s": "first step", "warmup_s": "warm-up", "timed_s": "timed",
          "describe_s": "describe", "cell_end_s": "cell end", "runner_end_s": "row", "export_s": "export",
          "unaccounted_s": "unaccounted"}
@@ -88,8 +97,11 @@ def of_unit(row: dict | None, *, began_at: datetime | None, wall_s: float, expor
         "runner_start_s": runner_start_s,
         "interpreter_s": interpreter_s,
         "data_load_s": phases.get("data_load"),
+        "import_ahead_s": phases.get("import_ahead"),
+        "held_s": phases.get("held"),
         "framework_import_s": phases.get("framework_import"),
         "workload_import_s": _sum(phases.get("workload_import"), phases.get("model_file") or 0.0),
+        "neighbours_s": phases.get("neighbours"),
         "setup_s": setup_s,
         "checksum_s": checksum_s,
         "first_step_s": first_step_s,
@@ -129,3 +141,15 @@ def describe(breakdown: dict | None) -> str:
 
 def timed_fraction(timed_s: float, window_wall_s: float) -> str:
     return "—" if window_wall_s <= 0 else f"{100 * timed_s / window_wall_s:.1f}%"
+
+
+def overhead_s(entry: dict) -> float | None:
+    """A unit's seconds on the window's clock besides its first step and timed steps (kit-state.json's entry: its
+    wall time less what ran ahead, and its export), what the kit's target of at most 10 s per unit counts; None
+    without parts."""
+    parts = entry.get("breakdown")
+    wall_s = number_or_none(entry.get("wall_s"))
+    if not parts or wall_s is None:
+        return None
+    return (wall_s - (number_or_none(entry.get("ahead_s")) or 0.0) + (parts.get("export_s") or 0.0)
+            - (parts.get("first_step_s") or 0.0) - (parts.get("timed_s") or 0.0))

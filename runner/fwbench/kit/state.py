@@ -50,12 +50,14 @@ class KitState:
         return (self.units.get(unit.key) or {}).get("status")
 
     def record(self, unit: Unit, status: str, wall_s: float, ms_per_step: float | None, *,
-               began_at: str | None = None, breakdown: dict | None = None) -> None:
-        """began_at: when the unit started (UTC, ISO); breakdown: where its seconds went (fwbench.kit.breakdown)."""
+               began_at: str | None = None, breakdown: dict | None = None, ahead_s: float = 0.0) -> None:
+        """began_at: when the unit started (UTC, ISO); breakdown: where its seconds went (fwbench.kit.breakdown);
+        ahead_s: the seconds of wall_s before its turn, beside the unit before it (fwbench.kit.ahead)."""
         order = 1 + max((entry.get("order") or 0 for entry in self.units.values()), default=0)  # the run's order
         self.units[unit.key] = {"status": status, "wall_s": round(wall_s, 1), "ms_per_step": ms_per_step,
                                 "commit": self.commit, "window": len(self.windows) or None, "order": order,
                                 **({"began_at": began_at} if began_at else {}),
+                                **({"ahead_s": round(ahead_s, 1)} if ahead_s else {}),
                                 **({"breakdown": breakdown} if breakdown else {})}
 
     def known_wall_s(self, unit: Unit) -> float | None:
@@ -70,22 +72,34 @@ class KitState:
         known = self.known_wall_s(unit)
         return estimate_s(unit) if known is None else max(MIN_REPEAT_S, REPEAT_FACTOR * known)
 
-    def runnable(self, unit: Unit, retry_failed: bool) -> bool:
+    def to_run(self, unit: Unit, retry_failed: bool) -> bool:
+        """Whether the unit itself is still to run (not done, not failed at this commit), whatever its previous
+        repeat."""
         status = self.status(unit)
         if status == BUDGET_CUT:  # the window ran out, not the cell: it runs again with its full timeout
             return True
         failed_at = (self.units.get(unit.key) or {}).get("commit")
-        if status == "ok" or (status is not None and not retry_failed and failed_at == self.commit):
+        return not (status == "ok" or (status is not None and not retry_failed and failed_at == self.commit))
+
+    def runnable(self, unit: Unit, retry_failed: bool) -> bool:
+        if not self.to_run(unit, retry_failed):
             return False
-        if unit.repeat == 0:
+        if unit.repeat == 0 or self.status(unit) == BUDGET_CUT:
             return True
         # The same cell's previous repeat: every field but the repeat (its devices and steps included).
         return self.status(unit.other_repeat(unit.repeat - 1)) == "ok"
 
     def pending(self, units: list[Unit], retry_failed: bool) -> list[Unit]:
-        """The units still to run, those a window's budget cut first (they were next when the last one ended)."""
-        runnable = [unit for unit in units if self.runnable(unit, retry_failed)]
-        return sorted(runnable, key=lambda unit: self.status(unit) != BUDGET_CUT)
+        """The units still to run in the plan's order, those a window's budget cut first (they were next when the
+        last one ended): those runnable now, and the repeats whose earlier repeats are ok or still to run (each
+        runs in this window once its previous repeat is ok by its turn)."""
+        def chain_open(unit: Unit) -> bool:
+            earlier = [unit.other_repeat(repeat) for repeat in range(unit.repeat)]
+            return all(self.status(before) == "ok" or self.to_run(before, retry_failed) for before in earlier)
+
+        found = [unit for unit in units if self.runnable(unit, retry_failed)
+                 or (self.to_run(unit, retry_failed) and chain_open(unit))]
+        return sorted(found, key=lambda unit: self.status(unit) != BUDGET_CUT)
 
     def counts_line(self, units: list[Unit], retry_failed: bool) -> str:
         """'N units: a done, b failed, c runnable now, d waiting for an earlier repeat'."""

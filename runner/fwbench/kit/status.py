@@ -4,6 +4,7 @@ where each unit's seconds went, and each window's timed fraction (its units' tim
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from fwbench.kit import breakdown
@@ -46,7 +47,8 @@ def unit_lines(state: KitState, units: dict[str, Unit], rows: Path) -> list[str]
         if not parts and key in units and entry.get("wall_s"):
             parts, source = breakdown.of_unit(row, began_at=None, wall_s=entry["wall_s"]), " (from its row)"
         parts = breakdown.with_checksum(parts, row)
-        lines.append(f"  {key}: {entry.get('status')}, {entry.get('wall_s', 0):.1f} s{window}{source}: "
+        ahead = f" ({entry['ahead_s']:.1f} s of it ahead)" if entry.get("ahead_s") else ""
+        lines.append(f"  {key}: {entry.get('status')}, {entry.get('wall_s', 0):.1f} s{ahead}{window}{source}: "
                      + breakdown.describe(parts))
     return lines
 
@@ -55,16 +57,19 @@ def window_lines(state: KitState) -> list[str]:
     """Per window: its wall time, units and timed fraction; then all windows together."""
     if not state.windows:
         return []
-    lines = ["windows (timed fraction: the timed steps' seconds over the window's wall time):"]
+    lines = ["windows (timed fraction: the timed steps' seconds over the window's wall time; overhead: a unit's "
+             "seconds on the window's clock besides its first step and timed steps, the median of the window's units):"]
     total_wall = total_timed = 0.0
     for number, window in enumerate(state.windows, 1):
-        units = sum(1 for entry in state.units.values() if entry.get("window") == number)
-        timed = sum((entry.get("breakdown") or {}).get("timed_s") or 0.0 for entry in state.units.values()
-                    if entry.get("window") == number)
+        entries = [entry for entry in state.units.values() if entry.get("window") == number]
+        timed = sum((entry.get("breakdown") or {}).get("timed_s") or 0.0 for entry in entries)
         wall = window.get("wall_s") or 0.0
         total_wall, total_timed = total_wall + wall, total_timed + timed
+        overheads = [found for found in map(breakdown.overhead_s, entries) if found is not None]
+        overhead = f", overhead {statistics.median(overheads):.1f} s" if overheads else ""
         lines.append(f"  window {number} ({window.get('began_at')}, {window.get('gpu') or 'no GPU'}): {wall:.0f} s, "
-                     f"{units} units, timed steps {timed:.1f} s = {breakdown.timed_fraction(timed, wall)}")
+                     f"{len(entries)} units, timed steps {timed:.1f} s = {breakdown.timed_fraction(timed, wall)}"
+                     + overhead)
     lines.append(f"  all {len(state.windows)} windows: {total_wall:.0f} s, timed steps {total_timed:.1f} s = "
                  f"{breakdown.timed_fraction(total_timed, total_wall)}")
     return lines

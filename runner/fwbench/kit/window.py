@@ -5,8 +5,8 @@ whatever failed. The next window restores them and goes on.
 A unit starts only if its estimate (or 1.5x its earlier wall time) fits what is left; one that does not is passed
 over for a later one that does. Each cell's timeout is what is left (at most the cell timeout), so no cell outlives
 the window; a cell cut short that way has its row removed and runs first in the next window (only a cell that timed
-out with all of the cell timeout is recorded as a timeout). Each unit's seconds are recorded by part
-(fwbench.kit.breakdown) in kit-state.json.
+out with all of the cell timeout is recorded as a timeout). The next units are started ahead, held after their
+imports (fwbench.kit.ahead). Each unit's seconds are recorded by part (fwbench.kit.breakdown) in kit-state.json.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from fwbench.core.atomic import write_atomically
 from fwbench.core.usage import UsageError
 from fwbench.kit import breakdown, cells
+from fwbench.kit.ahead import Ahead
 from fwbench.kit import log as kit_log
 from fwbench.kit.checks import Checks, kit_rows
 from fwbench.kit.export import export, restore_into
@@ -52,10 +53,13 @@ class WindowSettings:
     retry_failed: bool = False
     export: Path | None = None  # where the files worth bringing back go, after every step
     results: Path = RESULTS  # where `restore auto` looks for this GPU's published results
+    prefetch: int = 3  # units started ahead, their imports beside the running unit (kit.ahead); 0: none
 
     def __post_init__(self):
         if self.budget_s <= 0 or self.cell_timeout_s <= 0:
             raise UsageError("--budget-s and --cell-timeout must be positive")
+        if self.prefetch < 0:
+            raise UsageError("--prefetch must be 0 (none) or more")
 
 
 class Deadline:
@@ -74,20 +78,51 @@ def remove_unit_row(folders: KitFolders, unit: Unit) -> None:
         found[-1][0].unlink()
 
 
+def predicted(state: KitState, later: list[Unit], left_s: float, *, settings: WindowSettings,
+              limit: int | None) -> list[Unit]:
+    """The units expected to run, in order, of `later` (the pending units after the one about to run), when `left_s`
+    remain once it is done: each that fits what is left by its estimate, as run_units would choose them; at most
+    `limit` (None: all). Only units runnable now: a repeat whose previous repeat has yet to run is not started
+    ahead, as its `fwbench run --resume` would run that repeat first."""
+    chosen = []
+    for unit in later:
+        if limit is not None and len(chosen) >= limit:
+            break
+        if not state.runnable(unit, settings.retry_failed):
+            continue
+        need = min(state.needed_s(unit), settings.cell_timeout_s)
+        if left_s - cells.UNIT_OVERHEAD_S >= need:
+            chosen.append(unit)
+            left_s -= need
+    return chosen
+
+
 def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
               settings: WindowSettings, exported) -> int:
-    """Run pending units in order while they fit (see the module's doc); returns how many started."""
+    """Run pending units in order while they fit (see the module's doc), the next ones' imports ahead
+    (fwbench.kit.ahead) unless --prefetch 0; returns how many started."""
+    ahead = Ahead(folders, depth=settings.prefetch, cell_timeout_s=settings.cell_timeout_s)
+    try:
+        return _run_units(folders, state, units, deadline, settings=settings, exported=exported, ahead=ahead)
+    finally:
+        ahead.cancel_all()
+
+
+def _run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
+               settings: WindowSettings, exported, ahead: Ahead) -> int:
     ran, passed_over = 0, []
     pending = state.pending(units, settings.retry_failed)
     for number, unit in enumerate(pending, 1):
         if settings.max_units is not None and ran >= settings.max_units:
             break
         if not state.runnable(unit, settings.retry_failed):  # its previous repeat failed in this window
+            ahead.cancel(unit)
             continue
         left = deadline.left() - cells.UNIT_OVERHEAD_S
         need = min(state.needed_s(unit), settings.cell_timeout_s)
         if left < need:
             passed_over.append(f"{unit.key} ({need:.0f} s)")
+            ahead.cancel(unit)
             continue
         timeout_s = min(settings.cell_timeout_s, left)
         # Unit N of the M pending at the window's start, and the device minutes the rest would take by the
@@ -95,20 +130,27 @@ def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline:
         rest_s = sum(min(state.needed_s(later), settings.cell_timeout_s) for later in pending[number:])
         log(f"{unit.key}: running (estimated {need:.0f} s, timeout {timeout_s:.0f} s; unit {number} of "
             f"{len(pending)} pending, about {rest_s / 60:.0f} device minutes after it)")
-        began_at, begun = datetime.now(timezone.utc), time.monotonic()
-        row = cells.run_unit(unit, folders, timeout_s)
-        wall_s = time.monotonic() - begun
+        if settings.prefetch:
+            limit = None if settings.max_units is None else settings.max_units - ran - 1
+            ahead.refill(unit, predicted(state, pending[number:], left - need, settings=settings, limit=limit))
+            started, row = ahead.run(unit, timeout_s)
+            began_at, wall_s, ahead_s = started.began_at, time.monotonic() - started.begun, started.ahead_s
+        else:
+            began_at, begun, ahead_s = datetime.now(timezone.utc), time.monotonic(), 0.0
+            row = cells.run_unit(unit, folders, timeout_s)
+            wall_s = time.monotonic() - begun
         status = row["status"] if row else "no-row"
         if status == "timeout" and timeout_s < settings.cell_timeout_s:
             remove_unit_row(folders, unit)
             status = BUDGET_CUT
         ms = row.get("ms_per_step") if row and status == "ok" else None
         state.record(unit, status, wall_s, ms, began_at=began_at.isoformat(timespec="seconds"),
-                     breakdown=breakdown.of_unit(row, began_at=began_at, wall_s=wall_s))
+                     breakdown=breakdown.of_unit(row, began_at=began_at, wall_s=wall_s), ahead_s=ahead_s)
         write_atomically(state.path, state.to_json())
         message = ((row or {}).get("error_message") or "see kit.log").splitlines()[0][:160]
         reason = "" if status == "ok" else f": {message}"
-        log(f"{unit.key}: {status} in {wall_s:.0f} s" + (f", {ms:.2f} ms/step" if ms else "") + reason)
+        log(f"{unit.key}: {status} in {wall_s:.0f} s" + (f" ({ahead_s:.0f} s of it ahead)" if ahead_s else "")
+            + (f", {ms:.2f} ms/step" if ms else "") + reason)
         if status == BUDGET_CUT:
             log(f"{unit.key}: cut by this window's budget, not by its own timeout: its row is removed and it runs "
                 "first in the next window")
