@@ -858,7 +858,8 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
                         "competing GPU process marks rows busy": "SKIP", "reduce-overhead replays CUDA graphs": "SKIP",
                         "compiled Trainer fit runs": "SKIP", "compiled kit rows replay CUDA graphs": "SKIP",
                         "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP",
-                        "peak memory filled": "PASS", "energy columns": "SKIP"}, verdicts
+                        "peak memory filled": "PASS", "energy columns": "SKIP",
+                        "units started ahead held apart": "PASS"}, verdicts
 
     # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on: three units
     # left, each after the first started ahead (kit.ahead): native-torch r1 with keras3-jax r0, keras3-jax r1 (once
@@ -871,6 +872,8 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     assert second.stdout.index("keras3-jax.bert-predict.tiny.compile-xla.r0: running") < second.stdout.index(
         "native-torch.bert-predict.tiny.compile-none.r1: running")
     assert "PASS TF32 recorded as set: in an earlier window" in (second_export / "checks.txt").read_text()
+    assert "PASS units started ahead held apart: 4 rows held after their imports, 2 waited" in (
+        second_export / "checks.txt").read_text()
     # Same machine model, commit and wheelhouse as the first window: doctor and the stacks' imports are not re-run.
     assert "doctor: exit 0" in first.stdout, first.stdout
     assert "preflight: doctor and the stacks' imports passed" in second.stdout and "doctor: exit" not in second.stdout
@@ -1093,6 +1096,26 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
     assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]
     checks.energy([good, {**short, "energy_status": "nvml_unavailable"}])
     assert checks.lines[-1].startswith("FAIL")
+
+
+def test_the_units_started_ahead_are_checked_from_what_their_rows_say(tmp_path):
+    checks = bare_checks(tmp_path)
+    plain = {"status": "ok", "cell_id": "plain", "extra": json.dumps({"phases_s": {}})}
+    checks.held_apart([plain])
+    assert checks.lines[-1].startswith("SKIP")
+    beside = {"status": "ok", "cell_id": "first", "extra": json.dumps(
+        {"neighbours": {"neighbours": 2, "waited_s": 1.0, "not_held": []}, "held_neighbours": 2})}
+    ahead = {"status": "ok", "cell_id": "second", "extra": json.dumps({"held": {"held_s": 9.0}})}
+    checks.held_apart([plain, beside, ahead])
+    assert checks.lines[-1].startswith("PASS") and "1 rows held after their imports, 1 waited for neighbours, 2 held" \
+        in checks.lines[-1], checks.lines[-1]
+    touched = {**ahead, "cell_id": "jax", "extra": json.dumps({"held": {"held_s": 9.0,
+                                                                        "device_started_ahead": ["jax"]}})}
+    early = {**beside, "cell_id": "early", "extra": json.dumps(
+        {"neighbours": {"neighbours": 1, "waited_s": 180.0, "not_held": ["keras3-torch.sam-fit.paper.r0"]}})}
+    checks.held_apart([beside, touched, early])
+    assert checks.lines[-1].startswith("FAIL") and "jax: its imports started jax" in checks.lines[-1] and \
+        "early: set-up began beside keras3-torch.sam-fit.paper.r0, not held" in checks.lines[-1], checks.lines[-1]
 
 
 def test_the_results_page_ranks_model_file_cells_apart_from_the_published_cells(tmp_path):

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from fwbench.core.atomic import write_atomically
 from fwbench.core.precision import TF32_AS_PRECISION
+from fwbench.core.results import extra_of
 from fwbench.kit import cells
 from fwbench.kit.host import window_gpu
 from fwbench.kit.install import kit_environment
@@ -207,7 +208,8 @@ class Checks:
         for name, check in (("compiled kit rows replay CUDA graphs", lambda: self.cuda_graphs(kit_rows)),
                             ("each row ran on its own GPUs", lambda: self.gpus_by_uuid(rows, since)),
                             ("peak memory filled", lambda: self.peak_memory(rows)),
-                            ("energy columns", lambda: self.energy(rows))):
+                            ("energy columns", lambda: self.energy(rows)),
+                            ("units started ahead held apart", lambda: self.held_apart(kit_rows))):
             try:
                 check()
             except Exception as exc:  # noqa: BLE001
@@ -429,6 +431,26 @@ class Checks:
         wrong = [row for row in ok if row.get("energy_status") != "window_too_short"
                  and not (row.get("energy_status") == "ok" and row in filled)]
         self.say("PASS" if ok and not wrong else "FAIL", "energy columns", detail)
+
+
+    def held_apart(self, rows: list[dict]) -> None:
+        """The units run through kit.ahead (held after their imports, ahead of their turn or at it): every one held
+        touching no device, and every released unit's set-up began with its neighbours held. SKIP where no row
+        held (--prefetch 0)."""
+        name = "units started ahead held apart"
+        extras = [(row["cell_id"], extra_of(row.get("extra")) or {}) for row in rows if self.ok(row)]
+        held = [(cell, extra) for cell, extra in extras if extra.get("held")]
+        waited = [(cell, extra) for cell, extra in extras if extra.get("neighbours")]
+        if not held and not waited:
+            return self.say("SKIP", name, "no row held after its imports (--prefetch 0)")
+        problems = [f"{cell}: its imports started {', '.join(extra['held']['device_started_ahead'])}"
+                    for cell, extra in held if extra["held"].get("device_started_ahead")]
+        problems += [f"{cell}: set-up began beside {', '.join(extra['neighbours']['not_held'])}, not held"
+                     for cell, extra in waited if extra["neighbours"].get("not_held")]
+        met = sum(extra.get("held_neighbours") or 0 for _cell, extra in extras)
+        detail = (f"{len(held)} rows held after their imports, {len(waited)} waited for neighbours, {met} held "
+                  "neighbours met in timed windows (not competition)")
+        self.say("FAIL" if problems else "PASS", name, detail + ("; " + "; ".join(problems[:5]) if problems else ""))
 
 
 def kit_rows(folders: KitFolders) -> list[dict]:
