@@ -106,14 +106,22 @@ def test_a_released_cell_waits_for_its_neighbours_to_hold_and_says_what_it_met(t
     assert hold.wait_for_neighbours() is None  # a cell nobody started ahead waits for nobody
 
 
+def timed_window(during=None) -> contention.ContentionProbe:
+    """A 0.6-s window under the contention probe (`during`: what happens at its start)."""
+    probe = contention.ContentionProbe(threads=1)
+    probe.start()
+    if during:
+        during()
+    time.sleep(0.6)
+    probe.stop()
+    return probe
+
+
 def test_a_held_neighbour_is_not_competition_in_a_timed_window_but_a_busy_one_is(tmp_path):
     idle = start_held(tmp_path / "idle")
     try:
         wait_held(tmp_path / "idle")
-        probe = contention.ContentionProbe(threads=1)
-        probe.start()
-        time.sleep(0.6)
-        probe.stop()
+        probe = timed_window()
         held, competing = probe.cells_met()  # other tests' cells may run beside this one: only its own are asserted
         assert idle.pid in held and idle.pid not in competing
         assert probe.result()["concurrent_cells"] == len(competing) and probe.held_neighbours() == len(held)
@@ -123,10 +131,7 @@ def test_a_held_neighbour_is_not_competition_in_a_timed_window_but_a_busy_one_is
     spinning = start_held(tmp_path / "spin", mode="spin")
     try:
         wait_held(tmp_path / "spin")
-        probe = contention.ContentionProbe(threads=1)
-        probe.start()
-        time.sleep(0.6)
-        probe.stop()
+        probe = timed_window()
         held, competing = probe.cells_met()
         assert spinning.pid in competing and spinning.pid not in held
         assert probe.result()["busy"] is True
@@ -140,11 +145,7 @@ def test_a_neighbour_released_during_the_window_competed(tmp_path):
     neighbour = start_held(folder, then_s=5.0)
     try:
         wait_held(folder)
-        probe = contention.ContentionProbe(threads=1)
-        probe.start()
-        hold.release(folder, timeout_s=60, wait_for=[], patience_s=5)
-        time.sleep(0.3)
-        probe.stop()
+        probe = timed_window(lambda: hold.release(folder, timeout_s=60, wait_for=[], patience_s=5))
         held, competing = probe.cells_met()
         assert neighbour.pid in competing and neighbour.pid not in held
     finally:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,14 @@ def test_a_unit_started_ahead_that_failed_before_holding_is_not_waited_for(stand
     assert setup["neighbours"]["not_held"] == [] and setup["neighbours"]["waited_s"] < 20
     _, row = ahead.run(broken, 60)  # its turn: it has ended; its row (here the stand-in's) is read as any other
     assert row["key"] == broken.key
+
+
+def test_a_unit_that_does_not_hold_within_its_timeout_is_stopped(stand_ins, monkeypatch):
+    folders, _read = stand_ins
+    (stuck,) = units(1)
+    monkeypatch.setattr(kit_ahead, "run_argv", lambda unit, **kwargs: [sys.executable, "-c",
+                                                                       "import time; time.sleep(60)"])
+    ahead = kit_ahead.Ahead(folders, depth=1, cell_timeout_s=60)
+    began = time.monotonic()
+    started, _ = ahead.run(stuck, 1.0)  # its imports hang: the window's timeout for it bounds the wait
+    assert time.monotonic() - began < 20 and started.process.returncode is not None

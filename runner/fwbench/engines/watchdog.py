@@ -10,29 +10,14 @@ remove. The engine stops the watchdog once it has removed the container itself.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
+from fwbench.core.processes import alive
 from fwbench.engines.docker_client import docker_client
 
 POLL_S = 0.2
 WATCHDOG_LABEL = "io.fwbench.watchdog-token"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (dead, not yet reaped) is dead for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def remove_containers(client, token: str) -> int:

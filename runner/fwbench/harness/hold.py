@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench.core.atomic import write_atomically
+from fwbench.core.processes import alive
 
 HOLD_ENV = "FWBENCH_HOLD_DIR"
 HELD, RELEASE, RELEASED, ENDED = "held.json", "release.json", "released.json", "ended"
@@ -131,15 +132,7 @@ def _settled(folder: Path) -> bool:
 def _alive_in(folder: Path) -> bool:
     """Whether the process that held in `folder` is still running (a released neighbour competes until it ends)."""
     pid = _read(folder / RELEASED).get("pid")
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and alive(pid)
 
 
 def release_timeout_s(folder: Path, default: float) -> float:

@@ -32,8 +32,8 @@ from fwbench.kit.layout import REPO, KitFolders
 from fwbench.kit.rows import unit_row
 from fwbench.kit.unit import Unit
 
-# How long a released unit may take to hold (it was started ahead: its imports may still be under way) before the
-# kit gives up on it; its own timeout covers the rest.
+# How long a unit may take to hold at its turn (started ahead, its imports may still be under way), at most its
+# timeout, before the kit stops it; its own timeout covers the rest.
 HOLD_PATIENCE_S = 300.0
 
 
@@ -103,7 +103,8 @@ class Ahead:
         started = self.started.get(unit.key) or self.start(unit)
         started.turn = turn
         neighbours = [other.folder for key, other in self.started.items() if key != unit.key]
-        outcome = hold.release(started.folder, timeout_s=timeout_s, wait_for=neighbours, patience_s=HOLD_PATIENCE_S)
+        outcome = hold.release(started.folder, timeout_s=timeout_s, wait_for=neighbours,
+                               patience_s=min(HOLD_PATIENCE_S, timeout_s))
         if outcome == "starting":  # it never held: stopped, and its output says why
             _stop(started.process)
         started.process.wait()
