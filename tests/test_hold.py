@@ -24,8 +24,19 @@ REPO = Path(__file__).resolve().parents[1]
 HELD_CELL = textwrap.dedent("""
     import sys, threading, time
     from fwbench.harness import hold
+    hold.block_release_signal()  # as the cell's main() does, before anything starts a thread
     if sys.argv[1] == "spin":  # a held process whose other thread keeps a core busy: not idle, so it competes
         threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()
+    if sys.argv[1] == "thread":  # a thread its imports started, idle: the release must still reach the main thread
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        written = hold.write_atomically
+
+        def write_then_dawdle(path, text):  # the release then arrives between held.json and the sigwait
+            written(path, text)
+            if path.name == hold.HELD:
+                time.sleep(0.5)
+
+        hold.write_atomically = write_then_dawdle
     hold.hold_here()
     time.sleep(float(sys.argv[2]))
 """)
@@ -72,6 +83,20 @@ def test_a_held_cell_waits_using_no_cpu_until_released_and_holds_once(tmp_path):
         assert not hold.asked_to_hold() and hold.hold_here() is None
     finally:
         del os.environ[hold.HOLD_ENV]
+
+
+def test_a_held_cell_with_threads_is_released_not_killed_by_the_signal(tmp_path):
+    """A process-directed signal goes to any thread that does not block it, and SIGUSR1's default action ends the
+    process: a cell whose imports started a thread, released between writing held.json and its sigwait, was killed
+    by its release until the cell blocked the signal before any thread started."""
+    folder = tmp_path / "threaded"
+    process = start_held(folder, mode="thread")
+    try:
+        wait_held(folder)
+        assert hold.release(folder, timeout_s=60, wait_for=[], patience_s=5) == "released"
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
 
 
 def test_release_reports_a_cell_that_ended_before_it_held_or_never_held(tmp_path):

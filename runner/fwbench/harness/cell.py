@@ -694,6 +694,7 @@ def run(spec: CellSpec, record_path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    hold.block_release_signal()  # before any import starts a thread (fwbench.harness.hold)
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m fwbench.harness.cell SPEC.json RECORD.json", file=sys.stderr)

@@ -80,6 +80,15 @@ def asked_to_hold() -> bool:
     return folder is not None and not (folder / RELEASED).exists()
 
 
+def block_release_signal() -> None:
+    """Block the release signal in this thread, when asked to hold: call it before anything starts a thread. The
+    kit's signal is sent to the process, which the kernel delivers to any thread not blocking it, whose default
+    action ends the whole process; threads inherit the mask of the thread that starts them, so blocked here it stays
+    pending until the main thread's sigwait takes it."""
+    if asked_to_hold():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {RELEASE_SIGNAL})
+
+
 def hold_here() -> float | None:
     """Hold this process until it is released: None when it was not asked to (asked_to_hold); else the seconds it
     was held."""
@@ -87,7 +96,8 @@ def hold_here() -> float | None:
         return None
     folder = hold_dir()
     start = time.perf_counter()
-    # Blocked before held.json exists, so a release sent right after it is read stays pending for sigwait.
+    # Blocked before held.json exists, so a release sent right after it is read stays pending for sigwait (the
+    # cell blocked it at its start already, block_release_signal, so that no thread takes it).
     signal.pthread_sigmask(signal.SIG_BLOCK, {RELEASE_SIGNAL})
     try:
         write_atomically(folder / HELD, json.dumps({"pid": os.getpid()}))
