@@ -459,8 +459,9 @@ def describe(built: Built, timed: Timed) -> tuple[dict[str, Any], dict[str, Any]
         extra["threads_effective"] = backend.threads()
     extra["process_settings"] = process_settings()
     extra["context_switches"] = timed.contention.context_switches()
-    if timed.contention.held_neighbours():  # cells held in the window, idle: not competition (harness.hold)
-        extra["held_neighbours"] = timed.contention.held_neighbours()
+    held_neighbours = timed.contention.held_neighbours()
+    if held_neighbours:  # cells held in the window, idle: not competition (harness.hold)
+        extra["held_neighbours"] = held_neighbours
     if backend.compile_cache_folder:  # which programs it could share: the folder names the CPU count
         extra["compile_cache"] = backend.compile_cache_folder
     manifest = envinfo.image_manifest()

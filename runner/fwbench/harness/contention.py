@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from fwbench.core.processes import cpu_ticks, environment_variable
 from fwbench.harness import hold
 from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
 from fwbench.harness.nvml import nvml_query
@@ -106,16 +107,8 @@ def process_cpus(pid: int) -> set[int] | None:
 def process_gpus(pid: int) -> list[str] | None:
     """The GPUs process `pid` may use, as its CUDA_VISIBLE_DEVICES names them (NVML indices, GPU-/MIG- UUIDs);
     None: every GPU, or unknown (unset, or its environment is not readable)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            variables = f.read().split(b"\0")
-    except OSError:
-        return None
-    for variable in variables:
-        if variable.startswith(b"CUDA_VISIBLE_DEVICES="):
-            value = variable.split(b"=", 1)[1].decode(errors="replace")
-            return [part.strip() for part in value.split(",") if part.strip()]
-    return None
+    value = environment_variable(pid, "CUDA_VISIBLE_DEVICES")
+    return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
 
 
 def competing_cells(pids: list[int], cpus: set[int] | None, *gpus: CellGpu | None) -> list[int]:
@@ -196,7 +189,7 @@ class ContentionProbe:
 
     def _note_cells(self, seen: dict[int, tuple[bool, int | None]]) -> None:
         for pid in competing_cells(other_cells(), own_cpus(), *self.gpus):
-            seen[pid] = (hold.is_held(pid), hold.process_ticks(pid))
+            seen[pid] = (hold.is_held(pid), cpu_ticks(pid))
 
     def cells_met(self) -> tuple[set[int], set[int]]:
         """(held neighbours, competing cells): a cell held at both ends of the window that used at most

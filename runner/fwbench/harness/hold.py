@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fwbench.core.atomic import write_atomically
-from fwbench.core.processes import alive
+from fwbench.core.processes import alive, environment_variable
 
 HOLD_ENV = "FWBENCH_HOLD_DIR"
 HELD, RELEASE, RELEASED, ENDED = "held.json", "release.json", "released.json", "ended"
@@ -185,26 +185,8 @@ def mark_ended(folder: Path) -> None:
 
 def process_hold_dir(pid: int) -> Path | None:
     """The hold folder in process `pid`'s environment; None: not a held-capable cell, or unreadable."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            variables = f.read().split(b"\0")
-    except OSError:
-        return None
-    prefix = f"{HOLD_ENV}=".encode()
-    for variable in variables:
-        if variable.startswith(prefix):
-            return Path(variable[len(prefix):].decode(errors="replace"))
-    return None
-
-
-def process_ticks(pid: int) -> int | None:
-    """CPU clock ticks process `pid` has used (all its threads: utime + stime); None once it has ended."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return int(fields[11]) + int(fields[12])
+    value = environment_variable(pid, HOLD_ENV)
+    return Path(value) if value else None
 
 
 def is_held(pid: int) -> bool:
