@@ -214,11 +214,12 @@ def cell_sides(frame: pd.DataFrame) -> dict[CellIdentity, tuple[Variant, Side]]:
         repeats = [stats.repeat_samples(s, m) for s, m in zip(quiet["step_ms"], quiet["ms_per_step"])]
         engines = tuple(sorted({str(e) for e in rows["engine"].dropna()})) if "engine" in rows else ()
         batches = [b for column in ("global_batch", "batch_size") if column in rows for b in rows[column].dropna()]
-        parts = judge.environment_parts(quiet.to_dict("records"))
+        environments = judge.environment_records(quiet)
+        parts = judge.environment_parts(environments)
         mixed = "; ".join(f"{label}: {len(members)} row(s)" for label, members in parts) if len(parts) > 1 else ""
         # compare names each side's environment itself (Side.mixed, the differences column): labels carry none.
         variant = replace(rows["_variant"].iloc[0], environment="")
-        environment = judge.environment_key(quiet.iloc[0].to_dict()) if len(quiet) and not mixed else ()
+        environment = judge.environment_key(environments[0]) if environments and not mixed else ()
         cells[identity] = (variant, Side(repeats, busy, engines, int(batches[0]) if batches else None, mixed,
                                          environment))
     return cells

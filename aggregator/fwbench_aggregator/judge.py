@@ -107,6 +107,15 @@ def environment_key(row: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(facts))
 
 
+ENVIRONMENT_COLUMNS = ("library_versions", "compile_cache_warm")  # all environment_key reads of a row
+
+
+def environment_records(frame) -> list[dict[str, Any]]:
+    """A frame's rows as environment_key reads them: only its environment columns (converting every column of a
+    results frame to records costs most of a whole-bundle compare)."""
+    return frame[[column for column in ENVIRONMENT_COLUMNS if column in frame]].to_dict("records")
+
+
 def environment_parts(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[int]]]:
     """Rows of one cell identity split by environment: [(label, row indices)], one part with label "" when they
     share one. A label names only the facts that differ between the parts ("keras 3.16.0", "compile cache warm")."""

@@ -102,7 +102,7 @@ def _environment_labels(frame: pd.DataFrame, ids: list[CellIdentity]) -> dict[in
     """Row position -> its environment part's label, for the identities whose ok rows ran in more than one
     environment (judge.environment_part_of). A row that did not run ok joins the part of its own environment, or
     stays unlabelled when no ok row shares it."""
-    records = frame.to_dict("records")
+    records = frame[[column for column in ("status", *judge.ENVIRONMENT_COLUMNS) if column in frame]].to_dict("records")
     by_identity: dict[CellIdentity, list[int]] = {}
     for index, identity in enumerate(ids):
         by_identity.setdefault(identity, []).append(index)
