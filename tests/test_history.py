@@ -207,6 +207,63 @@ def test_a_night_in_two_environments_is_two_points_never_pooled(tmp_path):
     assert sorted(round(p.median_ms) for p in second) == [20, 24]
 
 
+def test_environments_measured_side_by_side_are_judged_apart_and_a_step_both_take_is_found_in_each(tmp_path):
+    """Torch 2.3.0 ran beside 2.2.1 from the fourth night on, 20% faster, and both got 15% slower on the tenth night.
+    Before, the two environments' points were one interleaved sequence: the offset between them was the series'
+    point-to-point noise, the penalty grew with it, and no change was found."""
+    def step(day):
+        return 1.15 if day >= 9 else 1.0
+
+    nightly(tmp_path / "res", [20.0 * step(day) for day in range(15)])
+    newer = {**LIBRARY_VERSIONS, "torch": "2.3.0"}
+    rng = np.random.default_rng(5)
+    for day in range(3, 15):
+        day_rows(tmp_path / "res", day, 16.0 * step(day), hour=5, rng=rng, library_versions=newer)
+    history.add(tmp_path / "store", [tmp_path / "res"])
+    series = series_of(tmp_path / "store")
+    tenth = (DAY0 + dt.timedelta(days=9)).date().isoformat()
+    assert [(p.at, p.environment, c.word) for p, c in series.changes] == [(tenth, "torch 2.2.1", judge.SLOWER),
+                                                                          (tenth, "torch 2.3.0", judge.SLOWER)]
+    assert series.tracks == 2
+    assert all(1.10 < c.ratio < 1.20 for _, c in series.changes)
+    assert [series.deciding_before(p).at for p, _ in series.changes] == [
+        (DAY0 + dt.timedelta(days=8)).date().isoformat()] * 2
+    assert "2 environments measured side by side: each one's points are judged apart" in "\n".join(
+        history_series.lines([series], "date"))
+
+
+def test_an_environment_that_follows_another_continues_its_series_and_labels_the_change(tmp_path):
+    """Torch 2.2.1 for ten nights, then 2.3.0 (never both on one night), 15% slower: one track, so the change that
+    came with the upgrade is found, at its first night, named by its environment."""
+    nightly(tmp_path / "res", [20.0] * 10)
+    newer = {**LIBRARY_VERSIONS, "torch": "2.3.0"}
+    rng = np.random.default_rng(6)
+    for day in range(10, 20):
+        day_rows(tmp_path / "res", day, 23.0, rng=rng, library_versions=newer)
+    history.add(tmp_path / "store", [tmp_path / "res"])
+    series = series_of(tmp_path / "store")
+    assert series.tracks == 1
+    [(point, change)] = series.changes
+    assert point.at == (DAY0 + dt.timedelta(days=10)).date().isoformat() and point.environment == "torch 2.3.0"
+    assert change.word == judge.SLOWER
+    assert "side by side" not in "\n".join(history_series.lines([series], "date"))
+
+
+def test_environment_tracks_split_overlapping_spans_and_continue_the_nearest_environment():
+    old, new = (("torch", "2.2.1"),), (("torch", "2.3.0"),)
+    warm = (("compile cache", "warm"), ("torch", "2.3.0"))
+    # old on 0-4, new on 5-9 (it follows old), warm on 3-9 (beside both): two tracks.
+    points = [(old, i) for i in range(5)] + [(new, i) for i in range(5, 10)] + [(warm, i) for i in range(3, 10)]
+    assert judge.environment_tracks(points) == [0] * 10 + [1] * 7
+    # Two environments side by side on 0-2, then one that could follow either: it follows the one it differs from
+    # in fewer facts (the cache state it keeps), not the first track.
+    cold_a, warm_a = (("cache", "cold"), ("jax", "0.4")), (("cache", "warm"), ("jax", "0.4"))
+    warm_b = (("cache", "warm"), ("jax", "0.5"))
+    points = [(cold_a, i) for i in range(3)] + [(warm_a, i) for i in range(3)] + [(warm_b, i) for i in range(3, 6)]
+    assert judge.environment_tracks(points) == [0] * 3 + [1] * 3 + [1] * 3
+    assert judge.environment_tracks([]) == []
+
+
 def test_by_version_orders_versions_as_versions_and_leaves_out_rows_without_the_package(tmp_path):
     for day, version in enumerate(["2.9.0", "2.10.0", "2.9.0"]):
         day_rows(tmp_path / "res", day, 20.0, library_versions={**LIBRARY_VERSIONS, "torch": version})

@@ -296,3 +296,35 @@ def test_a_version_measured_in_two_environments_is_judged_like_with_like_and_say
     text = "\n".join(watch.lines([cell], "tqdm", 5.0))
     assert "tqdm 4.66.1 -> 4.66.2 (transformers 4.39.0): " in text
     assert "tqdm 4.66.2 (transformers 4.38.2) (new): " in text
+
+
+def test_a_change_point_in_one_of_two_environments_side_by_side_is_bracketed_within_its_environment():
+    """tqdm 4.66.1-4.66.8, each in two environments measured side by side (transformers 4.38.2, and 4.39.0 20%
+    faster), both 15% slower from 4.66.5: each environment's change point is found and bracketed 4.66.4 .. 4.66.5,
+    between that environment's own points. Before, the two environments' points were one interleaved series and
+    no change point was found."""
+    import pandas as pd
+
+    from fwbench_aggregator import watch
+
+    rng = np.random.default_rng(9)
+    versions = [f"4.66.{n}" for n in range(1, 9)]
+    rows, minute = [], 0
+    for version in versions:
+        for transformers, centre in (("4.38.2", 10.0), ("4.39.0", 8.0)):
+            for repeat in range(3):
+                minute += 1
+                rows.append(record("native-torch", "bert-fit", repeat=repeat,
+                                   step_ms=samples(rng, centre * (1.15 if version >= "4.66.5" else 1.0), n=10,
+                                                   spread=0.01),
+                                   started_at=START + dt.timedelta(minutes=minute),
+                                   library_versions={**LIBRARY_VERSIONS, "transformers": transformers,
+                                                     "tqdm": version}))
+    known = watch.series_by_identity(pd.DataFrame(rows), "tqdm")
+    [identity] = known
+    [cell] = watch.assess(known, [identity], ["4.66.8"], versions, tolerance_pct=5.0)
+    assert [(p.at, p.environment) for p, _ in cell.series.changes] == [("4.66.5", "transformers 4.38.2"),
+                                                                       ("4.66.5", "transformers 4.39.0")]
+    assert [(b.before, b.after, b.why) for b in cell.brackets] == [("4.66.4", "4.66.5", "change point")]
+    text = "\n".join(watch.lines([cell], "tqdm", 5.0))
+    assert "change point at tqdm 4.66.5 (transformers 4.39.0): x1.1" in text

@@ -137,6 +137,9 @@ def _axis_blocks(series: history_series.Series | None, by: str, png: Path) -> li
         notes.append(f"{busy_only} point(s) with busy rows only: not plotted, decide nothing.")
     if series.left_out:
         notes.append(f"{series.left_out} ok row(s) do not record {axis.removesuffix(' version')}: left out.")
+    if series.tracks > 1:
+        text = history_series.tracks_text(series)
+        notes.append(f"{text[0].upper()}{text[1:]}.")
     for point, change in series.changes:
         where = point.at + (f" ({point.environment})" if point.environment else "")
         notes.append(f"Change at {where}: {_change_text(change)}.")
@@ -249,9 +252,9 @@ def plot_series(series: history_series.Series, by: str, path: Path) -> Path | No
     width = 10.0 if labels is None else max(8.0, min(14.0, 4.0 + 0.6 * len(labels)))
     fig, ax = plt.subplots(figsize=(width, 4.2))
     deciding = [(x, p) for x, p in shown if p.decides]
-    if deciding:
-        ax.plot([x for x, _ in deciding], [p.median_ms for _, p in deciding], color="#bbbbbb", linewidth=1,
-                zorder=1)
+    for track in range(series.tracks):  # a line per track: environments measured side by side are not joined
+        members = [(x, p) for x, p in deciding if p.track == track]
+        ax.plot([x for x, _ in members], [p.median_ms for _, p in members], color="#bbbbbb", linewidth=1, zorder=1)
     environments = list(dict.fromkeys(p.environment for _, p in deciding))
     for number, environment in enumerate(environments):
         members = [(x, p) for x, p in deciding if p.environment == environment]
@@ -268,11 +271,14 @@ def plot_series(series: history_series.Series, by: str, path: Path) -> Path | No
     if busy_only:
         ax.plot([], [], linestyle="none", label=f"busy only, not plotted: {busy_only} point(s)")
     where = {id(p): x for x, p in zip(xs_all, series.points)}
+    at_x: dict = {}  # changes already labelled at an x (one per track can share it): the next goes below
     for number, (point, change) in enumerate(series.changes):
         x = where[id(point)]
+        below = at_x[x] = at_x.get(x, -1) + 1
         ax.axvline(x, color=CHANGE_COLOUR, linestyle="--", linewidth=1.2, zorder=2,
                    label="change found by the judge" if number == 0 else None)
-        ax.annotate(_change_text(change), xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(4, -4),
+        ax.annotate(_change_text(change), xy=(x, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(4, -4 - 12 * below),
                     textcoords="offset points", ha="left", va="top", fontsize=9, color=CHANGE_COLOUR,
                     parse_math=False)
     if labels is not None:

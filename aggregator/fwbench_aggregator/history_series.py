@@ -45,6 +45,7 @@ class Point:
     rows: list[dict]  # its quiet ok rows (one environment)
     busy: int  # busy ok rows left out
     environment: str = ""  # the facts that differ between the series' points (set by series_of)
+    track: int | None = None  # its environment's track (judge.environment_tracks; None: busy only)
 
     @property
     def processes(self) -> int:
@@ -77,6 +78,17 @@ class Series:
     points: list[Point]
     left_out: int = 0  # ok rows with no value on the axis (--by version: rows that do not record the package)
     changes: list[tuple[Point, judge.ChangePoint]] = field(default_factory=list)
+
+    @property
+    def tracks(self) -> int:
+        """How many tracks its points are on: more than one where environments were measured side by side."""
+        return len({p.track for p in self.points if p.track is not None})
+
+    def deciding_before(self, point: Point) -> Point | None:
+        """The deciding point before `point` on its track: the other side of a change found at `point`."""
+        track = [p for p in self.points if p.decides and p.track == point.track]
+        index = track.index(point)
+        return track[index - 1] if index > 0 else None
 
 
 def build(frame, by: str) -> list[Series]:
@@ -133,10 +145,25 @@ def series_of(identity: CellIdentity, label: str, rows: list[dict], package: str
             points.append(Point(at, [quiet_rows[i] for i in indices], busy if number == 0 else 0))
     points.sort(key=lambda p: (_order(p.at, package), p.first_started))
     _label_environments(points, package)
+    _put_on_tracks(points, package)
     series = Series(identity, label, points, left_out)
-    deciding = [p for p in points if p.decides]
-    series.changes = [(deciding[c.index], c) for c in judge.change_points([p.median_ms for p in deciding])]
+    for track in range(series.tracks):
+        deciding = [p for p in points if p.decides and p.track == track]
+        series.changes += [(deciding[c.index], c) for c in judge.change_points([p.median_ms for p in deciding])]
+    order = {id(p): number for number, p in enumerate(points)}
+    series.changes.sort(key=lambda found: order[id(found[0])])
     return series
+
+
+def _put_on_tracks(points: list[Point], package: str | None) -> None:
+    """Each point's track (judge.environment_tracks), by its environment but the package of --by (the axis) and its
+    place on the axis; a busy-only point is on none."""
+    with_rows = [p for p in points if p.rows]
+    positions = {at: number for number, at in enumerate(dict.fromkeys(p.at for p in points))}
+    keys = [tuple(fact for fact in judge.environment_key(p.rows[0]) if fact[0] != package) for p in with_rows]
+    for point, track in zip(with_rows, judge.environment_tracks([(key, positions[p.at])
+                                                                 for key, p in zip(keys, with_rows)])):
+        point.track = track
 
 
 def _steps(row: dict):
@@ -211,17 +238,28 @@ def lines(series: list[Series], by: str) -> list[str]:
         for point, change in s.changes:
             where = f"{point.at}" + (f" ({point.environment})" if point.environment else "")
             out.append(f"  change at {where}: x{change.ratio:.3f}, {change.word}")
+        if s.tracks > 1:
+            out.append(f"  {tracks_text(s)}")
         if not s.changes:
             out.append(f"  {no_change_text(s)}")
     return out
 
 
+def tracks_text(series: Series) -> str:
+    """What a series says when its environments were measured side by side (judge.environment_tracks)."""
+    return (f"{series.tracks} environments measured side by side: each one's points are judged apart, never "
+            f"interleaved")
+
+
 def no_change_text(series: Series) -> str:
     """What a series without a change says: how many points decided, and when too few could show one."""
     deciding = sum(1 for p in series.points if p.decides)
+    longest = max([sum(1 for p in series.points if p.decides and p.track == track) for track in range(series.tracks)],
+                  default=0)
     return (f"no change found in {deciding} point(s) that decide"
-            + ("" if deciding >= 2 * judge.CHANGE_MIN_POINTS else
-               f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side)"))
+            + ("" if longest >= 2 * judge.CHANGE_MIN_POINTS else
+               f" (a change needs {judge.CHANGE_MIN_POINTS} such points on each side"
+               + (", in one environment's points)" if series.tracks > 1 else ")")))
 
 
 def rule_line() -> str:

@@ -32,6 +32,7 @@ Changes in a series (`history show`: `change_points`)
   One cell identity's points over dates or versions (each the median of at least MIN_REPEATS quiet processes in one
   environment): ruptures' PELT on their logs, least absolute deviations, at a penalty chosen by simulation for at most
   5% false alarms per 30-point series (benchmarks/history_change_points.py); a step under EQUIVALENCE_PCT is none.
+  Environments measured side by side are separate tracks, each judged as a series (`environment_tracks`).
 
 Plain NumPy (scipy and ruptures imported lazily): the aggregator's layer, no framework.
 """
@@ -513,6 +514,32 @@ class ChangePoint:
     index: int
     ratio: float
     word: str
+
+
+def environment_tracks(points: Sequence[tuple[tuple, int]]) -> list[int]:
+    """The tracks of a series' points, given as (environment key, position on the series' axis): the points whose
+    changes are found together. Environments measured side by side (their spans on the axis overlap) go on tracks of
+    their own: interleaved in one sequence, one environment's offset from the other hides a step both take. An
+    environment that only follows another (it starts after the other's last point) continues that one's track, so a
+    change that comes with a change of environment is still seen, labelled with it; of several it could continue, the
+    one whose last environment differs from it in the fewest facts. Returns each point's track (0, 1, ...: in the
+    order their first environments start)."""
+    spans: dict[tuple, tuple[int, int]] = {}
+    for key, position in points:
+        first, last = spans.get(key, (position, position))
+        spans[key] = (min(first, position), max(last, position))
+    tracks: list[list[tuple]] = []
+    track_of: dict[tuple, int] = {}
+    for key in sorted(spans, key=lambda k: spans[k]):  # by start, then end (dicts keep first appearance for ties)
+        free = [number for number, keys in enumerate(tracks) if spans[keys[-1]][1] < spans[key][0]]
+        if free:
+            number = min(free, key=lambda n: (len(set(tracks[n][-1]) ^ set(key)), n))
+            tracks[number].append(key)
+        else:
+            number = len(tracks)
+            tracks.append([key])
+        track_of[key] = number
+    return [track_of[key] for key, _ in points]
 
 
 def decides_change(processes: int) -> bool:

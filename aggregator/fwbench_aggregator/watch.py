@@ -106,10 +106,8 @@ def assess(known: dict[CellIdentity, history_series.Series], cells: list[CellIde
     for watch in found:
         if watch.series is None:
             continue
-        deciding = [p for p in watch.series.points if p.decides]
         for point, _change in watch.series.changes:
-            index = deciding.index(point)
-            watch.bracket(deciding[index - 1].at, point.at, "change point")
+            watch.bracket(watch.series.deciding_before(point).at, point.at, "change point")
         for bracket in watch.brackets:
             bracket.between = releases_between(releases, bracket.before, bracket.after)
     return found
@@ -144,7 +142,8 @@ def lines(watches: list[CellWatch], package: str, tolerance_pct: float) -> list[
         for new_step in watch.steps:
             out.append("  " + step_line(new_step, package, tolerance_pct))
         for point, change in watch.series.changes:
-            out.append(f"  change point at {package} {point.at}: x{change.ratio:.3f}, {change.word}")
+            where = f" ({point.environment})" if point.environment else ""
+            out.append(f"  change point at {package} {point.at}{where}: x{change.ratio:.3f}, {change.word}")
         for bracket in watch.brackets:
             if bracket.between:
                 out.append(f"  to bisect: {package} {bracket.before} .. {bracket.after} ({len(bracket.between)} "
