@@ -37,7 +37,7 @@ def test_all_or_a_number_in_the_environment_overrides_the_commit(monkeypatch):
 
 
 def test_the_rotating_fixtures_keep_what_they_need_every_run():
-    from tests import test_keras_stacks, test_precision, test_stability
+    from tests import test_keras_stacks, test_precision, test_scaling_equivalence, test_stability
 
     every = rotation.rotation_index() is None  # FWBENCH_TEST_ROTATION=all
     assert len(test_keras_stacks.FULL_MATRIX) == (4 if every else 1)
@@ -45,3 +45,6 @@ def test_the_rotating_fixtures_keep_what_they_need_every_run():
     assert len(test_precision.PRECISION_STACKS) == (5 if every else 2)
     assert set(test_stability.OTHER_SEED_STACKS) < set(test_stability.SEEDED_STACKS)
     assert len(test_stability.SEEDED_STACKS) == (4 if every else 3)
+    scaling = test_scaling_equivalence.SCALING_STACKS
+    assert {"native-torch", "keras3-jax"} <= set(scaling)  # the two data-parallel paths that are not MirroredStrategy
+    assert len(set(scaling) & set(test_scaling_equivalence.TF_STACKS)) == (2 if every else 1)
