@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from fwbench.core import processes as procfs
 from fwbench.core.processes import cpu_ticks, environment_variable
 from fwbench.harness import hold
 from fwbench.harness.gpu_identity import CellGpu, entry_may_name, nvml_handle, resolve_cell_gpu, unresolved_gpu
@@ -78,22 +79,14 @@ def other_cells(exclude: set[int] | None = None) -> list[int]:
     launcher = os.environ.get(LAUNCHER_ENV)  # a data-parallel rank's own cell process (harness.ranks),
     if launcher and launcher.isdigit():      # which only waits for its ranks
         exclude = {*exclude, int(launcher)}
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.isdigit() or int(entry) in exclude:
+    cells = []
+    for pid in procfs.pids():
+        if pid in exclude:
             continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if CELL_MODULE.encode() in argv:
-            pids.append(int(entry))
-    return pids
+        argv = procfs.command_line(pid)
+        if argv is not None and CELL_MODULE.encode() in argv:
+            cells.append(pid)
+    return cells
 
 
 def process_cpus(pid: int) -> set[int] | None:
@@ -269,17 +262,10 @@ def host_load(sample_s: float = 1.0, top: int = 3) -> tuple[float | None, list[s
     For `fwbench run`'s warning before a matrix starts."""
     def per_process() -> dict[int, tuple[str, int]]:
         ticks = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            name = text[text.find("(") + 1:text.rfind(")")]
-            fields = text[text.rfind(")") + 2:].split()
-            ticks[int(entry)] = (name, int(fields[11]) + int(fields[12]))  # utime + stime
+        for pid in procfs.pids():
+            found = procfs.stat(pid)
+            if found is not None:
+                ticks[pid] = (found[0], procfs.ticks_of(found[1]))
         return ticks
 
     before_busy, before = system_busy_s(), per_process()
