@@ -47,5 +47,14 @@ def rotated(stacks: Sequence[str], *, always: Sequence[str] = (), per_run: int =
     return [stack for stack in stacks if stack in always or stack in picked]
 
 
+def rotated_part(parts: Sequence[Sequence[str]], *, turn: int) -> list[str]:
+    """One of `parts` by this run's rotation, advancing every `turn` rotations (so that the `turn` stacks a fixture
+    rotates over each run every part before the next part comes up); every part's members with no rotation."""
+    index = rotation_index()
+    if index is None:
+        return [member for part in parts for member in part]
+    return list(parts[(index // turn) % len(parts)])
+
+
 def skip_reason(stack: str, ran: Sequence[str]) -> str:
     return (f"{stack} is not in this run's rotation (ran: {', '.join(ran)}; {VARIABLE}=all runs every stack)")

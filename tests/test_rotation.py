@@ -24,6 +24,18 @@ def test_every_stack_runs_within_as_many_commits_as_there_are_rotating_stacks(mo
     assert two == ["keras3-tensorflow", "keras2-tensorflow", "native-torch"]
 
 
+def test_a_rotated_part_comes_up_after_every_stack_ran_the_one_before(monkeypatch):
+    parts = (("a", "b"), ("c",))
+    picked = []
+    for index in range(8):
+        monkeypatch.setenv(rotation.VARIABLE, str(index))
+        picked.append((rotation.rotated(STACKS[:4], per_run=1)[0], tuple(rotation.rotated_part(parts, turn=4))))
+    assert [part for _, part in picked] == [("a", "b")] * 4 + [("c",)] * 4
+    assert set(picked) == {(stack, part) for stack in STACKS[:4] for part in parts}
+    monkeypatch.setenv(rotation.VARIABLE, "all")
+    assert rotation.rotated_part(parts, turn=4) == ["a", "b", "c"]
+
+
 def test_all_or_a_number_in_the_environment_overrides_the_commit(monkeypatch):
     monkeypatch.setenv(rotation.VARIABLE, "all")
     assert rotation.rotation_index() is None and rotation.rotated(STACKS, per_run=1) == STACKS
@@ -41,6 +53,8 @@ def test_the_rotating_fixtures_keep_what_they_need_every_run():
 
     every = rotation.rotation_index() is None  # FWBENCH_TEST_ROTATION=all
     assert len(test_keras_stacks.FULL_MATRIX) == (4 if every else 1)
+    matrix = set(test_keras_stacks.MATRIX_TASKS)
+    assert matrix == set(test_keras_stacks.RUN_TASKS) if every else len(matrix) == 6
     assert "native-torch" in test_precision.PRECISION_STACKS
     assert len(test_precision.PRECISION_STACKS) == (5 if every else 2)
     assert set(test_stability.OTHER_SEED_STACKS) < set(test_stability.SEEDED_STACKS)
