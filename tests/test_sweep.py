@@ -3,6 +3,7 @@ a bisect that finds a planted change in log2 steps."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -35,6 +36,22 @@ def test_points_parse_and_label():
     with pytest.raises(points.SweepError):
         points.parse_dates("2024-02-30")
     assert sorted(["x==1.10", "x==1.9", "x==1.9.1"], key=points.sort_key) == ["x==1.9", "x==1.9.1", "x==1.10"]
+
+
+def test_a_point_of_a_family_member_asks_the_resolver_for_the_others_it_has():
+    """jax refuses a jaxlib of another version and tensorflow-text's ops are built for one tensorflow: a point of
+    one asks the resolver for the others the environment has (with the extras the stack requires them with), and
+    reads their versions back; a package of no family moves nothing."""
+    assert points.moves_with("JAX")[:1] == ("jaxlib",) and "jax" in points.moves_with("jaxlib")
+    assert points.moves_with("tensorflow") == ("tensorflow-text",)
+    assert points.moves_with("tqdm") == () and points.moves_with("torch") == ()
+    asked = points.family_requirements(points.package_point("jax", "0.10.1"), ["jaxlib", "jax-cuda12-plugin"],
+                                       {"jax": "[cuda12]", "jaxlib": ""})
+    assert asked == ["jax[cuda12]==0.10.1", "jaxlib", "jax-cuda12-plugin"]
+    compiled = ("jax==0.10.1\njax-cuda12-pjrt==0.10.1\njax-cuda12-plugin[with-cuda]==0.10.1\n"
+                "jaxlib==0.10.1 ; sys_platform == 'linux'\nscipy==1.17.1\n")
+    assert points.resolved_versions(compiled, ["jaxlib", "jax_cuda12_plugin"]) == {
+        "jaxlib": "0.10.1", "jax-cuda12-plugin": "0.10.1"}
 
 
 def test_sweep_point_is_identity_and_old_rows_read_as_none():
@@ -168,30 +185,37 @@ def _rows(out):
 
 @pytest.mark.integration
 def test_sweep_two_real_versions_and_an_unresolvable_one(tmp_path, shared_data):
-    """End to end: native-torch's environment with tqdm at two real versions (installed over the lock from the
-    shared cache) and one that does not exist: two ok rows, each recording what was installed, and an error row
-    with the resolver's reason, not a traceback."""
+    """End to end: keras3-jax's environment with jax at two real versions (installed over the lock from the shared
+    cache, each with its own jaxlib: jax refuses another) and one that does not exist: two ok rows, each recording
+    what was installed, and an error row with the resolver's reason, not a traceback. Before jax's family moved with
+    it, the point that is not the lock's (0.10.1 beside jaxlib 0.10.2) was an error row."""
     out = tmp_path / "sweep"
-    proc = run_fwbench("sweep", "--stack", "native-torch", "--task", "bert-predict", "--steps", "3", "--warmup", "0",
-                       "--threads", "1", "--data", str(shared_data), "--vary", "tqdm=4.66.1,4.67.1,99.0.0",
+    proc = run_fwbench("sweep", "--stack", "keras3-jax", "--task", "bert-predict", "--steps", "3", "--warmup", "0",
+                       "--threads", "1", "--data", str(shared_data), "--vary", "jax=0.10.1,0.10.2,99.0.0",
                        "--out", str(out), "--history", str(tmp_path / "store"), timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the unresolvable point is an error row
     assert "Traceback" not in proc.stdout + proc.stderr
     rows = {row["sweep_point"]: row for row in _rows(out)}
-    assert set(rows) == {"tqdm==4.66.1", "tqdm==4.67.1", "tqdm==99.0.0"}
-    for version in ("4.66.1", "4.67.1"):
-        row = rows[f"tqdm=={version}"]
-        assert row["status"] == "ok" and row["sweep_installed"] == f"tqdm=={version}"
-    failed = rows["tqdm==99.0.0"]
+    assert set(rows) == {"jax==0.10.1", "jax==0.10.2", "jax==99.0.0"}
+    for version in ("0.10.1", "0.10.2"):
+        row = rows[f"jax=={version}"]
+        assert row["status"] == "ok", row["error_message"]
+        assert row["sweep_installed"] == f"jax=={version}; jaxlib=={version}"
+        assert json.loads(row["library_versions"])["jaxlib"] == version
+    failed = rows["jax==99.0.0"]
     assert failed["status"] == "error" and failed["error_type"] == "SweepPointUnavailable"
-    assert "no version of tqdm==99.0.0" in failed["error_message"]
+    assert "no version of jax[cpu]==99.0.0" in failed["error_message"]
     assert (out / "sweep-report" / "sweep.md").is_file()
-    assert "tqdm==4.66.1 → tqdm==4.67.1" in proc.stdout
-    # --history: every row of the sweep, the failed point's too, is in the store.
+    assert "jax==0.10.1 → jax==0.10.2" in proc.stdout
+    # --history: every row of the sweep, the failed point's too, is in the store; a series over jax is one
+    # environment (jaxlib is the axis).
     assert "3 new row(s), 0 already there" in proc.stdout, proc.stdout
-    from fwbench_aggregator import history
+    from fwbench_aggregator import history, history_series
 
-    assert sorted(history.query(tmp_path / "store")["sweep_point"]) == sorted(rows)
+    stored = history.query(tmp_path / "store")
+    assert sorted(stored["sweep_point"]) == sorted(rows)
+    [series] = history_series.build(stored, "version:jax")
+    assert [(p.at, p.environment) for p in series.points] == [("0.10.1", ""), ("0.10.2", "")]
 
 
 def test_a_sweep_point_s_cell_gets_one_gpu_not_every_gpu_of_the_host(tmp_path, monkeypatch):

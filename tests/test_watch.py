@@ -328,3 +328,32 @@ def test_a_change_point_in_one_of_two_environments_side_by_side_is_bracketed_wit
     assert [(b.before, b.after, b.why) for b in cell.brackets] == [("4.66.4", "4.66.5", "change point")]
     text = "\n".join(watch.lines([cell], "tqdm", 5.0))
     assert "change point at tqdm 4.66.5 (transformers 4.39.0): x1.1" in text
+
+
+def test_a_watch_of_jax_judges_each_release_beside_its_own_jaxlib():
+    """A jax point moves jaxlib with it (jax refuses another jaxlib), so every release's rows carry their own jaxlib:
+    that is the axis, not another environment. Before, each release's jaxlib made it an environment of its own: the
+    new release found "no earlier point that decides in the same environment" and a 30% slowdown went unseen."""
+    import pandas as pd
+
+    from fwbench_aggregator import history_series, watch
+
+    rng = np.random.default_rng(5)
+    versions = ["0.10.0", "0.10.1", "0.10.2"]
+    rows, minute = [], 0
+    for version in versions:
+        for repeat in range(3):
+            minute += 1
+            rows.append(record("keras3-jax", "bert-fit", repeat=repeat,
+                               step_ms=samples(rng, 13.0 if version == "0.10.2" else 10.0, n=10, spread=0.01),
+                               started_at=START + dt.timedelta(minutes=minute),
+                               library_versions={**LIBRARY_VERSIONS, "jax": version, "jaxlib": version}))
+    known = watch.series_by_identity(pd.DataFrame(rows), "jax")
+    [identity] = known
+    [cell] = watch.assess(known, [identity], ["0.10.2"], versions, tolerance_pct=5.0)
+    assert [p.environment for p in cell.series.points] == ["", "", ""] and cell.series.tracks == 1
+    [step] = cell.steps
+    assert (step.before, step.after, step.environment) == ("0.10.1", "0.10.2", "") and step.step.changed
+    assert [(b.before, b.after) for b in cell.brackets] == [("0.10.1", "0.10.2")]
+    # The family a jax point moves is the axis too (its CUDA plugins on a GPU).
+    assert history_series.axis_names("jax") >= {"jax", "jaxlib", "jax-cuda12-plugin"}

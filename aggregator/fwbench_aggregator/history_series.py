@@ -156,14 +156,23 @@ def series_of(identity: CellIdentity, label: str, rows: list[dict], package: str
 
 
 def _put_on_tracks(points: list[Point], package: str | None) -> None:
-    """Each point's track (judge.environment_tracks), by its environment but the package of --by (the axis) and its
-    place on the axis; a busy-only point is on none."""
+    """Each point's track (judge.environment_tracks), by its environment but the axis (axis_names) and its place on
+    the axis; a busy-only point is on none."""
     with_rows = [p for p in points if p.rows]
     positions = {at: number for number, at in enumerate(dict.fromkeys(p.at for p in points))}
-    keys = [tuple(fact for fact in judge.environment_key(p.rows[0]) if fact[0] != package) for p in with_rows]
+    axis = axis_names(package)
+    keys = [tuple(fact for fact in judge.environment_key(p.rows[0]) if fact[0] not in axis) for p in with_rows]
     for point, track in zip(with_rows, judge.environment_tracks([(key, positions[p.at])
                                                                  for key, p in zip(keys, with_rows)])):
         point.track = track
+
+
+def axis_names(package: str | None) -> set[str]:
+    """The library versions a series over `package` counts as its axis, not its environment: the package and the
+    family a point of it moves with it (sweeps_core.moves_with: jaxlib with jax); none for a series over dates."""
+    if package is None:
+        return set()
+    return {package, sweeps_core.normalise(package), *sweeps_core.moves_with(package)}
 
 
 def _steps(row: dict):
@@ -209,10 +218,11 @@ def _order(at: str, package: str | None) -> tuple:
 
 
 def _label_environments(points: list[Point], package: str | None) -> None:
-    """Each point's environment facts that differ between the series' points (but the package of --by)."""
+    """Each point's environment facts that differ between the series' points (but the axis: axis_names)."""
     keys = [dict(judge.environment_key(p.rows[0])) if p.rows else None for p in points]
     known = [key for key in keys if key is not None]
-    names = sorted({name for key in known for name in key if name != package
+    axis = axis_names(package)
+    names = sorted({name for key in known for name in key if name not in axis
                     and len({k.get(name) for k in known}) > 1})
     for point, key in zip(points, keys):
         if key is not None:

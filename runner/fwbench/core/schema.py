@@ -247,8 +247,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                               "'PACKAGE==VERSION' (the pin set's environment with that one package at that version) "
                               "or 'date:YYYY-MM-DD' (every package as the index had it that day); null: no sweep."),
     ("sweep_installed", "string", "Sweep rows: what the point's environment really installed, read from it: "
-                                  "'PACKAGE==VERSION' for a package point ('; '-separated top-level requirements "
-                                  "for a date point); a package point whose installed version is not the one asked "
+                                  "'PACKAGE==VERSION' for a package point, then the family it moved with it "
+                                  "('jax==0.10.1; jaxlib==0.10.1'; '; '-separated top-level requirements for a "
+                                  "date point); a package point whose installed version is not the one asked "
                                   "for is never measured (status error, SweepVersionMismatch)."),
     ("devices", "int64", "Identity: the devices a fit ran data-parallel on (--devices; 1: one device, as every row "
                          "before schema v9, which read as 1). On a CPU these are logical devices sharing the "

@@ -80,6 +80,44 @@ def date_point(date: str) -> SweepPoint:
     return SweepPoint(date=date)
 
 
+# Distributions that refuse a release of one another but their own: jax will not import beside a jaxlib of another
+# version (its CUDA plugins are built for one jaxlib), and tensorflow-text's compiled ops are built against one
+# tensorflow (another fails to load them: an undefined symbol). A point of any of a family moves the others its
+# environment has to the releases the index resolves beside it (`family_requirements`); the rest stay as the lock has
+# them (`--no-deps`). They are part of the point: a series over a package's versions does not count its family's
+# versions as another environment (`moves_with`). torch is not here: torchvision, triton and the CUDA libraries of
+# the lock ran beside other torch releases (uv pip check's complaints are on the rows).
+FAMILIES = (
+    ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
+    ("tensorflow", "tensorflow-text"),
+)
+
+
+def moves_with(package: str) -> tuple[str, ...]:
+    """The distributions a point of `package` moves with it, wherever its environment has them (FAMILIES)."""
+    name = normalise(package)
+    return next((tuple(m for m in family if m != name) for family in FAMILIES if name in family), ())
+
+
+def family_requirements(point: SweepPoint, present: list[str], extras: dict[str, str]) -> list[str]:
+    """What the resolver is asked for to pair a package point with its family: the point's package at its version,
+    and each member its environment has (`present`), unpinned; each with the extras the stack requires it with
+    (`extras`: name -> "[cuda12]"; jax[cuda12] pins its CUDA plugins to its own version)."""
+    return [f"{point.package}{extras.get(point.package, '')}=={point.version}",
+            *(f"{name}{extras.get(name, '')}" for name in present if name != point.package)]
+
+
+def resolved_versions(compiled: str, names: list[str]) -> dict[str, str]:
+    """The versions of `names` in a resolver's output (`uv pip compile`'s name==version lines)."""
+    wanted = {normalise(name) for name in names}
+    found = {}
+    for line in compiled.splitlines():
+        name, sep, version = line.split("#", 1)[0].split(";", 1)[0].strip().partition("==")
+        if sep and normalise(name.split("[")[0]) in wanted:
+            found[normalise(name.split("[")[0])] = version.strip()
+    return found
+
+
 def parse_vary(text: str) -> list[SweepPoint]:
     """--vary PACKAGE=V1,V2,... -> one point per version, in the order given."""
     package, sep, versions = text.partition("=")

@@ -45,6 +45,7 @@ from fwbench.engines.device import expected_model
 from fwbench.core.pins import DEFAULT_PIN_SET, LOCKED_PYTHON
 from fwbench.core.registry import image_name
 from fwbench.core.spec import CellSpec
+from fwbench.core import sweep as sweeps_core
 from fwbench.core.sweep import SweepPoint
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -230,6 +231,8 @@ class StackEnvironment:
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
         if point is not None:
             key.update(f"sweep:{point.label}".encode())
+            if not point.is_date and sweeps_core.moves_with(point.package):  # built before families moved: anew
+                key.update(f"with:{','.join(sweeps_core.moves_with(point.package))}".encode())
         self.home = home or fwbench_home()
         name = f"{stack}-{pin_set}" + ("-gpu" if variant == "gpu" else "")
         if point is not None:
@@ -358,9 +361,11 @@ class StackEnvironment:
                 if self.overrides.is_file():
                     run(*pip, "--no-deps", "-r", self.overrides, parse=UvProgress())
             if self.point is not None and not self.point.is_date:
-                report(BuildProgress(f"installing {self.point.label} over the pin set's {self.point.package} "
-                                     "(no dependencies: every other package as the lock has it)"))
-                run(*pip, "--no-deps", self.point.label, parse=UvProgress(1), point_step=True)
+                wanted = self._point_with_family(run)
+                moved = f" and its family's {', '.join(wanted[1:])}" if wanted[1:] else ""
+                report(BuildProgress(f"installing {self.point.label}{moved} over the lock's (no dependencies: "
+                                     "every other package as the lock has it)"))
+                run(*pip, "--no-deps", *wanted, parse=UvProgress(len(wanted)), point_step=True)
             if self.point is not None:
                 self._record_point(run)
             report(BuildProgress("linking this fwbench checkout and checking that the harness imports"))
@@ -369,6 +374,38 @@ class StackEnvironment:
             run(self.python, "-c", "import fwbench.harness.cell")
         (self.path / READY_MARKER).write_text(self.requirements.read_text())
         report(BuildProgress(f"the {self.label} environment is ready"))
+
+    def _point_with_family(self, run) -> list[str]:
+        """A package point's requirements: the point, and the members of its family (sweeps_core.FAMILIES) the
+        lock installed, each at the release the index resolves beside the point (a point the index cannot pair:
+        PointUnavailable with the resolver's reason)."""
+        point = self.point
+        present = [name for name, version in self._versions(run, sweeps_core.moves_with(point.package)).items()
+                   if version is not None]
+        if not present:
+            return [point.label]
+        extras = {}
+        for requirement in unpinned_requirements(self.unlocked_requirements):
+            name, bracket, rest = requirement.split(";")[0].strip().partition("[")
+            extras[sweeps_core.normalise(name)] = f"[{rest}" if bracket else ""
+        family = self.path.with_name(self.path.name + ".family.txt")
+        family.write_text("\n".join(sweeps_core.family_requirements(point, present, extras)) + "\n")
+        compiled = run(uv_binary(), "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python",
+                       self.python, family, point_step=True)
+        versions = sweeps_core.resolved_versions(compiled, present)
+        return [point.label, *(f"{name}=={versions[name]}" for name in present if name in versions)]
+
+    def _versions(self, run, names) -> dict[str, str | None]:
+        """The installed version of each of `names` in the environment being built (None: not installed)."""
+        if not names:
+            return {}
+        script = ("import importlib.metadata as m, json, sys\n"
+                  "out = {}\n"
+                  "for n in sys.argv[1:]:\n"
+                  "    try: out[n] = m.version(n)\n"
+                  "    except m.PackageNotFoundError: out[n] = None\n"
+                  "print(json.dumps(out))")
+        return json.loads(run(self.python, "-c", script, *names).strip().splitlines()[-1])
 
     def _record_point(self, run) -> None:
         """Read back what the point's environment installed (SWEEP_FILE): a package point's version as the
@@ -381,14 +418,8 @@ class StackEnvironment:
             names = [n.split(";")[0].split("[")[0].strip() for n in unpinned_requirements(
                 pin_set_dir(self.stack, self.pin_set) / "requirements.txt")]
         else:
-            names = [point.package]
-        script = ("import importlib.metadata as m, json, sys\n"
-                  "out = {}\n"
-                  "for n in sys.argv[1:]:\n"
-                  "    try: out[n] = m.version(n)\n"
-                  "    except m.PackageNotFoundError: out[n] = None\n"
-                  "print(json.dumps(out))")
-        found = json.loads(run(self.python, "-c", script, *names).strip().splitlines()[-1])
+            names = [point.package, *sweeps_core.moves_with(point.package)]
+        found = self._versions(run, names)
         installed = "; ".join(f"{n}=={v}" for n, v in found.items() if v is not None)
         mismatch = None
         if not point.is_date:
