@@ -269,7 +269,7 @@ def test_a_version_measured_in_two_environments_is_judged_like_with_like_and_say
     the version before, whichever environments they were."""
     import pandas as pd
 
-    from fwbench_aggregator import history_series, watch
+    from fwbench_aggregator import watch
 
     rng = np.random.default_rng(7)
     centre = {("4.66.1", "4.38.2"): 10.0, ("4.66.2", "4.38.2"): 10.0,
