@@ -58,14 +58,14 @@ def render(folder: Path) -> str:
                ["busy rows (something competed with the cell while it was timed: they rank nothing)", busy],
                *found.get("figures", [])]
     for kind in ("fit", "predict"):
-        flops = ok[ok["task"].str.endswith(kind)]["model_flops_per_step"].dropna()
+        flops = ok[ok["task"].str.contains(f"-{kind}-", regex=False)]["model_flops_per_step"].dropna()
         if len(flops):
             figures.append([f"FLOPs per {kind} step (counted alike on every backend)",
                             f"{float(flops.median()) / 1e9:.3g} GFLOP"])
     section = to_markdown(Document("", model_files.blocks(frame)), folder).splitlines()
     body = []
-    for line in section[2:]:  # the document's own title
-        if line.startswith("## Your models"):
+    for line in section[2:]:  # after the document's own title; the section's heading is the page's
+        if line.startswith("## Your models") or (not line and (not body or not body[-1])):
             continue
         body.append("#" + line if line.startswith("### ") else line)
     return "\n".join([heading(found), "", *figure_table(figures), "", *body]).rstrip() + "\n"
