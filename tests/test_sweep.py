@@ -47,7 +47,13 @@ def test_a_point_of_a_family_member_asks_the_resolver_for_the_others_it_has():
     assert points.moves_with("tqdm") == () and points.moves_with("torch") == ()
     asked = points.family_requirements(points.package_point("jax", "0.10.1"), ["jaxlib", "jax-cuda12-plugin"],
                                        {"jax": "[cuda12]", "jaxlib": ""})
-    assert asked == ["jax[cuda12]==0.10.1", "jaxlib", "jax-cuda12-plugin"]
+    assert asked == ["jax[cuda12]==0.10.1", "jaxlib<=0.10.1", "jax-cuda12-plugin<=0.10.1"]
+    # An old jax names no jaxlib (only its extras did): unbounded, the resolver paired jax 0.4.25 with jaxlib 0.10.2.
+    assert points.family_requirements(points.package_point("jax", "0.4.25"), ["jaxlib"], {}) == [
+        "jax==0.4.25", "jaxlib<=0.4.25"]
+    # tensorflow-text names its tensorflow: unbounded (tensorflow 2.20.0 pairs with tensorflow-text 2.20.1).
+    assert points.family_requirements(points.package_point("tensorflow", "2.20.0"), ["tensorflow-text"], {}) == [
+        "tensorflow==2.20.0", "tensorflow-text"]
     compiled = ("jax==0.10.1\njax-cuda12-pjrt==0.10.1\njax-cuda12-plugin[with-cuda]==0.10.1\n"
                 "jaxlib==0.10.1 ; sys_platform == 'linux'\nscipy==1.17.1\n")
     assert points.resolved_versions(compiled, ["jaxlib", "jax_cuda12_plugin"]) == {

@@ -87,24 +87,41 @@ def date_point(date: str) -> SweepPoint:
 # them (`--no-deps`). They are part of the point: a series over a package's versions does not count its family's
 # versions as another environment (`moves_with`). torch is not here: torchvision, triton and the CUDA libraries of
 # the lock ran beside other torch releases (uv pip check's complaints are on the rows).
+@dataclass(frozen=True)
+class Family:
+    members: tuple[str, ...]
+    # Each member at most the point's version: jax's own rule (a jaxlib newer than its jax is refused), and what
+    # pairs an old jax at all, whose metadata names no jaxlib (only its [cpu] and [cuda] extras did).
+    not_newer: bool = False
+
+
 FAMILIES = (
-    ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
-    ("tensorflow", "tensorflow-text"),
+    Family(("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
+           not_newer=True),
+    Family(("tensorflow", "tensorflow-text")),  # tensorflow-text names its tensorflow: the resolver pairs them
 )
+
+
+def family_of(package: str) -> Family | None:
+    name = normalise(package)
+    return next((family for family in FAMILIES if name in family.members), None)
 
 
 def moves_with(package: str) -> tuple[str, ...]:
     """The distributions a point of `package` moves with it, wherever its environment has them (FAMILIES)."""
-    name = normalise(package)
-    return next((tuple(m for m in family if m != name) for family in FAMILIES if name in family), ())
+    family = family_of(package)
+    return tuple(m for m in family.members if m != normalise(package)) if family is not None else ()
 
 
 def family_requirements(point: SweepPoint, present: list[str], extras: dict[str, str]) -> list[str]:
     """What the resolver is asked for to pair a package point with its family: the point's package at its version,
-    and each member its environment has (`present`), unpinned; each with the extras the stack requires it with
-    (`extras`: name -> "[cuda12]"; jax[cuda12] pins its CUDA plugins to its own version)."""
+    and each member its environment has (`present`), unpinned or at most the point's version (Family.not_newer);
+    each with the extras the stack requires it with (`extras`: name -> "[cuda12]"; jax[cuda12] pins its CUDA
+    plugins to its own version)."""
+    family = family_of(point.package)
+    bound = f"<={point.version}" if family is not None and family.not_newer else ""
     return [f"{point.package}{extras.get(point.package, '')}=={point.version}",
-            *(f"{name}{extras.get(name, '')}" for name in present if name != point.package)]
+            *(f"{name}{extras.get(name, '')}{bound}" for name in present if name != point.package)]
 
 
 def resolved_versions(compiled: str, names: list[str]) -> dict[str, str]:

@@ -231,8 +231,9 @@ class StackEnvironment:
         key.update(f"{platform.python_version()}:{ENV_LAYOUT_VERSION}".encode())
         if point is not None:
             key.update(f"sweep:{point.label}".encode())
-            if not point.is_date and sweeps_core.moves_with(point.package):  # built before families moved: anew
-                key.update(f"with:{','.join(sweeps_core.moves_with(point.package))}".encode())
+            family = None if point.is_date else sweeps_core.family_of(point.package)
+            if family is not None:  # how the family is paired is part of what the environment is
+                key.update(f"with:{','.join(family.members)}:{'not-newer' if family.not_newer else ''}".encode())
         self.home = home or fwbench_home()
         name = f"{stack}-{pin_set}" + ("-gpu" if variant == "gpu" else "")
         if point is not None:
