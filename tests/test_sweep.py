@@ -82,6 +82,20 @@ def test_releases_and_candidates():
     assert points.dates_between("2024-02-28", "2024-03-01") == ["2024-02-28", "2024-02-29", "2024-03-01"]
 
 
+def test_releases_this_python_cannot_install_are_told_apart():
+    """jax 0.11 needs Python 3.12 (every file's requires-python): on 3.11 it is left out, with its requirement; a
+    release with one admitting file, or none stated, is kept."""
+    page = {"files": [{"filename": "jax-0.10.2-py3-none-any.whl", "requires-python": ">=3.11"},
+                      {"filename": "jax-0.11.0-py3-none-any.whl", "requires-python": ">=3.12"},
+                      {"filename": "jax-0.11.0.tar.gz", "requires-python": ">=3.12"},
+                      {"filename": "jax-0.12.0-cp313-none-any.whl", "requires-python": ">=3.13"},
+                      {"filename": "jax-0.12.0-cp311-none-any.whl", "requires-python": ">=3.11"},
+                      {"filename": "jax-0.12.1-py3-none-any.whl"}]}
+    assert points.releases_for_python(page, "3.11.7") == (["0.10.2", "0.12.0", "0.12.1"], {"0.11.0": ">=3.12"})
+    assert points.releases_for_python(page, None)[0] == points.releases_from_page(page) == [
+        "0.10.2", "0.11.0", "0.12.0", "0.12.1"]
+
+
 @pytest.mark.parametrize("good, bad, versions, named", [("1.0", "main", "1.0,1.1", "--bad 'main'"),
                                                          ("main", "1.1", "1.0,1.1", "--good 'main'"),
                                                          ("1.0", "1.1", "1.0,trunk,1.1", "--versions lists 'trunk'")])

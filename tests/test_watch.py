@@ -57,7 +57,8 @@ def _watch(monkeypatch, capsys, args):
                                       "--device", "cpu", "--package", "tqdm", *args])
     with pytest.raises(SystemExit) as done:
         main()
-    return done.value.code, " ".join(capsys.readouterr().out.split())
+    captured = capsys.readouterr()
+    return done.value.code, " ".join((captured.out + captured.err).split())
 
 
 def test_a_watch_measures_only_new_releases_and_bisects_a_change_between_two_nights(tmp_path, monkeypatch, capsys):
@@ -90,6 +91,26 @@ def test_a_watch_measures_only_new_releases_and_bisects_a_change_between_two_nig
 
     stored = history.query(store)
     assert {"tqdm==1.3", "tqdm==1.4"} <= set(stored["sweep_point"])
+
+
+def test_releases_this_python_cannot_install_are_not_watched_and_are_named(tmp_path, monkeypatch, capsys):
+    """The index (the boundary: a stand-in page) lists 1.3 for Python >= 3.99 only: the watch measures 1.2, the
+    newest this Python can install, and says what it left out. Before, it measured 1.3: an error row every night."""
+    from fwbench.core import sweep as points
+
+    page = {"files": [{"filename": f"tqdm-{v}-py3-none-any.whl", "requires-python": spec}
+                      for v, spec in (("1.1", ">=3.8"), ("1.2", None), ("1.3", ">=3.99"))]}
+    monkeypatch.setattr(points, "fetch_simple_json", lambda package, *a, **k: page)
+    calls: list = []
+    _stand_in(monkeypatch, lambda v: 10.0, calls=calls)
+    code, printed = _watch(monkeypatch, capsys, ["--store", str(tmp_path / "store"), "--out", str(tmp_path / "n")])
+    assert code == 0, printed
+    assert [v for v, _ in calls] == ["1.2"]
+    assert "1 release(s) left out that Python" in printed and "the newest 1.3 (requires-python >=3.99)" in printed
+    assert "the newest 1.3 (requires-python >=3.99)" in (tmp_path / "n" / "watch.md").read_text()
+    monkeypatch.setattr(points, "fetch_simple_json", lambda package, *a, **k: {"files": page["files"][2:]})
+    code, printed = _watch(monkeypatch, capsys, ["--store", str(tmp_path / "store"), "--out", str(tmp_path / "m")])
+    assert code == 2 and "no release of tqdm that Python" in printed
 
 
 def test_adjacent_releases_pinpoint_a_change_without_a_bisect(tmp_path, monkeypatch, capsys):

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             history.check_store(store)
         except history.HistoryError as exc:
             raise UsageError(str(exc)) from None
-        releases = _releases(package, versions)
+        releases, left_out = _releases(package, versions)
         pin_set = pin_set_or_default(options.pin_set)
         from fwbench.engines import device as devices
 
@@ -94,8 +94,8 @@ def register(app: typer.Typer) -> None:
         to_measure = [v for v in watched if not all(v in versions for versions in measured)]
         console.print(f"watch {escape(package)}: newest {len(watched)} of {len(releases)} release(s) "
                       f"({escape(', '.join(watched))}); {len(to_measure)} not in the history "
-                      f"{escape(str(store))}" + (f": {escape(', '.join(to_measure))}" if to_measure else ""),
-                      highlight=False)
+                      f"{escape(str(store))}" + (f": {escape(', '.join(to_measure))}" if to_measure else "")
+                      + (f"; {escape(left_out)}" if left_out else ""), highlight=False)
         warn_if_busy()
         failed = False
         from fwbench.cli import progress as run_progress
@@ -134,7 +134,8 @@ def register(app: typer.Typer) -> None:
             if outcomes:
                 add_rows(store, [out])
         heading = [f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, package {package}, "
-                   f"{len(releases)} release(s) listed, newest {len(watched)} watched: {', '.join(watched)}",
+                   f"{len(releases)} release(s) listed, newest {len(watched)} watched: {', '.join(watched)}"
+                   + (f"; {left_out}" if left_out else ""),
                    f"measured now: {', '.join(to_measure) or 'none (all in the history)'}; store {store}; "
                    f"tolerance {tolerance:g}%"]
         summary = watch.write_summary(out / "watch.md", heading, body, outcomes)
@@ -147,16 +148,31 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_CHANGE)
 
 
-def _releases(package: str, versions: Optional[str]) -> list[str]:
-    """The package's releases, oldest first (UsageError: none, or the index cannot list them)."""
+def _releases(package: str, versions: Optional[str]) -> tuple[list[str], str]:
+    """The package's releases, oldest first, and a note on those left out (UsageError: none, or the index cannot list
+    them). Listed by the index, a release none of whose files installs on this Python (the stacks' environments are
+    made with it) is left out and named: measured, every night would end in an error row."""
+    import platform
+
     try:
         points_core.package_point(package, "0")  # the name, checked before the index is asked
-        listed = points_core.listed_releases(package, versions)
+        if versions:
+            listed, other_python = points_core.listed_releases(package, versions), {}
+        else:
+            listed, other_python = points_core.releases_for_python(points_core.fetch_simple_json(package),
+                                                                    platform.python_version())
     except points_core.SweepError as exc:
         raise UsageError(str(exc)) from None
+    python = f"Python {platform.python_version()}"
+    note = ""
+    if other_python:
+        newest = list(other_python)[-1]
+        note = (f"{len(other_python)} release(s) left out that {python} (the environments') cannot install, the "
+                f"newest {newest} (requires-python {other_python[newest]})")
     if not listed:
-        raise UsageError(f"the index lists no release of {package}")
-    return listed
+        raise UsageError(f"the index lists no release of {package}" + (f" that {python} can install; {note}"
+                                                                         if note else ""))
+    return listed, note
 
 
 def _stored(store: Path, options: MatrixOptions):

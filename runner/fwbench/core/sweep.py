@@ -208,10 +208,18 @@ def fetch_simple_json(package: str, index: str | None = None, timeout: float = 3
 
 def releases_from_page(page: dict) -> list[str]:
     """Final releases (no pre-, dev- or yanked-only releases) of a PEP 691 page, oldest first."""
+    return releases_for_python(page, None)[0]
+
+
+def releases_for_python(page: dict, python: str | None) -> tuple[list[str], dict[str, str]]:
+    """A PEP 691 page's final releases, oldest first, that Python `python` (e.g. "3.11.7"; None: any) can install
+    (a file of theirs admits it by its requires-python), and {release: requires-python} of those it cannot."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.utils import parse_wheel_filename, parse_sdist_filename
     from packaging.version import Version
 
     live: dict[Version, str] = {}
+    requires: dict[Version, list[str | None]] = {}
     for file in page.get("files", []):
         if file.get("yanked"):
             continue
@@ -222,7 +230,17 @@ def releases_from_page(page: dict) -> list[str]:
             continue
         if not (version.is_prerelease or version.is_devrelease):
             live.setdefault(version, str(version))
-    return [live[v] for v in sorted(live)]
+            requires.setdefault(version, []).append(file.get("requires-python") or None)
+
+    def admits(spec: str | None) -> bool:
+        try:
+            return spec is None or python is None or SpecifierSet(spec).contains(python, prereleases=True)
+        except InvalidSpecifier:  # a requirement pip could not read either: let the install say
+            return True
+
+    ordered = sorted(live)
+    kept = [live[v] for v in ordered if any(admits(spec) for spec in requires[v])]
+    return kept, {live[v]: next(spec for spec in requires[v] if spec) for v in ordered if live[v] not in kept}
 
 
 def listed_releases(package: str, versions: str | None) -> list[str]:
