@@ -129,9 +129,10 @@ def resolved_versions(compiled: str, names: list[str]) -> dict[str, str]:
     wanted = {normalise(name) for name in names}
     found = {}
     for line in compiled.splitlines():
-        name, sep, version = line.split("#", 1)[0].split(";", 1)[0].strip().partition("==")
-        if sep and normalise(name.split("[")[0]) in wanted:
-            found[normalise(name.split("[")[0])] = version.strip()
+        requirement, sep, version = line.split("#", 1)[0].split(";", 1)[0].strip().partition("==")
+        name = normalise(requirement.split("[")[0])
+        if sep and name in wanted:
+            found[name] = version.strip()
     return found
 
 
@@ -238,9 +239,13 @@ def releases_for_python(page: dict, python: str | None) -> tuple[list[str], dict
         except InvalidSpecifier:  # a requirement pip could not read either: let the install say
             return True
 
-    ordered = sorted(live)
-    kept = [live[v] for v in ordered if any(admits(spec) for spec in requires[v])]
-    return kept, {live[v]: next(spec for spec in requires[v] if spec) for v in ordered if live[v] not in kept}
+    kept, other_python = [], {}
+    for version in sorted(live):
+        if any(admits(spec) for spec in requires[version]):
+            kept.append(live[version])
+        else:  # every file states a requirement (a file without one admits any Python)
+            other_python[live[version]] = requires[version][0]
+    return kept, other_python
 
 
 def listed_releases(package: str, versions: str | None) -> list[str]:
