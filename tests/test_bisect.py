@@ -41,7 +41,37 @@ def _run_bisect(monkeypatch, capsys, out, centre_of, args):
                                       "--device", "cpu", "--out", str(out), *args])
     with pytest.raises(SystemExit) as done:
         main()
-    return done.value.code, capsys.readouterr().out
+    captured = capsys.readouterr()
+    return done.value.code, captured.out + captured.err
+
+
+def test_releases_this_python_cannot_install_are_not_searched_and_are_named(tmp_path, monkeypatch, capsys):
+    """The index (the boundary: a stand-in page) lists 1.1 for Python >= 3.99 only: the search never measures it (a
+    point there could only be an error row), the output and bisect.md name it, and an end this Python cannot install
+    is a one-line error before anything runs. Before, 1.1 was a candidate like the others."""
+    from fwbench.core import sweep as points
+
+    page = {"files": [{"filename": f"tqdm-{v}-py3-none-any.whl", "requires-python": spec}
+                      for v, spec in (("1.0", ">=3.8"), ("1.1", ">=3.99"), ("1.2", None), ("1.3", None),
+                                      ("1.4", ">=3.99"))]}
+    monkeypatch.setattr(points, "fetch_simple_json", lambda package, *a, **k: page)
+    out = tmp_path / "bisect"
+    code, printed = _run_bisect(monkeypatch, capsys, out, lambda label: 13.0 if label >= "tqdm==1.3" else 10.0,
+                                ["--package", "tqdm", "--good", "1.0", "--bad", "1.3"])
+    printed = " ".join(printed.split())
+    assert code == 0, printed
+    assert "3 candidate points from tqdm==1.0 to tqdm==1.3" in printed
+    assert "tqdm==1.1" not in printed.replace("1 release(s) left out", "")
+    assert "1 release(s) left out that Python" in printed and "the newest 1.1 (requires-python >=3.99)" in printed
+    assert "changed (slower) between tqdm==1.2 and tqdm==1.3" in printed, printed
+    report = " ".join((out / "bisect-report" / "bisect.md").read_text().split())
+    assert "Not searched: 1 release(s) left out" in report and "tqdm==1.1 |" not in report
+    calls = []
+    code, said = _run_bisect(monkeypatch, capsys, tmp_path / "other", lambda label: calls.append(label) or 10.0,
+                             ["--package", "tqdm", "--good", "1.0", "--bad", "1.4"])
+    assert code == 2 and calls == []
+    assert said.strip().startswith("error: --bad 1.4: Python") and "requires-python >=3.99" in said
+    assert len(said.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
 
 
 def test_bisect_judges_only_its_cell_with_another_cells_rows_in_out(tmp_path, monkeypatch, capsys):

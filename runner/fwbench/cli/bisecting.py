@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 from fwbench.cli.common import console, result_line
 from fwbench.cli.options import MatrixOptions
@@ -22,6 +23,41 @@ def check_bisect_settings(repeats: int, max_repeats: int, tolerance: float) -> N
         raise UsageError(f"--max-repeats ({max_repeats}) is below --repeats ({repeats})")
     if not tolerance > 0:
         raise UsageError(f"--tolerance must be more than 0, got {tolerance:g}")
+
+
+@dataclass
+class Releases:
+    """A package's releases, oldest first, that this Python can install, and those the index lists that it cannot."""
+    listed: list[str]
+    other_python: dict[str, str]  # release -> its requires-python
+    python: str  # "Python 3.11.7": the interpreter the stacks' environments are made with (fwbench's own)
+
+    def left_out_note(self, releases: Optional[list[str]] = None) -> str:
+        """One line naming the releases left out (of `releases`, default all) as this Python cannot install them;
+        "" when none."""
+        left = [v for v in self.other_python if releases is None or v in releases]
+        if not left:
+            return ""
+        return (f"{len(left)} release(s) left out that {self.python} (the environments') cannot install, the "
+                f"newest {left[-1]} (requires-python {self.other_python[left[-1]]})")
+
+
+def installable_releases(package: str, versions: Optional[str]) -> Releases:
+    """The package's releases (`--versions` as given, else the index's final releases): a release none of whose files
+    installs on this Python (the stacks' environments are made with it) is set apart, since measuring it can only
+    give an error row. UsageError: the name is not a package name, or the index cannot list it."""
+    import platform
+
+    python = f"Python {platform.python_version()}"
+    try:
+        points_core.package_point(package, "0")  # the name, checked before the index is asked
+        if versions:
+            return Releases(points_core.listed_releases(package, versions), {}, python)
+        listed, other_python = points_core.releases_for_python(points_core.fetch_simple_json(package),
+                                                                platform.python_version())
+    except points_core.SweepError as exc:
+        raise UsageError(str(exc)) from None
+    return Releases(listed, other_python, python)
 
 
 @dataclass

@@ -138,9 +138,11 @@ def register(app: typer.Typer) -> None:
         if len(options.stack or []) != 1 or len(options.task or []) != 1 or len(options.compile or [None]) != 1:
             raise UsageError("bisect takes one --stack, one --task and at most one --compile (one cell)")
         check_bisect_settings(options.repeats, max_repeats, tolerance)
-        labels = candidate_points(package, good, bad, versions)
+        labels, left_out = candidate_points(package, good, bad, versions)
         console.print(f"{len(labels)} candidate points from {escape(labels[0])} to {escape(labels[-1])}; a binary "
                       f"search tests about {2 + max(0, len(labels) - 2).bit_length()} of them", highlight=False)
+        if left_out:
+            console.print(f"note: {escape(left_out)}", highlight=False)
         pin_set = pin_set_or_default(options.pin_set)
         device = _device(options)
         base = options.base_spec(data_dir=str((options.data or default_data_dir()).resolve()),
@@ -150,22 +152,35 @@ def register(app: typer.Typer) -> None:
         done = bisect_cell(options, base, labels, out, pin_set=pin_set, device=device, tolerance=tolerance,
                            max_repeats=max_repeats, progress_for=_status())
         result = done.result
-        print_bisect(result, out, tolerance, done.cell)
+        print_bisect(result, out, tolerance, done.cell, left_out=left_out)
         if result.outcome in ("failed",):
             raise typer.Exit(1)
 
 
-def candidate_points(package: Optional[str], good: str, bad: str, versions: Optional[str]) -> list[str]:
-    """The labels a bisect searches, good end first."""
+def candidate_points(package: Optional[str], good: str, bad: str, versions: Optional[str]) -> tuple[list[str], str]:
+    """The labels a bisect searches, good end first, and a note naming the releases between the ends left out as this
+    Python cannot install them (their points could only be error rows; "" when none). An end this Python cannot
+    install is a UsageError: a bisect from it could only fail."""
+    from fwbench.cli.bisecting import installable_releases
+
     try:
         if package is None:
             good_point, bad_point = points_core.date_point(good), points_core.date_point(bad)
             return [points_core.date_point(day).label
-                    for day in points_core.dates_between(good_point.date, bad_point.date)]
-        points_core.release_version(good, "--good")  # before the index is asked
-        points_core.release_version(bad, "--bad")
-        between = points_core.versions_between(points_core.listed_releases(package, versions), good, bad)
-        return [points_core.package_point(package, v).label for v in between]
+                    for day in points_core.dates_between(good_point.date, bad_point.date)], ""
+        good_version = points_core.release_version(good, "--good")  # before the index is asked
+        bad_version = points_core.release_version(bad, "--bad")
+        releases = installable_releases(package, versions)
+        for flag, end in (("--good", good_version), ("--bad", bad_version)):
+            for release, requires in releases.other_python.items():
+                if points_core.release_version(release, "the index's") == end:
+                    raise UsageError(f"{flag} {release}: {releases.python} (the environments') cannot install "
+                                     f"{package} {release} (requires-python {requires})")
+        between = points_core.versions_between(releases.listed, good, bad)
+        low, high = sorted((good_version, bad_version))
+        inside = [v for v in releases.other_python
+                  if low <= points_core.release_version(v, "the index's") <= high]
+        return [points_core.package_point(package, v).label for v in between], releases.left_out_note(inside)
     except points_core.SweepError as exc:
         raise UsageError(str(exc)) from None
 
@@ -180,9 +195,9 @@ def print_sweep_report(out: Path, tolerance: float) -> Path:
     return report_sweep.write_report(loaded, out / "sweep-report", tolerance)
 
 
-def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
+def print_bisect(result, out: Path, tolerance: float, cell=None, *, left_out: str = "") -> None:
     """The evidence, ms/step at each tested point and the outcome; `cell` (the bisect's, sweep point blanked) keeps
-    other cells' rows in `out` out of it."""
+    other cells' rows in `out` out of it; `left_out` names candidates the search never had (the report says so)."""
     from fwbench_aggregator import loading
     from fwbench_aggregator import sweep as report_sweep
     from fwbench_aggregator.bisect import summary
@@ -209,13 +224,14 @@ def print_bisect(result, out: Path, tolerance: float, cell=None) -> None:
              "no-change": "default"}[result.outcome]
     for i, line in enumerate(outcome):
         console.print(f"[{first if i == 0 else 'default'}]{escape(line)}[/]", highlight=False)
-    report = write_bisect_report(out / "bisect-report", result, outcome, points)
+    report = write_bisect_report(out / "bisect-report", result, outcome, points, left_out=left_out)
     console.print(f"bisect report: {escape(str(report))}", highlight=False)
 
 
-def write_bisect_report(report_dir: Path, result, outcome: list[str], points: list[tuple[str, str, str]]) -> Path:
+def write_bisect_report(report_dir: Path, result, outcome: list[str], points: list[tuple[str, str, str]], *,
+                        left_out: str = "") -> Path:
     """REPORT_DIR/bisect.md: the outcome, every judgement, and ms/step at each tested point (with its side of the
-    change, or why it has none: undecided, left out)."""
+    change, or why it has none: undecided, left out), and the candidates left out before the search (`left_out`)."""
     from fwbench.core.atomic import write_atomically
 
     def cell(text: str) -> str:
@@ -224,6 +240,8 @@ def write_bisect_report(report_dir: Path, result, outcome: list[str], points: li
     lines = ["# fwbench bisect", ""]
     for i, line in enumerate(outcome):
         lines += [f"**{cell(line)}**" if i == 0 else cell(line), ""]
+    if left_out:
+        lines += [f"Not searched: {cell(left_out)}.", ""]
     lines += ["## Judgements", "", *[f"- {cell(line)}" for line in result.decisions], "", "## Tested points", "",
               "| point | ms/step | repeats | placed |", "|---|---|---|---|"]
     ends = list(result.tested)[:2]  # measured first: the good end, then the bad one

@@ -149,30 +149,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _releases(package: str, versions: Optional[str]) -> tuple[list[str], str]:
-    """The package's releases, oldest first, and a note on those left out (UsageError: none, or the index cannot list
-    them). Listed by the index, a release none of whose files installs on this Python (the stacks' environments are
-    made with it) is left out and named: measured, every night would end in an error row."""
-    import platform
+    """The package's releases this Python can install, oldest first, and a note on those left out (UsageError: none,
+    or the index cannot list them): measured, every night would end in an error row."""
+    from fwbench.cli.bisecting import installable_releases
 
-    try:
-        points_core.package_point(package, "0")  # the name, checked before the index is asked
-        if versions:
-            listed, other_python = points_core.listed_releases(package, versions), {}
-        else:
-            listed, other_python = points_core.releases_for_python(points_core.fetch_simple_json(package),
-                                                                    platform.python_version())
-    except points_core.SweepError as exc:
-        raise UsageError(str(exc)) from None
-    python = f"Python {platform.python_version()}"
-    note = ""
-    if other_python:
-        newest = list(other_python)[-1]
-        note = (f"{len(other_python)} release(s) left out that {python} (the environments') cannot install, the "
-                f"newest {newest} (requires-python {other_python[newest]})")
-    if not listed:
-        raise UsageError(f"the index lists no release of {package}" + (f" that {python} can install; {note}"
+    releases = installable_releases(package, versions)
+    note = releases.left_out_note()
+    if not releases.listed:
+        raise UsageError(f"the index lists no release of {package}" + (f" that {releases.python} can install; {note}"
                                                                          if note else ""))
-    return listed, note
+    return releases.listed, note
 
 
 def _stored(store: Path, options: MatrixOptions):
