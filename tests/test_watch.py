@@ -273,6 +273,24 @@ def test_a_package_the_rows_do_not_track_is_read_from_their_sweep_point():
     assert series.left_out == 1
 
 
+def test_a_family_point_names_each_member_it_installed():
+    """A jax point's rows say "jax==0.10.1; jaxlib==0.10.1" in sweep_installed: a series over jaxlib's versions reads
+    jaxlib's from there, where rows do not track it. Before, that text read as no point (it is not one label) and the
+    sweep point (jax's) was of another package: every row was left out."""
+    import pandas as pd
+
+    from fwbench_aggregator import history_series
+
+    rng = np.random.default_rng(5)
+    tracked = {k: v for k, v in LIBRARY_VERSIONS.items() if k not in ("jax", "jaxlib")}
+    rows = [record("keras3-jax", "bert-fit", repeat=r, step_ms=samples(rng, 10.0, n=5), sweep_point=f"jax=={v}",
+                   sweep_installed=f"jax=={v}; JAXlib=={v}", library_versions=tracked,
+                   started_at=START + dt.timedelta(minutes=10 * i + r))
+            for i, v in enumerate(("0.10.1", "0.10.2")) for r in range(3)]
+    [series] = history_series.build(pd.DataFrame(rows), "version:jaxlib")
+    assert [(p.at, p.processes) for p in series.points] == [("0.10.1", 3), ("0.10.2", 3)] and series.left_out == 0
+
+
 def test_schedule_k8s_puts_the_results_in_the_claim_whichever_name_out_was_given_by(tmp_path):
     proc = run_fwbench("watch", "--stack", "native-torch", "--task", "bert-fit", "--package", "tqdm",
                        "-o", str(tmp_path / "out"), "--schedule", "k8s", "--image", "reg/fw@sha256:1")

@@ -110,14 +110,15 @@ def build(frame, by: str) -> list[Series]:
 def series_identity(identity: CellIdentity, package: str | None) -> CellIdentity:
     """The series a row's identity belongs to. By version of a package, the rows a sweep (or watch) measured at a
     version of that package (sweep point `PACKAGE==V`) belong to the series of the cell they were swept from: that
-    version is the series' axis (and the rows' library versions say it), not another cell."""
+    version is the series' axis (and the rows' library versions say it), not another cell; so do those at a point of
+    a member of its family (a jax point in a series over jaxlib: it moved jaxlib with it, axis_names)."""
     if package is None:
         return identity
     try:
         point = sweeps_core.parse_label(identity.setting("sweep_point"))
     except sweeps_core.SweepError:
         return identity
-    if point is not None and not point.is_date and point.package == sweeps_core.normalise(package):
+    if point is not None and not point.is_date and point.package in axis_names(package):
         return held_equal(identity, SECTION_AXES["sweep"])
     return identity
 
@@ -190,15 +191,20 @@ def _axis_value(row: dict, package: str | None) -> str | None:
 
 
 def _swept_version(row: dict, package: str) -> str | None:
-    """The version of `package` a sweep (or watch) installed for the row (`sweep_installed`, else its sweep point),
-    for a package its library versions do not track (e.g. tqdm); None: the row is not at a point of it."""
-    for column in ("sweep_installed", "sweep_point"):
-        try:
-            point = sweeps_core.parse_label(row.get(column) if isinstance(row.get(column), str) else None)
-        except sweeps_core.SweepError:
-            continue
-        if point is not None and not point.is_date and point.package == sweeps_core.normalise(package):
-            return point.version
+    """The version of `package` a sweep (or watch) installed for the row (`sweep_installed`: the point, then the family
+    it moved, "jax==0.10.1; jaxlib==0.10.1"; else its sweep point), for a package its library versions do not track
+    (e.g. tqdm); None: the row is not at a point of it."""
+    installed = row.get("sweep_installed")
+    if isinstance(installed, str):
+        found = sweeps_core.installed_versions(installed)
+        if sweeps_core.normalise(package) in found:
+            return found[sweeps_core.normalise(package)]
+    try:
+        point = sweeps_core.parse_label(row.get("sweep_point") if isinstance(row.get("sweep_point"), str) else None)
+    except sweeps_core.SweepError:
+        return None
+    if point is not None and not point.is_date and point.package == sweeps_core.normalise(package):
+        return point.version
     return None
 
 

@@ -136,6 +136,17 @@ def resolved_versions(compiled: str, names: list[str]) -> dict[str, str]:
     return found
 
 
+def installed_versions(sweep_installed: str) -> dict[str, str]:
+    """A row's sweep_installed ("jax==0.10.1; jaxlib==0.10.1": '; '-separated name==version) as {name: version}, names
+    normalised; an item of another form is skipped."""
+    found = {}
+    for item in sweep_installed.split(";"):
+        name, sep, version = item.strip().partition("==")
+        if sep and name.strip() and version.strip():
+            found[normalise(name.split("[")[0].strip())] = version.strip()
+    return found
+
+
 def parse_vary(text: str) -> list[SweepPoint]:
     """--vary PACKAGE=V1,V2,... -> one point per version, in the order given."""
     package, sep, versions = text.partition("=")
