@@ -30,6 +30,14 @@ class FakeGpu:
     slices: list[FakeSlice] = field(default_factory=list)  # non-empty: MIG mode is on
     energy_mj: Iterator[int] | None = None  # None: no energy counter (NVML_ERROR_NOT_SUPPORTED)
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used memory bytes)
+    # GPU utilization samples (CPU wall clock in microseconds, percent); None: NVML_ERROR_NOT_SUPPORTED
+    utilization: list[tuple[int, int]] | None = None
+
+
+class _Sample:
+    def __init__(self, stamp: int, percent: int):
+        self.timeStamp = stamp
+        self.sampleValue = type("Value", (), {"uiVal": percent})()
 
 
 class _Process:
@@ -41,6 +49,7 @@ class FakeNvml:
     NVMLError = NVMLError
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
+    NVML_GPU_UTILIZATION_SAMPLES = 1
 
     def __init__(self, gpus: list[FakeGpu], throttle: int = 0x4 | 0x1):
         self.gpus = gpus
@@ -126,6 +135,16 @@ class FakeNvml:
             raise NVMLError("NVML_ERROR_NOT_SUPPORTED")
         self.energy_handles.append(handle)
         return next(gpu.energy_mj)
+
+    def nvmlDeviceGetSamples(self, handle, kind, since_us):
+        """(value type, samples stamped after since_us), as pynvml gives them; NVML_ERROR_NOT_FOUND when none."""
+        gpu = self._gpu(handle)
+        if handle[0] != "gpu" or gpu.utilization is None or kind != self.NVML_GPU_UTILIZATION_SAMPLES:
+            raise NVMLError("NVML_ERROR_NOT_SUPPORTED")
+        samples = [_Sample(stamp, value) for stamp, value in gpu.utilization if stamp > since_us]
+        if not samples:
+            raise NVMLError("NVML_ERROR_NOT_FOUND")
+        return 1, samples
 
     def nvmlDeviceGetClockInfo(self, handle, kind):
         return 1410

@@ -295,6 +295,54 @@ def test_one_process_on_two_gpus_has_both_gpus_energy_or_none(monkeypatch):
                                         "throttle_reasons": "sw_power_cap"}
 
 
+def test_gpu_busy_is_the_mean_of_the_utilization_samples_inside_the_timed_window(monkeypatch):
+    """NVML (the boundary: FakeNvml) keeps utilization samples stamped by the CPU's wall clock; the row's gpu_busy
+    averages those inside the timed window (100 s to 103 s here), each GPU's, and says why there is none."""
+    from fwbench.harness import energy
+
+    def second(s: float) -> int:
+        return int(s * 1e6)
+
+    samples = [(second(99.5), 5), (second(100.5), 40), (second(101.5), 60), (second(102.5), 80), (second(103.5), 5)]
+    gpus = [gpu(0, energy_mj=iter([0, 1]), utilization=samples),
+            gpu(1, energy_mj=iter([0, 1]), utilization=[(second(101.0), 100)])]
+    fake = FakeNvml(gpus)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+    def windowed(*cells, begin=100.0, end=103.0):
+        reads = iter([begin])  # the window's start, then its end for any later read
+        monkeypatch.setattr(energy.time, "time", lambda: next(reads, end))
+        return _window(monkeypatch, fake, *cells)
+
+    one = gpu_identity.resolve_cell_gpu(visible="0", position=0)
+    assert windowed(one).extra(10, None)["gpu_busy"] == {"status": "ok", "mean_pct": 60.0, "samples": 3,
+                                                         "covered_s": 2.0}
+    both = [gpu_identity.resolve_cell_gpu(visible="0,1", position=p) for p in (0, 1)]
+    busy = windowed(*both).extra(10, None)["gpu_busy"]
+    assert (busy["status"], busy["mean_pct"], busy["samples"]) == ("ok", 80.0, 4)
+    assert [g["mean_pct"] for g in busy["per_gpu"]] == [60.0, 100.0]
+    assert windowed(one, begin=100.0, end=100.5).extra(10, None)["gpu_busy"] == {"status": "window_too_short"}
+    assert windowed(one, begin=104.0, end=106.0).extra(10, None)["gpu_busy"] == {"status": "no_samples"}
+    fake.gpus[1].utilization = None  # this GPU keeps no samples
+    assert windowed(*both).extra(10, None)["gpu_busy"]["status"] == "unsupported"
+    cpu = energy.EnergyProbe(False, None)
+    cpu.start()
+    cpu.stop()
+    assert "gpu_busy" not in cpu.extra(10, None)
+
+
+def test_torch_ranks_gpu_busy_is_each_ranks_own_gpus():
+    from fwbench.harness import ranks
+
+    merged = ranks.merge([rank_fields(0, extra={"gpu_busy": {"status": "ok", "mean_pct": 50.0, "samples": 3}}),
+                          rank_fields(1, extra={"gpu_busy": {"status": "ok", "mean_pct": 70.0, "samples": 2}})],
+                         global_batch=8)
+    assert (merged["extra"]["gpu_busy"]["mean_pct"], merged["extra"]["gpu_busy"]["samples"]) == (60.0, 5)
+    short = ranks.merge([rank_fields(0, extra={"gpu_busy": {"status": "ok", "mean_pct": 50.0, "samples": 3}}),
+                         rank_fields(1, extra={"gpu_busy": {"status": "no_samples"}})], global_batch=8)
+    assert short["extra"]["gpu_busy"]["status"] == "no_samples" and "mean_pct" not in short["extra"]["gpu_busy"]
+
+
 def test_a_competitor_on_any_of_the_cells_gpus_makes_it_busy(monkeypatch):
     from fwbench.harness import contention
 

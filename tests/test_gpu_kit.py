@@ -858,7 +858,7 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
                         "competing GPU process marks rows busy": "SKIP", "reduce-overhead replays CUDA graphs": "SKIP",
                         "compiled Trainer fit runs": "SKIP", "compiled kit rows replay CUDA graphs": "SKIP",
                         "each row ran on its own GPUs (one, or --devices N), named by UUID": "SKIP",
-                        "peak memory filled": "PASS", "energy columns": "SKIP",
+                        "peak memory filled": "PASS", "energy columns": "SKIP", "GPU busy sampled": "SKIP",
                         "units started ahead held apart": "PASS"}, verdicts
 
     # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on, two units this
@@ -1095,6 +1095,18 @@ def test_the_gpu_only_checks_judge_what_the_rows_say(tmp_path, monkeypatch):
     assert checks.lines[-1].startswith("PASS") and "window_too_short 1" in checks.lines[-1]
     checks.energy([good, {**short, "energy_status": "nvml_unavailable"}])
     assert checks.lines[-1].startswith("FAIL")
+    # GPU busy: this window's rows sampled NVML's utilization (a window too short for samples is not a failure);
+    # a restored earlier window's row may predate the sampling.
+    sampled = {**now, "extra": json.dumps({"gpu_busy": {"status": "ok", "mean_pct": 61.0, "samples": 9}})}
+    brief = {**now, "extra": json.dumps({"gpu_busy": {"status": "window_too_short"}})}
+    checks.gpu_busy([earlier, sampled, brief], since)
+    assert checks.lines[-1].startswith("PASS") and "of 2 ok rows this window: ok 1, window_too_short 1" in \
+        checks.lines[-1], checks.lines[-1]
+    checks.gpu_busy([sampled, now, {**now, "extra": json.dumps({"gpu_busy": {"status": "unsupported"}})}], since)
+    assert checks.lines[-1].startswith("FAIL") and "missing 1, ok 1, unsupported 1" in checks.lines[-1]
+    cpu_checks = bare_checks(tmp_path, gpu=False)
+    cpu_checks.gpu_busy([sampled], since)
+    assert cpu_checks.lines[-1].startswith("SKIP")
 
 
 def test_the_units_started_ahead_are_checked_from_what_their_rows_say(tmp_path):

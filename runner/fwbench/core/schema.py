@@ -285,7 +285,9 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("extra", "string", "JSON object: anything else (graph-break reasons, notes; phases_s: the cell process's "
      "start-up phases; process_s: the process as the runner timed it; gpu_indices: the NVML indices of every GPU the "
      "runner gave the cell; energy_gpus: on several GPUs, each one's energy reading by UUID, in that order; "
-     "energy_reason: why such a row has no energy; process_settings: the thread pools' variables the cell process "
+     "energy_reason: why such a row has no energy; gpu_busy: on a GPU, NVML's utilization samples over the timed "
+     "window (status; mean_pct: the share of each sampling period a kernel ran, averaged; samples; covered_s; "
+     "per_gpu on several GPUs); process_settings: the thread pools' variables the cell process "
      "found and the garbage collector's state in its timed window; compile_cache: the folder of JAX's persistent "
      "compilation cache the cell used; context_switches: the cell process's context switches in its timed window, "
      "involuntary (preemptions: a thread waited for a core) and voluntary (waits), all its threads, from getrusage)."),

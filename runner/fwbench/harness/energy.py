@@ -11,6 +11,11 @@ energy reading (energy_status), never 0 in place of a reading:
   nvml_unavailable   NVML could not start in the cell's environment, or did not find the cell's GPU.
 A CPU cell gets no energy columns at all. A cell on several GPUs (one process driving them, or one rank per GPU,
 whose readings harness.ranks merges) has their sum, or none with the status of a GPU that had none (combine).
+
+Over the same window the probe also reads NVML's GPU utilization samples (`extra.gpu_busy`): the share of each
+sampling period in which a kernel ran on the GPU, averaged over the samples inside the window. Near 100 the GPU
+never waited for the host; well below, it sat idle between kernels (a step bound by the host's launches, such as an
+eager token-by-token decode). It says nothing of how fully a kernel used the GPU (that is `pct_of_peak`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,47 @@ def _clocks(handle: Any):
     return query
 
 
+def _busy_samples(handle: Any, since_us: int):
+    """NVML's GPU utilization samples since `since_us` (CPU wall clock, microseconds): [(timestamp us, percent)]."""
+    def query(pynvml) -> list[tuple[int, float]]:
+        try:
+            _kind, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since_us)
+        except pynvml.NVMLError as exc:
+            if "NOT_FOUND" in str(exc) or "Not Found" in str(exc):  # no sample since then
+                return []
+            raise
+        return [(int(sample.timeStamp), float(sample.sampleValue.uiVal)) for sample in samples]
+    return query
+
+
+def busy_reading(samples: list[tuple[int, float]] | None, began_us: int, ended_us: int, *,
+                 min_window_s: float = MIN_ENERGY_WINDOW_S) -> dict[str, Any]:
+    """One GPU's `gpu_busy` over a window from its utilization samples (None: NVML could not give them): the mean
+    percentage of the samples stamped inside the window, how many, and the seconds between the first and last (the
+    driver keeps a bounded buffer: a long window's mean covers its latest part)."""
+    if samples is None:
+        return {"status": "unsupported"}
+    if (ended_us - began_us) / 1e6 < min_window_s:
+        return {"status": "window_too_short"}
+    inside = sorted((stamp, value) for stamp, value in samples if began_us <= stamp <= ended_us)
+    if not inside:
+        return {"status": "no_samples"}
+    return {"status": "ok", "mean_pct": round(sum(value for _stamp, value in inside) / len(inside), 1),
+            "samples": len(inside), "covered_s": round((inside[-1][0] - inside[0][0]) / 1e6, 3)}
+
+
+def combine_busy(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """A row's `gpu_busy` from its GPUs' (one GPU: its own): the mean of their means when every GPU's is ok (each
+    GPU's under per_gpu), else the first failing GPU's status."""
+    if len(readings) < 2:
+        return dict(readings[0]) if readings else {}
+    failed = [r.get("status") for r in readings if r.get("status") != "ok"]
+    if failed:
+        return {"status": failed[0], "per_gpu": readings}
+    return {"status": "ok", "mean_pct": round(sum(r["mean_pct"] for r in readings) / len(readings), 1),
+            "samples": sum(r["samples"] for r in readings), "per_gpu": readings}
+
+
 def throttle_names(mask: int) -> str:
     return ",".join(name for bit, name in THROTTLE_REASONS.items() if mask & bit)
 
@@ -76,6 +122,8 @@ class EnergyProbe:
         self._start: list[tuple[int, float] | None] = [None] * count
         self._end: list[tuple[int, float] | None] = [None] * count
         self._clocks: list[dict[str, Any] | None] = [None] * count
+        self._busy: list[list[tuple[int, float]] | None] = [None] * count
+        self._window_us: tuple[int, int] = (0, 0)  # CPU wall clock, as NVML stamps its samples
 
     def start(self) -> None:
         if not self.on_gpu or all(gpu is None for gpu in self.gpus) or not self._session.open():
@@ -86,15 +134,19 @@ class EnergyProbe:
         for i, gpu in enumerate(self.gpus):
             if self._handles[i] is not None and not gpu.mig:
                 self._start[i] = self._session.query(_energy_mj(self._handles[i]))
+        self._window_us = (int(time.time() * 1e6), 0)
 
     def stop(self) -> None:
         try:
             for i, gpu in enumerate(self.gpus):
                 if self._handles[i] is not None and not gpu.mig:
                     self._end[i] = self._session.query(_energy_mj(self._handles[i]))
+            self._window_us = (self._window_us[0], int(time.time() * 1e6))
             for i, handle in enumerate(self._handles):
                 if handle is not None:
                     self._clocks[i] = self._session.query(_clocks(handle))  # a slice's clocks are its GPU's
+                    if not self.gpus[i].mig:  # a slice's samples would be its whole GPU's
+                        self._busy[i] = self._session.query(_busy_samples(handle, self._window_us[0]))
         finally:
             self._session.close()
 
@@ -130,12 +182,29 @@ class EnergyProbe:
     def result(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
         return combine(self.readings(timed_steps, tokens_per_step))
 
+    def busy(self) -> dict[str, Any]:
+        """The row's `gpu_busy` (module doc; none on a CPU)."""
+        if not self.on_gpu:
+            return {}
+        readings = []
+        for i, handle in enumerate(self._handles):
+            if handle is None:
+                readings.append({"status": "nvml_unavailable"})
+            elif self.gpus[i].mig:
+                readings.append({"status": "mig"})
+            else:
+                readings.append(busy_reading(self._busy[i], *self._window_us, min_window_s=self.min_window_s))
+        return combine_busy(readings)
+
     def extra(self, timed_steps: int, tokens_per_step: int | None) -> dict[str, Any]:
-        """The row's `extra` fields: each GPU's reading where the process ran on several (see per_gpu)."""
+        """The row's `extra` fields: gpu_busy on a GPU, and each GPU's energy reading where the process ran on
+        several (see per_gpu)."""
+        busy = self.busy()
+        fields = {"gpu_busy": busy} if busy else {}
         readings = self.readings(timed_steps, tokens_per_step)
         if len(readings) < 2:
-            return {}
-        return per_gpu(readings, [gpu.device_uuid if gpu else None for gpu in self.gpus])
+            return fields
+        return {**fields, **per_gpu(readings, [gpu.device_uuid if gpu else None for gpu in self.gpus])}
 
 
 # Summed over a cell's GPUs: each GPU's share of the cell's energy over the same (barrier-aligned) window.

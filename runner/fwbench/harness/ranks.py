@@ -145,5 +145,8 @@ def merge(fields: list[dict[str, Any]], global_batch: int) -> dict[str, Any]:
     if any(readings):  # GPU ranks (a CPU rank has no energy columns)
         merged.update(energy.combine(readings))
         extra.update(energy.per_gpu(readings, [f.get("gpu_uuid") for f in fields]))
+    busy = [f.get("extra", {}).get("gpu_busy") for f in fields]
+    if all(busy):  # each rank sampled its own GPU
+        extra["gpu_busy"] = energy.combine_busy(busy)
     merged["extra"] = extra
     return merged

@@ -13,6 +13,7 @@ reads its row, or reads the rows the kit's runs left:
   peak memory        every ok row (checks and kit rows) has a peak memory figure
   busy               a competing GPU process marks the row busy
   energy             the energy columns are filled wherever the window was long enough for NVML's counter
+  GPU busy           this window's rows sampled NVML's GPU utilization over their timed window (extra.gpu_busy)
 
 A check that needs a GPU says SKIP on a machine without one, and so does a check the window's time cannot fit (it
 runs in the next window). In a window (`fwbench kit window`) the checks that run cells come first, at `tiny` sizes,
@@ -209,6 +210,7 @@ class Checks:
                             ("each row ran on its own GPUs", lambda: self.gpus_by_uuid(rows, since)),
                             ("peak memory filled", lambda: self.peak_memory(rows)),
                             ("energy columns", lambda: self.energy(rows)),
+                            ("GPU busy sampled", lambda: self.gpu_busy(rows, since)),
                             ("units started ahead held apart", lambda: self.held_apart(kit_rows))):
             try:
                 check()
@@ -432,6 +434,22 @@ class Checks:
                  and not (row.get("energy_status") == "ok" and row in filled)]
         self.say("PASS" if ok and not wrong else "FAIL", "energy columns", detail)
 
+    def gpu_busy(self, rows: list[dict], since: datetime | None = None) -> None:
+        """Every ok GPU row this window ran (an earlier window's may predate the sampling) read NVML's utilization
+        samples over its timed window (extra.gpu_busy ok), but for windows too short to hold samples and MIG
+        slices (whose samples would be the whole GPU's)."""
+        name = "GPU busy sampled"
+        ok = [row for row in rows if self.ok(row) and (since is None or started_since(row, since))]
+        statuses: dict[str, int] = {}
+        for row in ok:
+            status = ((extra_of(row.get("extra")) or {}).get("gpu_busy") or {}).get("status", "missing")
+            statuses[status] = statuses.get(status, 0) + 1
+        detail = (f"extra.gpu_busy of {len(ok)} ok rows this window: "
+                  + (", ".join(f"{status} {count}" for status, count in sorted(statuses.items())) or "none"))
+        if not self.gpu:
+            return self.say("SKIP", name, "no GPU (no NVML samples): " + detail)
+        wrong = sum(count for status, count in statuses.items() if status not in ("ok", "window_too_short", "mig"))
+        self.say("PASS" if ok and not wrong else "FAIL", name, detail)
 
     def held_apart(self, rows: list[dict]) -> None:
         """The units run through kit.ahead (held after their imports, ahead of their turn or at it): every one held
