@@ -177,9 +177,7 @@ def candidate_points(package: Optional[str], good: str, bad: str, versions: Opti
                     raise UsageError(f"{flag} {release}: {releases.python} (the environments') cannot install "
                                      f"{package} {release} (requires-python {requires})")
         between = points_core.versions_between(releases.listed, good, bad)
-        low, high = sorted((good_version, bad_version))
-        inside = [v for v in releases.other_python
-                  if low <= points_core.release_version(v, "the index's") <= high]
+        inside = points_core.releases_in_range(releases.other_python, good, bad)
         return [points_core.package_point(package, v).label for v in between], releases.left_out_note(inside)
     except points_core.SweepError as exc:
         raise UsageError(str(exc)) from None

@@ -289,13 +289,20 @@ def versions_between(versions: list[str], good: str, bad: str) -> list[str]:
     for version in versions:
         release_version(version, "--versions lists")
     ordered = sorted(dict.fromkeys(versions), key=Version)
-    low, high = sorted((Version(good), Version(bad)))
-    between = [v for v in ordered if low <= Version(v) <= high]
+    between = releases_in_range(ordered, good, bad)
     for end in (good, bad):
         if not any(Version(v) == Version(end) for v in between):
             raise SweepError(f"{end} is not a release the index lists (releases near it: "
                              f"{', '.join(_near(ordered, end))})")
     return between if Version(good) <= Version(bad) else between[::-1]
+
+
+def releases_in_range(versions, good: str, bad: str) -> list[str]:
+    """Those of `versions` from `good` to `bad` inclusive (either may be the older), oldest first."""
+    from packaging.version import Version
+
+    low, high = sorted((Version(good), Version(bad)))
+    return sorted((v for v in versions if low <= Version(v) <= high), key=Version)
 
 
 def _near(ordered: list[str], version: str) -> list[str]:
