@@ -254,7 +254,11 @@ def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path
          "pct_of_bandwidth": None, "precision_suspect": True, "peak_source": "table: A100 SXM4 40GB (x)"},
         {"cell_id": "native-torch.bert-fit.paper.compile-none", "repeat": 0, "status": "ok", "device_model": "cpu",
          "compute_precision": "fp32", "achieved_tflops": 0.1, "peak_tflops": 0.2, "pct_of_peak": 50.0,
-         "pct_of_bandwidth": None, "precision_suspect": False, "peak_source": "measured fp32 GEMM"}])
+         "pct_of_bandwidth": None, "precision_suspect": False, "peak_source": "measured fp32 GEMM"},
+        {"cell_id": "native-torch.gemma-generate-bs32.paper.compile-none", "repeat": 0, "status": "ok",
+         "device_model": "NVIDIA H200", "compute_precision": "bf16", "achieved_tflops": 2.0, "peak_tflops": 989.0,
+         "pct_of_peak": 0.2, "pct_of_bandwidth": 30.0, "precision_suspect": False, "peak_source": "table: H200",
+         "extra": json.dumps({"gpu_busy": {"status": "ok", "mean_pct": 37.4, "samples": 40, "covered_s": 6.5}})}])
     doc = d.Document("t")
     doc.add(*blocks(frame))
     markdown, html = d.to_markdown(doc, tmp_path), d.to_html(doc)
@@ -263,6 +267,13 @@ def test_report_physics_section_flags_suspect_rows_in_markdown_and_html(tmp_path
         assert "205.1% of the fp32 datasheet peak" in text and "published bert-fit keras3-jax (xla)" in text
         assert "native-torch.bert-fit.paper.compile-none repeat 0:" not in text  # not suspect: not listed
     assert "<b>" not in html and "&lt;b&gt;" in html  # row strings are escaped
+    # GPU busy: the row's NVML utilization over its timed window; none on a CPU row.
+    from fwbench_aggregator.physics_section import MEASURED_HEADERS, measured_rows
+
+    busy = {row[0]: row[MEASURED_HEADERS.index("GPU busy %")] for row in measured_rows(frame)}
+    assert busy == {"keras3-jax.bert-fit.paper.<b>": "—", "native-torch.bert-fit.paper.compile-none": "—",
+                    "native-torch.gemma-generate-bs32.paper.compile-none": "37"}
+    assert "native-torch.gemma-generate-bs32.paper.compile-none repeat 0:" not in markdown  # not suspect
 
 
 def test_report_physics_section_without_v5_rows():

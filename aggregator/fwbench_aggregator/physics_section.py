@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fwbench.core import physics, registry
+from fwbench.core.results import extra_of
 from fwbench_aggregator import document as d
 from fwbench_aggregator.published import REFERENCE_FILE, REFERENCE_SOURCE, REFERENCE_VERSION, task_id
 
@@ -82,6 +83,16 @@ def _suspect_word(value) -> str:
     return "SUSPECT" if bool(value) else "no"
 
 
+def gpu_busy_pct(extra) -> float | None:
+    """A row's extra.gpu_busy.mean_pct (NVML's utilization over its timed window); None where it has none (a CPU
+    row, an older row, or a GPU row whose status says why)."""
+    try:
+        busy = (extra_of(extra) or {}).get("gpu_busy") or {}
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return busy.get("mean_pct") if busy.get("status") == "ok" else None
+
+
 def measured_rows(frame) -> list[list[str]]:
     """One line per ok row that has physics columns (schema v5 rows)."""
     if "achieved_tflops" not in frame.columns:
@@ -92,12 +103,14 @@ def measured_rows(frame) -> list[list[str]]:
         rows.append([str(r["cell_id"]), str(int(r["repeat"])), str(r.get("device_model") or "—"),
                      str(r["compute_precision"]), _num(r["achieved_tflops"], ".4g"), _num(r["peak_tflops"], ".4g"),
                      _num(r["pct_of_peak"], ".1f"), _num(r.get("pct_of_bandwidth"), ".1f"),
+                     _num(gpu_busy_pct(r.get("extra")), ".0f"),
                      _suspect_word(r["precision_suspect"]), str(r.get("peak_source") or "—")])
     return rows
 
 
 MEASURED_HEADERS = ["cell", "repeat", "device", "precision", "achieved TFLOP/s", "peak TFLOP/s", "% of peak",
-                    "MBU %", "suspect", "peak source"]
+                    "MBU %", "GPU busy %", "suspect", "peak source"]
+SUSPECT, SOURCE = MEASURED_HEADERS.index("suspect"), MEASURED_HEADERS.index("peak source")
 PUBLISHED_HEADERS = ["task", "stack", "compile", "batch", "published ms", "precision", "achieved TFLOP/s",
                      "% of peak", "MBU %", "suspect"]
 
@@ -112,6 +125,9 @@ def blocks(frame) -> list:
                              "against the dense ceiling of the precision the row ran (its compute dtype, else its "
                              "dtype and TF32 state: GPU datasheet fp32/tf32/bf16/fp16, or on a CPU a measured GEMM, "
                              "fp32 with NumPy, bf16/fp16 with the cell's framework); MBU = bytes a generate step must read / time / memory bandwidth. "
+                             "GPU busy % (NVIDIA GPUs) is NVML's share of the timed window in which a kernel ran: "
+                             "well under 100 the GPU waited for the host (kernel launches, data), whatever the "
+                             "kernels achieved while they ran. "
                              "On a GPU a row above 100% of its precision's datasheet peak cannot have run at "
                              "that precision: it is marked SUSPECT. On a CPU the ceiling is a measured GEMM, which "
                              "the model's own kernels can outrun: a CPU row above it is marked too, but that says "
@@ -133,8 +149,8 @@ def blocks(frame) -> list:
                       _suspect_word(p.columns["precision_suspect"])] for p in published], css_class="text")]
     flagged = [f"fwbench {r[0]} repeat {r[1]}: {r[4]} TFLOP/s = {r[6]}% of the {r[3]} "
                + ("ceiling measured on this CPU (a GEMM probe the model's kernels outran; no evidence of another "
-                  "precision)" if str(r[9]).startswith("measured") else "datasheet peak")
-               for r in rows if r[8] == "SUSPECT"]
+                  "precision)" if str(r[SOURCE]).startswith("measured") else "datasheet peak")
+               for r in rows if r[SUSPECT] == "SUSPECT"]
     flagged += [f"published {p.task} {p.stack} ({p.compile}): {p.columns['achieved_tflops']:.1f} TFLOP/s = "
                 f"{p.columns['pct_of_peak']:.0f}% of the A100's {p.columns['compute_precision']} peak"
                 for p in published if p.suspect]
