@@ -1195,6 +1195,32 @@ def test_the_results_page_sets_only_published_precision_ratios_beside_the_publis
     assert len(bf16_lines) == 1 and "1.175 [" in bf16_lines[0] and str(published_ratio) not in bf16_lines[0]
     assert bf16_lines[0].split(" | ")[3].startswith("0.318 [") and bf16_lines[0].split(" | ")[3].endswith("]")
     assert "not settled" in bf16_lines[0].split(" | ")[4]  # the judge's column: one process a side
+    assert "GPU busy %" not in page  # no row sampled it: no column of dashes
+
+
+def test_the_results_pages_cells_table_shows_gpu_busy_where_rows_sampled_it(tmp_path):
+    from fwbench.kit import page as results_page
+
+    folder = tmp_path / "2026-11-30-nvidia-h200"
+    folder.mkdir()
+    (folder / "host.json").write_text(json.dumps({"recorded_at": "2026-11-30T13:00:00+00:00",
+                                                  "nvml": {"gpu_names": ["NVIDIA H200"]}}))
+    for stack, mode, busy in (("native-torch", "none", [30.0, 40.0]), ("keras3-jax", "xla", [95.0, None])):
+        for repeat, pct in enumerate(busy):
+            gpu_busy = {"status": "ok", "mean_pct": pct, "samples": 9} if pct else {"status": "window_too_short"}
+            write_row({"schema_version": 15, "stack": stack, "compile_mode": mode, "task": "bert-predict",
+                       "status": "ok", "preset": "paper", "repeat": repeat, "timed_steps": 13, "ms_per_step": 10.0,
+                       "step_ms": [10.0 + 0.1 * (i % 3) for i in range(13)],
+                       "extra": json.dumps({"gpu_busy": gpu_busy})},
+                      folder / "rows" / "paper" / stack / f"bert-predict.r{repeat}.parquet")
+    cells = results_page.generate(folder).split("### Cells", 1)[1].split("### Ratios", 1)[0]
+    header = next(line for line in cells.splitlines() if line.startswith("| task |")).split(" | ")
+    column = header.index("GPU busy %")
+    by_stack = {line.split(" | ")[1]: line.split(" | ")[column] for line in cells.splitlines()
+                if line.startswith("| bert-predict |")}
+    # The mean of the two repeats' means; one repeat without a reading leaves the cell without one.
+    assert by_stack == {"native-torch [none]": "35.0", "keras3-jax [xla]": "—"}, by_stack
+    assert all(line.count(" | ") == len(header) - 1 for line in cells.splitlines() if line.startswith("| "))
 
 
 def test_the_kit_declares_the_commit_it_runs_to_every_cell(tmp_path, monkeypatch):

@@ -80,6 +80,14 @@ class Cell:
         values = [row.get(column) for row in self.ok]
         return float(np.mean(values)) if values and all(v is not None for v in values) else None
 
+    def gpu_busy(self) -> float | None:
+        """The mean over its quiet ok rows of extra.gpu_busy.mean_pct (NVML's share of the timed window a kernel
+        ran); None unless every such row has one."""
+        from fwbench_aggregator.physics_section import gpu_busy_pct
+
+        values = [gpu_busy_pct(row.get("extra")) for row in self.ok]
+        return float(np.mean(values)) if values and all(v is not None for v in values) else None
+
 
 def samples(row: dict) -> np.ndarray:
     step_ms = row.get("step_ms")

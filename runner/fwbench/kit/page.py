@@ -123,17 +123,21 @@ def checks_section(folder: Path) -> list[str]:
 
 
 def cells_section(cells: list[Cell]) -> list[str]:
-    out = ["| task | stack [compile] | precision | timed steps | ok repeats | ms/step (median) | 95% interval | "
-           "interval over | TFLOP/s | % of peak (matmul precision) | MBU % | J/step | peak memory GB | first step s | "
-           "status |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The cells table; its `GPU busy %` column (NVML's share of the timed window a kernel ran, extra.gpu_busy) only
+    where some cell's rows have it (rows from before the harness sampled it have none)."""
+    busy = any(cell.gpu_busy() is not None for cell in cells)
+    columns = (["task", "stack [compile]", "precision", "timed steps", "ok repeats", "ms/step (median)",
+                "95% interval", "interval over", "TFLOP/s", "% of peak (matmul precision)", "MBU %"]
+               + (["GPU busy %"] if busy else []) + ["J/step", "peak memory GB", "first step s", "status"])
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for cell in sorted(cells, key=order):
         ok = cell.ok
         if not ok:
             last = cell.rows[-1]
             message = (last.get("error_message") or "").splitlines()[0][:170].replace("|", "/")
             status = last["status"] if last["status"] != "ok" else "busy (decides nothing)"
-            out.append(f"| {cell.task} | {cell.label} | {cell.precision} | {cell.steps} | 0 | — | — | — | — | — | — | "
-                       f"— | — | — | {status}: {message} |")
+            out.append(f"| {cell.task} | {cell.label} | {cell.precision} | {cell.steps} | 0 | "
+                       + "— | " * (len(columns) - 6) + f"{status}: {message} |")
             continue
         estimate = stats.estimate(cell.samples())
         precision = ok[0].get("matmul_compute_precision") or ok[0].get("precision")
@@ -141,7 +145,8 @@ def cells_section(cells: list[Cell]) -> list[str]:
                    f"{stats.fmt_ms(estimate.median)} | "
                    f"{stats.fmt_ms(estimate.low)}–{stats.fmt_ms(estimate.high)} | {interval_kind(ok)} | "
                    f"{fmt(cell.mean('achieved_tflops'))} | {fmt(cell.mean('pct_of_peak'))} ({precision}) | "
-                   f"{fmt(cell.mean('pct_of_bandwidth'))} | {fmt(cell.mean('joules_per_step'))} | "
+                   f"{fmt(cell.mean('pct_of_bandwidth'))} | " + (f"{fmt(cell.gpu_busy())} | " if busy else "")
+                   + f"{fmt(cell.mean('joules_per_step'))} | "
                    f"{fmt(cell.mean('peak_mem_bytes'), 1, 1e-9)} | {fmt(cell.mean('first_step_s'))} | ok |")
     return out
 
