@@ -769,6 +769,38 @@ def test_install_refuses_a_wheel_whose_hash_is_not_the_locked_one(tmp_path, monk
         install.install(wheels, tmp_path / "site")
 
 
+def test_install_leaves_every_module_byte_compiled_and_a_module_that_does_not_compile_is_no_failure(
+        tmp_path, monkeypatch):
+    """pip installs without compiling (--no-compile); compileall then compiles the folder on every core. Every
+    module ends up compiled even where the host says PYTHONDONTWRITEBYTECODE (no cell process would write them), and
+    one that does not compile is a note, as pip's own compile leaves it."""
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = wheels / "tinykit-1.0-py3-none-any.whl"
+    files = {"tinykit/__init__.py": "VALUE = 1\n", "tinykit/broken.py": "def f(:\n",
+             "tinykit-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinykit\nVersion: 1.0\n",
+             "tinykit-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                                            "Tag: py3-none-any\n"}
+    files["tinykit-1.0.dist-info/RECORD"] = "".join(f"{name},,\n" for name in files) + "tinykit-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    entry = {"name": "tinykit", "version": "1.0", "filename": wheel.name, "sha256": wheelhouse.sha256(wheel),
+             "bytes": wheel.stat().st_size}
+    lock = tmp_path / "lock.json"
+    lock.write_text(json.dumps({wheelhouse.python_tag(): [entry]}))
+    monkeypatch.setattr(wheelhouse, "LOCK", lock)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    lines = []
+    monkeypatch.setattr(install, "log", lines.append)
+    install.install(wheels, tmp_path / "site")
+    assert list((tmp_path / "site" / "tinykit" / "__pycache__").glob("__init__.*.pyc")), "not byte-compiled"
+    assert lines == [f"installed 1 wheels into {tmp_path / 'site'} (--no-index --no-deps), byte-compiled but for 1 "
+                     "module(s) (imported from source)"], lines
+
+
 def test_unknown_names_are_one_line_errors(monkeypatch, capsys):
     assert kit_cli(monkeypatch, "status", "--tasks", "bert-fit,no-such-task") == 2
     err = capsys.readouterr().err.strip()
