@@ -77,16 +77,19 @@ class Cell:
         return stats.estimate(self.samples()).median
 
     def mean(self, column: str) -> float | None:
-        values = [row.get(column) for row in self.ok]
-        return float(np.mean(values)) if values and all(v is not None for v in values) else None
+        return mean_of_all([row.get(column) for row in self.ok])
 
     def gpu_busy(self) -> float | None:
         """The mean over its quiet ok rows of extra.gpu_busy.mean_pct (NVML's share of the timed window a kernel
         ran); None unless every such row has one."""
         from fwbench_aggregator.physics_section import gpu_busy_pct
 
-        values = [gpu_busy_pct(row.get("extra")) for row in self.ok]
-        return float(np.mean(values)) if values and all(v is not None for v in values) else None
+        return mean_of_all([gpu_busy_pct(row.get("extra")) for row in self.ok])
+
+
+def mean_of_all(values: list) -> float | None:
+    """The mean of `values`; None when there are none or any is missing (a cell's figure is all its rows' or none)."""
+    return float(np.mean(values)) if values and all(v is not None for v in values) else None
 
 
 def samples(row: dict) -> np.ndarray:
