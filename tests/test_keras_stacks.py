@@ -145,7 +145,8 @@ def test_backend_switches_are_recorded(stack_results):
 def test_keras3_torch_checksums_the_bytes_numpy_would_give(stack_results):
     """keras3-torch's initial-weights checksum reads each variable's torch tensor (Keras's own NumPy conversion takes
     every bfloat16 tensor to float32 and back: twice native-torch's checksum time on the H200); the dtype names,
-    shapes and bytes, so the digest, are those np.asarray gives, in the real keras3-torch environment."""
+    shapes and bytes, so the digest, are those np.asarray gives, in the real keras3-torch environment, and read piece
+    by piece as from a GPU (DeviceBytes) they give the same digest."""
     from fwbench.engines.local import StackEnvironment
 
     environment = StackEnvironment("keras3-torch")
@@ -167,6 +168,11 @@ as_numpy = [(str(a.dtype), a.shape, np.ascontiguousarray(a).view(np.uint8))
 fast = list(common.weight_bytes(Weights))
 assert [(n, s) for n, s, _ in fast] == [(n, s) for n, s, _ in as_numpy]
 assert weights_sha256(iter(fast)) == weights_sha256(iter(as_numpy))
+# a weight on a GPU is read back piece by piece (DeviceBytes): the same digest (a CPU tensor stands in here)
+import torch
+from fwbench.workloads.torch.common import DeviceBytes
+as_read = [(n, s, DeviceBytes(torch.from_numpy(b.reshape(-1)))) for n, s, b in as_numpy]
+assert weights_sha256(iter(as_read), workers=3) == weights_sha256(iter(as_numpy), workers=1)
 print("same", len(fast))
 """
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "runner")}

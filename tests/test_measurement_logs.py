@@ -304,18 +304,22 @@ def test_kit_windows_are_read_from_the_log_and_shown_on_the_gpu_kit_page():
 
 
 def test_the_weights_checksum_benchmark_writes_and_renders_its_file(tmp_path, capsys):
-    """benchmarks/weights_checksum.py at a size a unit test affords: both ways agree (it exits otherwise), the file
-    is a measurement log with its machine and date, and --render prints what docs/gpu-kit.md shows."""
+    """benchmarks/weights_checksum.py at a size a unit test affords: the ways of each digest agree (it exits
+    otherwise), the file is a measurement log with its machine and date, and --render prints what docs/gpu-kit.md
+    shows."""
     module = benchmark_module("weights_checksum")
     path = tmp_path / "weights-checksum.json"
     assert module.main(["--mib", "2", "--layers", "3", "--repeats", "1", "--json", str(path)]) == 0
     found = json.loads(path.read_text())
     assert found["benchmark"] == "weights_checksum" and found["machine"] and found["date"]
     [row] = found["rows"]
-    assert row["mib"] == 2 and row["tensors"] == 4 and row["one loop s"] > 0 and row["side by side s"] > 0
+    assert row["mib"] == 2 and row["tensors"] == 4 and set(row["ways"]) == set(module.WAYS)
+    assert all(seconds > 0 for seconds in row["ways"].values())
     capsys.readouterr()
     assert module.main(["--render", str(path)]) == 0
-    assert "| 2 MiB in 4 tensors |" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "| weights (2 MiB in 4 tensors) | s | one loop / this way |" in shown
+    assert "| pieces, reused buffers | " in shown and "| one loop | " in shown
 
 
 def test_the_units_ahead_benchmark_is_recomputed_from_its_kit_states_and_shown_on_the_gpu_kit_page():

@@ -83,33 +83,70 @@ def test_a_cell_must_implement_its_kind_of_call():
         NoStep()
 
 
-def test_the_weights_checksum_is_one_sha256_stream_read_and_hashed_side_by_side():
-    """weights_sha256 hashes each weight in a second thread while the next is read back (a 7B fit's checksum took
-    27-54 s on the H200 in one loop): the digest is exactly one loop's, in order, and a failure on either side is
-    raised, never a wrong or partial digest."""
+def test_the_weights_checksum_is_a_sha256_of_its_pieces_sha256s_whoever_reads_and_hashes_them():
+    """weights_sha256 hashes each 16 MiB piece of each weight on its own, on every core (a 7B fit's checksum took
+    27-54 s on the H200 in one stream), and reads device weights into a few reused host buffers: the digest is the
+    definition's (each weight's header, then its pieces' SHA-256s, in order) whatever the number of hashing threads
+    and whether the bytes come whole or piece by piece, and a failure on either side is raised, never a partial
+    digest."""
     import hashlib
 
     import numpy as np
     import pytest
 
     from fwbench import workloads
+    from fwbench.workloads import checksum
 
+    chunk = checksum.CHUNK_BYTES
     rng = np.random.default_rng(0)
-    arrays = [rng.integers(0, 255, size=n, dtype=np.uint8) for n in (5, 3000, 1 << 20, 7, 1 << 16, 0)]
+    arrays = [rng.integers(0, 255, size=n, dtype=np.uint8)
+              for n in (5, 3000, chunk, 7, chunk + 1, 0, 2 * chunk + 3)]
     weights = [("bfloat16" if i % 2 else "float32", (len(a),), a) for i, a in enumerate(arrays)]
-    one_loop = hashlib.sha256()
+    definition = hashlib.sha256()
     for dtype, shape, data in weights:
-        one_loop.update(f"{dtype}{list(shape)};".encode())
-        one_loop.update(data)
-    assert workloads.weights_sha256(iter(weights)) == one_loop.hexdigest()
-    assert workloads.weights_sha256(iter(weights[::-1])) != one_loop.hexdigest()  # order counts
+        definition.update(f"{dtype}{list(shape)};".encode())
+        for offset in range(0, len(data), chunk):
+            definition.update(hashlib.sha256(data[offset:offset + chunk]).digest())
+    expected = definition.hexdigest()
+
+    class Reader:
+        """A device weight, as the torch stacks' DeviceBytes: copied piece by piece into the buffer it is given."""
+        buffers: set[int] = set()
+
+        def __init__(self, data):
+            self.data, self.nbytes = data, data.size
+
+        def read_into(self, offset, out):
+            Reader.buffers.add(out.__array_interface__["data"][0])
+            out[:] = self.data[offset:offset + out.size]
+
+    as_read = [(dtype, shape, Reader(data)) for dtype, shape, data in weights]
+    for workers in (1, 2, 5):
+        assert workloads.weights_sha256(iter(weights), workers=workers) == expected
+        Reader.buffers.clear()
+        assert workloads.weights_sha256(iter(as_read), workers=workers) == expected
+        # the host memory read back stays a few reused buffers, not one per piece (7 pieces here)
+        assert len(Reader.buffers) <= min(7, workers * checksum.PIECES_PER_WORKER)
+    mixed = [w if i % 2 else r for i, (w, r) in enumerate(zip(weights, as_read))]
+    assert workloads.weights_sha256(iter(mixed)) == expected
+    assert workloads.weights_sha256(iter(weights[::-1])) != expected  # order counts
+    assert workloads.weights_sha256(iter([(d, (1, n), a) for d, (n,), a in weights])) != expected  # shape counts
     assert workloads.weights_sha256(iter([])) == hashlib.sha256().hexdigest()
+    whole_value = np.arange(12, dtype=np.float32).reshape(3, 4)  # any bytes-like value: its bytes in C order
+    assert (workloads.weights_sha256(iter([("float32", (3, 4), whole_value)]))
+            == workloads.weights_sha256(iter([("float32", (3, 4), whole_value.view(np.uint8).reshape(-1))])))
 
     def read_back_fails():
         yield weights[0]
         raise RuntimeError("device lost")
 
+    class FailingReader(Reader):
+        def read_into(self, offset, out):
+            raise RuntimeError("copy failed")
+
     with pytest.raises(RuntimeError, match="device lost"):
         workloads.weights_sha256(read_back_fails())
-    with pytest.raises(TypeError):  # not bytes-like: the hashing thread's error, raised here
+    with pytest.raises(RuntimeError, match="copy failed"):
+        workloads.weights_sha256(iter(weights[:2] + [("uint8", (9,), FailingReader(arrays[1]))]))
+    with pytest.raises(TypeError):  # not bytes-like: refused, no digest
         workloads.weights_sha256(iter([("float32", (1,), object())] + weights * 3))

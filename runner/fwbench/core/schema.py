@@ -118,10 +118,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("input_sha256", "string", "Combined SHA-256 of the shared input files the cell read."),
     ("data_seed", "int64", "Seed of the shared synthetic data; fits seed their initial weights from it too."),
     ("initial_weights_sha256", "string", "Fits: SHA-256 of the weights the fit started from (every weight's dtype, "
-                                         "shape and bytes, in the model's own order: Keras model.weights, torch "
-                                         "parameters then buffers), read after the build, before the first step and "
-                                         "outside setup_s. Two fits of one cell and --seed whose weights are "
-                                         "held in one dtype (mixed precision keeps float32 weights) start alike."),
+                                         "shape and the SHA-256 of each 16 MiB piece of its bytes, in the model's "
+                                         "own order: Keras model.weights, torch parameters then buffers; rows before "
+                                         "2026-11-29 hashed the bytes in one stream), read after the build, before "
+                                         "the first step and outside setup_s. Two fits of one cell and --seed "
+                                         "whose weights are held in one dtype (mixed precision keeps float32 weights) start alike."),
     ("params_total", "int64", "Parameters in the model that runs."),
     ("params_trainable", "int64", "Trainable parameters (fit)."),
     ("dtype", "string", "Declared compute dtype, from the precision: float32, bfloat16 or float16 (what physics "

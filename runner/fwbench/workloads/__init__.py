@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-import hashlib
 import math
 from typing import Any, Callable, ClassVar, Iterable
 
@@ -27,6 +26,7 @@ from fwbench.core import models, registry, scaling
 from fwbench.core.execution import steps_run
 from fwbench.core.schema import COLUMN_NAMES
 from fwbench.core.spec import CellSpec
+from fwbench.workloads.checksum import WeightBytes, weights_sha256
 
 
 class Unsupported(Exception):
@@ -72,48 +72,6 @@ class DrivenCell(_Cell):
 CELL_KINDS = (StepCell, DrivenCell)
 
 
-# One weight as the cell's framework holds it: dtype name, shape, and its bytes (anything hashlib reads).
-WeightBytes = tuple[str, tuple[int, ...], Any]
-# Weights read back (by the caller's thread) ahead of the one being hashed: a bound on the host memory they hold.
-WEIGHTS_AHEAD = 2
-
-
-def weights_sha256(weights: Iterable[WeightBytes]) -> str:
-    """SHA-256 over every weight's dtype, shape and bytes, in order. The caller's thread reads each weight back (the
-    framework's device-to-host copy) while a second thread hashes the one before: both release the GIL, so a 7B
-    model's checksum takes about the longer of the two, not their sum. The same digest as hashing in one loop."""
-    import queue
-    import threading
-
-    digest = hashlib.sha256()
-    pending: queue.Queue = queue.Queue(maxsize=WEIGHTS_AHEAD)
-    failed: list[BaseException] = []
-
-    def hash_pending() -> None:
-        while (item := pending.get()) is not None:
-            if not failed:
-                try:
-                    digest.update(item[0])
-                    digest.update(item[1])
-                except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
-                    failed.append(exc)
-
-    hasher = threading.Thread(target=hash_pending, name="weights-sha256", daemon=True)
-    hasher.start()
-    try:
-        for dtype, shape, data in weights:
-            # dtype and shape first, so that the same bytes in another layout or type hash differently.
-            pending.put((f"{dtype}{list(shape)};".encode(), data))
-            if failed:
-                break
-    finally:
-        pending.put(None)
-        hasher.join()
-    if failed:
-        raise failed[0]
-    return digest.hexdigest()
-
-
 class ReportError(KeyError):
     """A workload reported a field that is not a result column."""
 
@@ -133,12 +91,13 @@ class CellContext:
     _initial_weights: Callable[[], Iterable[WeightBytes]] | None = field(default=None, repr=False)
 
     def set_initial_weights(self, weights: Callable[[], Iterable[WeightBytes]]) -> None:
-        """A fit cell names its model's weights, in the model's own fixed order, as (dtype, shape, bytes) each; the
-        harness hashes them (initial_weights_sha256) before the first step, outside the timed window."""
+        """A fit cell names its model's weights, in the model's own fixed order, as (dtype, shape, bytes or a
+        checksum.ChunkReader) each; the harness hashes them (initial_weights_sha256) before the first step, outside the timed window."""
         self._initial_weights = weights
 
     def initial_weights_sha256(self) -> str | None:
-        """SHA-256 over every weight's dtype, shape and bytes, in order (None: the cell named no weights)."""
+        """SHA-256 over every weight's dtype, shape and its bytes' pieces' SHA-256s, in order (fwbench.workloads.checksum;
+        None: the cell named no weights)."""
         if self._initial_weights is None:
             return None
         return weights_sha256(self._initial_weights())

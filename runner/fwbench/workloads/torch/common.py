@@ -99,10 +99,26 @@ def weight_bytes(model):
 
 
 def tensor_bytes(value: torch.Tensor):
-    """One tensor as (dtype name, shape, raw bytes) on the host: the names NumPy gives, the bytes viewed as uint8
-    (NumPy has no bfloat16). Keras's torch backend reads its variables through it too."""
-    flat = value.detach().cpu().contiguous().reshape(-1)
-    return str(value.dtype).removeprefix("torch."), tuple(value.shape), flat.view(torch.uint8).numpy()
+    """One tensor as (dtype name, shape, raw bytes): the names NumPy gives, the bytes viewed as uint8 (NumPy has no
+    bfloat16); a contiguous tensor on a device is read back piece by piece into the checksum's reused host buffers
+    (DeviceBytes). Keras's torch backend reads its variables through it too."""
+    name, shape = str(value.dtype).removeprefix("torch."), tuple(value.shape)
+    value = value.detach()
+    if value.device.type != "cpu" and value.is_contiguous():
+        return name, shape, DeviceBytes(value.reshape(-1).view(torch.uint8))
+    return name, shape, value.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+class DeviceBytes:
+    """A tensor's bytes on its device (fwbench.workloads.checksum.ChunkReader): each piece copied into a given host
+    buffer, no host memory of its own."""
+
+    def __init__(self, flat_bytes: torch.Tensor):
+        self.flat_bytes = flat_bytes
+        self.nbytes = flat_bytes.numel()
+
+    def read_into(self, offset: int, out) -> None:
+        torch.from_numpy(out).copy_(self.flat_bytes[offset:offset + out.size])
 
 
 def is_first_rank() -> bool:
