@@ -414,6 +414,19 @@ class SerialAhead:
             self.started |= set(chosen)
             SerialAhead.log.append(("ahead", running.key, chosen))
 
+    def start_wave(self, units):
+        if self.depth:
+            self.started |= {unit.key for unit in units}
+            SerialAhead.log.append(("wave", kit_window.time.monotonic(), [unit.key for unit in units]))
+
+    def keep_only(self, keys):
+        for key in sorted(self.started - set(keys)):
+            self.started.discard(key)
+            SerialAhead.log.append(("stopped", key, []))
+
+    def wait_held(self, patience_s):
+        return []
+
     def run(self, unit, timeout_s):
         self.started.discard(unit.key)
         began_at, begun = datetime.now(timezone.utc), kit_window.time.monotonic()
@@ -431,13 +444,16 @@ class SerialAhead:
         self.started.clear()
 
 
-def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None):
-    """A window without a host: preflight and the report are stubs, time is the fake `clock`, units run serially."""
+def mock_window(monkeypatch, clock, *, preflight_s=50.0, gpus=1, broken=None, first_wave=False):
+    """A window without a host: preflight and the report are stubs, time is the fake `clock`, units run serially.
+    first_wave: preflight calls the window back to start its first units ahead, as the real one does."""
     monkeypatch.setattr(kit_window.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(kit_window, "Ahead", SerialAhead)
     SerialAhead.log = []
 
-    def preflight(folders, settings, *, doctor_timeout_s, **_):
+    def preflight(folders, settings, *, doctor_timeout_s, meanwhile=None, **_):
+        if first_wave and meanwhile is not None:
+            meanwhile(gpus)
         clock["now"] += preflight_s
         return dict(broken or {}), gpus
 
@@ -536,6 +552,31 @@ def test_a_window_starts_ahead_the_units_it_will_run_next_and_stops_those_it_the
     SerialAhead.log = []
     assert kit_cli(monkeypatch, *argv[:-1], "0") == 0  # --prefetch 0: nothing ahead
     assert SerialAhead.log == [] and [key for key, _ in calls][2:] == [third]
+
+
+def test_a_window_starts_its_first_units_ahead_beside_preflight_and_stops_one_of_a_stack_found_broken(tmp_path,
+                                                                                                   monkeypatch):
+    """Preflight's doctor and imports took 31-69 s of a fresh GPU machine's first window, then the first unit's
+    imports came on the window's clock: the first wave now starts beside them."""
+    clock, calls = {"now": 1000.0}, []
+    mock_window(monkeypatch, clock, preflight_s=40.0, broken={"keras3-torch": "its imports failed"}, first_wave=True)
+    monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 10.0, calls))
+    monkeypatch.setattr(kit_window.KitState, "needed_s", lambda self, of: 60.0)
+    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
+            "--variants", "native-torch:none,keras3-torch,keras3-jax", "--repeats", "1", "--precisions", "published",
+            "--skip-checks", "--preset", "tiny", "--restore", "none", "--budget-s", "330", "--prefetch", "2"]
+    assert kit_cli(monkeypatch, *argv) == 0
+    first, broken, third = ("native-torch.bert-predict.tiny.compile-none.r0",
+                            "keras3-torch.bert-predict.tiny.compile-none.r0", "keras3-jax.bert-predict.tiny.compile-xla.r0")
+    # Before preflight's 40 s: the first unit and the two predicted after it (300 s for units, 80 s each).
+    assert SerialAhead.log[0] == ("wave", 1000.0, [first, broken, third])
+    # Preflight found keras3-torch broken: its unit is stopped, never run; the first wave is the only wave.
+    assert SerialAhead.log[1] == ("stopped", broken, []) and [key for key, _ in calls] == [first, third]
+    assert not [entry for entry in SerialAhead.log if entry[0] == "ahead" and entry[2]]
+    assert f"started ahead, beside preflight: {first}, {broken}, {third}" in (tmp_path / "out" / "kit.log").read_text()
+    SerialAhead.log = []
+    assert kit_cli(monkeypatch, *argv[:2], tmp_path / "out2", *argv[3:-1], "0") == 0  # --prefetch 0: nothing ahead
+    assert SerialAhead.log == []
 
 
 def test_a_repeat_runs_in_the_window_that_ran_its_previous_repeat_and_not_after_a_failed_one(tmp_path, monkeypatch):

@@ -130,3 +130,39 @@ def test_a_unit_that_does_not_hold_within_its_timeout_is_stopped(stand_ins, monk
     began = time.monotonic()
     started, _ = ahead.run(stuck, 1.0)  # its imports hang: the window's timeout for it bounds the wait
     assert time.monotonic() - began < 20 and started.process.returncode is not None
+
+
+def test_a_first_wave_started_beside_preflight_holds_before_the_checks_and_loses_a_broken_stacks_unit(stand_ins):
+    """The window's first units start while preflight runs (start_wave); the GPU checks' cells, which wait for no
+    neighbour, start only once every one holds (wait_held); a unit preflight then leaves out is stopped (keep_only),
+    and the first unit runs with the rest as the neighbours it waits for, started before its turn."""
+    folders, read = stand_ins
+    first, broken, third = units(3)
+    ahead = kit_ahead.Ahead(folders, depth=2, cell_timeout_s=60)
+    ahead.start_wave([first, broken, third])
+    assert ahead.wait_held(30) == []  # the checks may begin: all three hold, none past its imports
+    held_at = time.monotonic()
+    assert [event["what"] for event in read()] == ["start"] * 3
+    ahead.keep_only({first.key, third.key})
+    assert set(ahead.started) == {first.key, third.key}
+    ahead.refill(first, [third])  # the first wave is the wave: nothing more is started
+    done, _ = ahead.run(first, 60)
+    events = read()
+    assert [event["what"] for event in events if event["key"] == broken.key] == ["start"]  # stopped while held
+    assert at(events, first.key, "setup")["neighbours"]["neighbours"] == 1
+    assert done.ahead_s > 0 and at(events, first.key, "released")["at"] >= held_at
+    assert "started ahead, stopped: it does not run in this window" in folders.log.read_text()
+    ahead.cancel_all()
+
+
+def test_waiting_for_a_wave_to_hold_gives_up_after_its_patience(stand_ins, monkeypatch):
+    folders, _read = stand_ins
+    (stuck,) = units(1)
+    monkeypatch.setattr(kit_ahead, "run_argv", lambda unit, **kwargs: [sys.executable, "-c",
+                                                                       "import time; time.sleep(60)"])
+    ahead = kit_ahead.Ahead(folders, depth=1, cell_timeout_s=60)
+    ahead.start_wave([stuck])
+    began = time.monotonic()
+    assert ahead.wait_held(0.5) == [stuck.key] and time.monotonic() - began < 5
+    ahead.cancel_all()
+    assert kit_ahead.Ahead(folders, depth=0, cell_timeout_s=60).wait_held(5) == []  # nothing started: no wait

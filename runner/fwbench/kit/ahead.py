@@ -8,7 +8,8 @@ contention probe confirms it in each timed window (a held neighbour that used CP
 
 Units are started ahead in waves: when the unit about to run has no started unit after it, up to `depth` of the
 units predicted to run next (those that fit what the budget will have left, in order) are started together, and
-that unit's set-up waits for their imports. A unit started ahead that then does not run (the window ran short, or
+that unit's set-up waits for their imports. The first wave (the first unit and `depth` after it) starts while the
+window's preflight runs, and holds before any GPU check's cell starts. A unit started ahead that then does not run (the window ran short, or
 its previous repeat failed) is stopped: held, it has written no row.
 """
 
@@ -95,6 +96,30 @@ class Ahead:
         for unit in predicted[:self.depth]:
             if unit.key not in self.started:
                 self.start(unit)
+
+    def start_wave(self, units: list[Unit]) -> None:
+        """Start `units` now, ahead of their turns: the window's first units, while preflight runs (depth 0: none)."""
+        if self.depth == 0:
+            return
+        for unit in units:
+            if unit.key not in self.started:
+                self.start(unit)
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Stop the units started ahead that are not among `keys` (their stack's imports failed in preflight)."""
+        for key in [key for key in self.started if key not in keys]:
+            self.cancel(self.started[key].unit)
+
+    def wait_held(self, patience_s: float) -> list[str]:
+        """Wait, at most `patience_s`, until every unit started ahead holds or has ended: before the GPU checks' cells,
+        which do not wait for neighbours as a released unit does. Returns the keys of those still importing."""
+        give_up = time.monotonic() + patience_s
+        while True:
+            importing = [key for key, started in self.started.items()
+                         if hold.state(started.folder) not in ("held", "ended")]
+            if not importing or time.monotonic() >= give_up:
+                return importing
+            time.sleep(0.05)
 
     def run(self, unit: Unit, timeout_s: float) -> tuple[Started, dict | None]:
         """Run `unit` now (started ahead, or started here): release it with `timeout_s` from its release and the

@@ -1,8 +1,8 @@
 """Once per window, before any cell: install the wheelhouse (hashes checked), record the host's facts, then side by side
-`fwbench doctor`, the imports of fwbench and of each planned stack. Doctor and the stacks' imports run once per GPU
-model, commit, wheelhouse and plan: a later window with the same (kit-state.json's `preflight`) takes the stacks that
-did not import from the state and checks only fwbench's own imports; the wheels are installed on every (fresh)
-machine all the same."""
+`fwbench doctor`, the imports of fwbench and of each planned stack (and the window's first units' imports, started
+ahead). Doctor and the stacks' imports run once per GPU model, commit, wheelhouse and plan: a later window with the
+same (kit-state.json's `preflight`) takes the stacks that did not import from the state and checks only fwbench's
+own imports; the wheels are installed on every (fresh) machine all the same."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from typing import Callable
 
 from fwbench.kit.folders import keep_earlier_host
 from fwbench.kit.host import record_host, usable_gpu_count, window_gpu
@@ -74,9 +75,10 @@ def preflight_key(folders: KitFolders, plan: PlanSettings, commit: str | None) -
 
 
 def preflight(folders: KitFolders, plan: PlanSettings, *, doctor_timeout_s: float, state=None,
-              commit: str | None = None) -> tuple[dict[str, str], int]:
+              commit: str | None = None, meanwhile: Callable[[int], None] | None = None) -> tuple[dict[str, str], int]:
     """Returns (stack -> why it cannot run here, usable GPUs). state: the kit's KitState (None: always the whole
-    preflight); commit: the one this window runs."""
+    preflight); commit: the one this window runs; meanwhile: called with the usable GPUs once the wheels are
+    installed, before doctor and the imports (the window starts its first units' imports beside them)."""
     begun = time.monotonic()
     install(folders.wheels, folders.site)
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -84,6 +86,8 @@ def preflight(folders: KitFolders, plan: PlanSettings, *, doctor_timeout_s: floa
         gpus = pool.submit(usable_gpu_count)
         host.result()
         gpus = gpus.result()
+    if meanwhile is not None:
+        meanwhile(gpus)
     key = preflight_key(folders, plan, commit)
     earlier = state.passed_preflight(key) if state is not None and commit else None
     if earlier is not None:

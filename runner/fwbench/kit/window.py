@@ -6,7 +6,8 @@ A unit starts only if its estimate (or 1.5x its earlier wall time) fits what is 
 over for a later one that does. Each cell's timeout is what is left (at most the cell timeout), so no cell outlives
 the window; a cell cut short that way has its row removed and runs first in the next window (only a cell that timed
 out with all of the cell timeout is recorded as a timeout). The next units are started ahead, held after their
-imports (fwbench.kit.ahead). Each unit's seconds are recorded by part (fwbench.kit.breakdown) in kit-state.json.
+imports (fwbench.kit.ahead), the first of them beside preflight. Each unit's seconds are recorded by part
+(fwbench.kit.breakdown) in kit-state.json.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class WindowSettings:
             raise UsageError("--prefetch must be 0 (none) or more")
 
 
+# How long the GPU checks wait for the first wave to hold (its imports beside preflight's) before their cells start.
+HOLD_BEFORE_CHECKS_S = 120.0
+
+
 class Deadline:
     """Seconds left of a window's budget, on the monotonic clock."""
 
@@ -90,22 +95,37 @@ def predicted(state: KitState, later: list[Unit], left_s: float, *, settings: Wi
             break
         if not state.runnable(unit, settings.retry_failed):
             continue
-        need = min(state.needed_s(unit), settings.cell_timeout_s)
-        if left_s - cells.UNIT_OVERHEAD_S >= need:
+        if fits(state, unit, left_s, settings=settings):
             chosen.append(unit)
-            left_s -= need
+            left_s -= min(state.needed_s(unit), settings.cell_timeout_s)
     return chosen
 
 
+def fits(state: KitState, unit: Unit, left_s: float, *, settings: WindowSettings) -> bool:
+    """Whether `unit` may start with `left_s` of the budget left: its need (at most the cell timeout) and a unit's
+    overhead."""
+    return left_s - cells.UNIT_OVERHEAD_S >= min(state.needed_s(unit), settings.cell_timeout_s)
+
+
+def first_wave(state: KitState, units: list[Unit], left_s: float, *, settings: WindowSettings) -> list[Unit]:
+    """The units a window's first wave starts ahead, while preflight runs: the first unit expected to run with
+    `left_s` left once the GPU checks are done, as run_units would choose it, and the `--prefetch` predicted after it
+    (at most --max-units in all)."""
+    pending = state.pending(units, settings.retry_failed)
+    for number, unit in enumerate(pending, 1):
+        if state.runnable(unit, settings.retry_failed) and fits(state, unit, left_s, settings=settings):
+            left_after = left_s - cells.UNIT_OVERHEAD_S - min(state.needed_s(unit), settings.cell_timeout_s)
+            limit = settings.prefetch if settings.max_units is None else min(settings.prefetch,
+                                                                             settings.max_units - 1)
+            return [unit] + predicted(state, pending[number:], left_after, settings=settings, limit=max(limit, 0))
+    return []
+
+
 def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
-              settings: WindowSettings, exported) -> int:
+              settings: WindowSettings, exported, ahead: Ahead) -> int:
     """Run pending units in order while they fit (see the module's doc), the next ones' imports ahead
     (fwbench.kit.ahead) unless --prefetch 0; returns how many started."""
-    ahead = Ahead(folders, depth=settings.prefetch, cell_timeout_s=settings.cell_timeout_s)
-    try:
-        return _run_units(folders, state, units, deadline, settings=settings, exported=exported, ahead=ahead)
-    finally:
-        ahead.cancel_all()
+    return _run_units(folders, state, units, deadline, settings=settings, exported=exported, ahead=ahead)
 
 
 def _run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
@@ -173,17 +193,19 @@ def timed_seconds(state: KitState, window: int) -> float:
 
 
 def run_window_units(folders: KitFolders, plan: PlanSettings, state: KitState, deadline: Deadline, *,
-                     settings: WindowSettings, unrunnable: dict[str, str], gpus: int, exported) -> None:
+                     settings: WindowSettings, unrunnable: dict[str, str], gpus: int, exported,
+                     ahead: Ahead) -> None:
     units, left_out = plan_units(plan, gpus=gpus, broken_stacks=unrunnable)
     for line in left_out:
         log(f"left out: {line}")
+    ahead.keep_only({unit.key for unit in units})  # a unit of a stack preflight found broken, started ahead
     log(scaling_note(gpus, plan.variants, plan.tasks))
     shortened = {task: n for task, n in plan.steps_by_task().items() if n is not None}
     if shortened:
         log("shortened timed windows (a cell identity of their own): "
             + ", ".join(f"{task} {n} steps" for task, n in shortened.items()))
     log(f"{state.counts_line(units, settings.retry_failed)}; {deadline.left():.0f} s left for units")
-    ran = run_units(folders, state, units, deadline, settings=settings, exported=exported)
+    ran = run_units(folders, state, units, deadline, settings=settings, exported=exported, ahead=ahead)
     left_units = [unit for unit in units if state.status(unit) in (None, BUDGET_CUT)]
     log(f"ran {ran} units this window; {state.counts_line(units, settings.retry_failed)}; about "
         f"{sum(state.needed_s(unit) for unit in left_units) / 60:.0f} device minutes left"
@@ -199,6 +221,8 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
     # Units and checks stop starting at this point; the reserve is for the report and export.
     deadline = Deadline(settings.budget_s - settings.reserve_s)
     code, checks, state = 0, None, None
+    ahead = Ahead(folders, depth=0 if settings.skip_units else settings.prefetch,
+                  cell_timeout_s=settings.cell_timeout_s)
 
     def exported() -> None:
         state.window_wall(time.monotonic() - started)
@@ -217,8 +241,16 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
         log(f"window: budget {settings.budget_s:.0f} s ({settings.reserve_s:.0f} s of it kept for the report and "
             f"export); {sum(1 for e in state.units.values() if e.get('status') == 'ok')} units done before")
         state.begin_window(began_at.isoformat(timespec="seconds"), None)
+        def start_first_wave(gpus: int) -> None:
+            # Broken stacks are not known yet: a unit of one is stopped once preflight has found it.
+            checks_s = 0.0 if settings.skip_checks else min(settings.checks_s, deadline.left())
+            wave = first_wave(state, plan_units(plan, gpus=gpus)[0], deadline.left() - checks_s, settings=settings)
+            if ahead.depth and wave:
+                ahead.start_wave(wave)
+                log(f"started ahead, beside preflight: {', '.join(unit.key for unit in wave)}")
+
         unrunnable, gpus = preflight(folders, plan, doctor_timeout_s=settings.doctor_timeout_s, state=state,
-                                     commit=commit)
+                                     commit=commit, meanwhile=start_first_wave)
         state.windows[-1]["gpu"] = window_gpu(folders)
         exported()
         # The checks over rows (finish) run in every window, --skip-checks or not: they run no cell, and a row no
@@ -231,15 +263,20 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
         else:
             log(f"GPU checks on {'a GPU' if checks.gpu else 'no GPU (GPU-only checks SKIP)'}, at most "
                 f"{min(settings.checks_s, deadline.left()):.0f} s")
+            importing = ahead.wait_held(min(HOLD_BEFORE_CHECKS_S, deadline.left()))
+            if importing:
+                log(f"started ahead, still importing as the GPU checks begin (their rows may be busy): "
+                    f"{', '.join(importing)}")
             checks.run_cell_checks(set(settings.recheck) if settings.recheck else None)
         if not settings.skip_units:
             run_window_units(folders, plan, state, deadline, settings=settings, unrunnable=unrunnable, gpus=gpus,
-                             exported=exported)
+                             exported=exported, ahead=ahead)
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the report is tried and the files come back
         code = 1
         log(f"window stopped early: {type(exc).__name__}: {str(exc)[:400]}")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        ahead.cancel_all()  # units started ahead that did not run: held, they wrote no row
         code = finish(folders, state, checks, settings=settings, since=began_at, deadline=deadline,
                       started=started, code=code)
         kit_log.LOG_PATH = None
