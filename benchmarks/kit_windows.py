@@ -2,6 +2,7 @@
 
     python benchmarks/kit_windows.py benchmarks/results/<date>-<gpu>              # a table, one row per window
     python benchmarks/kit_windows.py FOLDER --units .py- [--windows 3,4]            # those windows' units matching
+    python benchmarks/kit_windows.py FOLDER FOLDER ...    # several folders' windows, each named by its folder
 
 A window in kit.log runs from its "window: budget" line to its "window done in N s" line; its preflight is the
 "preflight done in N s" it logs (of it, "doctor and imports" from "host recorded" to "doctor: exit": what a later
@@ -19,7 +20,7 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class Window:
     units_span_s: int | None = None
     wall_s: int | None = None
     units: list[Unit] = field(default_factory=list)
+    label: str | None = None  # shown instead of its number (several folders: the folder's)
 
 
 def seconds_between(earlier: str, later: str) -> int:
@@ -69,7 +71,15 @@ def host_dates(folder: Path) -> dict[str, date]:
 
 
 def folder_date(folder: Path) -> date:
-    return date.fromisoformat(folder.name[:10])
+    """The day its log begins: a published folder's name says it (<date>-<gpu>), else its first host facts."""
+    try:
+        return date.fromisoformat(folder.name[:10])
+    except ValueError:
+        dates = sorted(host_dates(folder).values())
+        if not dates:
+            raise SystemExit(f"error: {folder}: neither a dated folder name nor host facts (host*.json) say when "
+                             "its log begins") from None
+        return dates[0]
 
 
 def windows(folder: Path) -> list[Window]:
@@ -128,18 +138,20 @@ def cell(value) -> str:
     return "" if value is None else str(value)
 
 
-def window_table(found: list[Window]) -> str:
+def window_table(found: list[Window], *, same_machine_note: bool = True) -> str:
+    """One row per window; same_machine_note: say which windows found an earlier one's machine and commit (one
+    folder's windows: its later windows could skip doctor and the imports)."""
     lines = ["| window | started (UTC) | budget s | preflight s | of it doctor and imports s | checks s | units: ok, "
              "other | units' span s | each unit s | window s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for window in found:
         ok = sum(unit.status == "ok" for unit in window.units)
-        lines.append(f"| {window.number} | {window.day} {window.start[:5]} | {cell(window.budget_s)} | "
+        lines.append(f"| {window.label or window.number} | {window.day} {window.start[:5]} | {cell(window.budget_s)} | "
                      f"{cell(window.preflight_s)} | {cell(window.doctor_s)} | {cell(window.checks_s)} | {ok}, {len(window.units) - ok} | "
                      f"{cell(window.units_span_s)} | {span([unit.seconds for unit in window.units])} | "
                      f"{cell(window.wall_s)} |")
     repeated = [window for i, window in enumerate(found)
                 if window.machine and any(earlier.machine == window.machine for earlier in found[:i])]
-    if repeated and not any(window.doctor_s is None for window in repeated):
+    if same_machine_note and repeated and not any(window.doctor_s is None for window in repeated):
         lines += ["", f"Windows on the GPU model and at the commit of an earlier window: "
                       f"{', '.join(str(window.number) for window in repeated)}, whose doctor and imports took "
                       f"{', '.join(str(window.doctor_s) for window in repeated)} s: what the preflight record in "
@@ -155,7 +167,7 @@ def unit_table(found: list[Window], pattern: str) -> str:
         if not units:
             continue
         longest = max(units, key=lambda unit: unit.seconds)
-        lines.append(f"| {window.number} | {window.day} {window.start[:5]} | {len(units)} | "
+        lines.append(f"| {window.label or window.number} | {window.day} {window.start[:5]} | {len(units)} | "
                      f"{sum(unit.seconds for unit in units)} | {span([unit.seconds for unit in units])} | "
                      f"`{longest.name}` ({longest.seconds} s) |")
     return "\n".join(lines)
@@ -163,15 +175,22 @@ def unit_table(found: list[Window], pattern: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a published kit folder (kit.log, host*.json)")
+    parser.add_argument("folders", type=Path, nargs="+", metavar="folder",
+                        help="a published kit folder (kit.log, host*.json); several: one table of their windows")
     parser.add_argument("--units", metavar="TEXT", help="per window, the units whose name holds TEXT")
     parser.add_argument("--windows", metavar="N,N", help="only these windows (1 is the log's first)")
     args = parser.parse_args()
-    found = windows(args.folder)
+    if len(args.folders) == 1:
+        found = windows(args.folders[0])
+    else:
+        found = [replace(window, label=f"{folder.parent.name}/{folder.name}"
+                         + (f" #{window.number}" if window.number > 1 else ""))
+                 for folder in args.folders for window in windows(folder)]
     if args.windows:
         wanted = {int(number) for number in args.windows.split(",")}
         found = [window for window in found if window.number in wanted]
-    print(unit_table(found, args.units) if args.units else window_table(found))
+    print(unit_table(found, args.units) if args.units
+          else window_table(found, same_machine_note=len(args.folders) == 1))
     return 0
 
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -613,6 +614,16 @@ def test_the_window_predicts_the_units_that_fit_in_order_as_it_will_choose_them(
         "bert-predict", "sam-predict"]
     assert [of.task for of in kit_window.predicted(state, units, 150.0, settings=settings, limit=1)] == [
         "bert-predict"]
+    # The first wave, beside preflight: the first unit that fits, then --prefetch of those predicted after it.
+    wave = kit_window.first_wave(state, units[1:], 150.0, settings=replace(settings, prefetch=3))
+    assert [of.task for of in wave] == ["sam-predict", "sam-fit"]  # bert-fit does not fit; 100 s left after the first
+    assert [of.task for of in kit_window.first_wave(state, units, 400.0, settings=replace(settings, prefetch=2))] == [
+        "bert-predict", "bert-fit", "sam-predict"]
+    assert [of.task for of in kit_window.first_wave(state, units, 400.0,
+                                                    settings=replace(settings, prefetch=2, max_units=2))] == [
+        "bert-predict", "bert-fit"]
+    assert kit_window.first_wave(state, units, 400.0, settings=replace(settings, max_units=0)) == []
+    assert kit_window.first_wave(state, units, 45.0, settings=settings) == []  # nothing fits
 
 
 def test_the_files_come_back_when_the_report_fails_and_when_the_kit_itself_fails(tmp_path, monkeypatch):
@@ -935,8 +946,8 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
                         "units started ahead held apart": "PASS"}, verdicts
 
     # The second window, on a fresh folder (a fresh machine), restores the first's files and goes on, two units this
-    # time: native-torch r1 started ahead (kit.ahead) while keras3-jax r0 runs (keras3-jax r1 would start ahead only
-    # once its r0 is ok).
+    # time: native-torch r1 started ahead (kit.ahead) with keras3-jax r0, beside preflight (keras3-jax r1 would start
+    # ahead only once its r0 is ok).
     second_out, second_export = tmp_path / "second", tmp_path / "second-export"
     second = kit(python, "window", *window_options, "--out", str(second_out), "--export", str(second_export),
                  "--restore", str(first_export), "--max-units", "2")
@@ -983,7 +994,12 @@ def test_two_windows_offline_in_a_simulated_host_image_bring_back_their_files_an
     assert "native-torch.bert-predict.tiny.compile-none.r1: ok, " in shown.stdout and " s of it ahead), window 2" in (
         shown.stdout) and "| imports ahead " in shown.stdout and "| held " in shown.stdout
     state = json.loads((second_export / "kit-state.json").read_text())["units"]
-    assert "ahead_s" not in state["native-torch.bert-predict.tiny.compile-none.r0"]  # started at its turn: none
+    # Every unit started ahead: the first window's only unit and the second's first two beside preflight (the
+    # second's after the first wave: its preflight record kept that preflight short).
+    assert "started ahead, beside preflight: native-torch.bert-predict.tiny.compile-none.r0" in first.stdout
+    assert ("started ahead, beside preflight: keras3-jax.bert-predict.tiny.compile-xla.r0, "
+            "native-torch.bert-predict.tiny.compile-none.r1") in second.stdout
+    assert state["native-torch.bert-predict.tiny.compile-none.r0"]["ahead_s"] > 0
     assert state["native-torch.bert-predict.tiny.compile-none.r1"]["ahead_s"] > 0
     lines = shown.stdout.splitlines()
     for key, window in (("native-torch.bert-predict.tiny.compile-none.r0", 1),

@@ -111,6 +111,8 @@ def first_wave(state: KitState, units: list[Unit], left_s: float, *, settings: W
     """The units a window's first wave starts ahead, while preflight runs: the first unit expected to run with
     `left_s` left once the GPU checks are done, as run_units would choose it, and the `--prefetch` predicted after it
     (at most --max-units in all)."""
+    if settings.max_units is not None and settings.max_units < 1:
+        return []
     pending = state.pending(units, settings.retry_failed)
     for number, unit in enumerate(pending, 1):
         if state.runnable(unit, settings.retry_failed) and fits(state, unit, left_s, settings=settings):
@@ -241,6 +243,7 @@ def window(folders: KitFolders, plan: PlanSettings, settings: WindowSettings) ->
         log(f"window: budget {settings.budget_s:.0f} s ({settings.reserve_s:.0f} s of it kept for the report and "
             f"export); {sum(1 for e in state.units.values() if e.get('status') == 'ok')} units done before")
         state.begin_window(began_at.isoformat(timespec="seconds"), None)
+
         def start_first_wave(gpus: int) -> None:
             # Broken stacks are not known yet: a unit of one is stopped once preflight has found it.
             checks_s = 0.0 if settings.skip_checks else min(settings.checks_s, deadline.left())
