@@ -166,3 +166,19 @@ def test_waiting_for_a_wave_to_hold_gives_up_after_its_patience(stand_ins, monke
     assert ahead.wait_held(0.5) == [stuck.key] and time.monotonic() - began < 5
     ahead.cancel_all()
     assert kit_ahead.Ahead(folders, depth=0, cell_timeout_s=60).wait_held(5) == []  # nothing started: no wait
+
+
+def test_a_held_run_does_not_warn_of_the_imports_it_was_started_beside(monkeypatch):
+    """`fwbench run`'s warning of a busy host sampled the neighbours' imports of every unit started ahead ("timings
+    will be flagged busy": none was); a held run leaves it to its cell, which waits for them to hold."""
+    from fwbench.cli import common
+    from fwbench.harness import contention, hold
+
+    sampled = []
+    monkeypatch.setattr(contention, "host_load", lambda sample_s: sampled.append(sample_s) or (2.0, ["python 80%"]))
+    monkeypatch.setenv(hold.HOLD_ENV, "/nonexistent/held")
+    common.warn_if_busy()
+    assert sampled == []
+    monkeypatch.delenv(hold.HOLD_ENV)
+    common.warn_if_busy()
+    assert sampled == [0.5]

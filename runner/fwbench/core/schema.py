@@ -122,7 +122,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
                                          "own order: Keras model.weights, torch parameters then buffers; rows before "
                                          "2026-11-29 hashed the bytes in one stream), read after the build, before "
                                          "the first step and outside setup_s. Two fits of one cell and --seed "
-                                         "whose weights are held in one dtype (mixed precision keeps float32 weights) start alike."),
+                                         "whose weights are held in one dtype (mixed precision keeps float32 "
+                                         "weights) start alike."),
     ("params_total", "int64", "Parameters in the model that runs."),
     ("params_trainable", "int64", "Trainable parameters (fit)."),
     ("dtype", "string", "Declared compute dtype, from the precision: float32, bfloat16 or float16 (what physics "

@@ -9,8 +9,8 @@ contention probe confirms it in each timed window (a held neighbour that used CP
 Units are started ahead in waves: when the unit about to run has no started unit after it, up to `depth` of the
 units predicted to run next (those that fit what the budget will have left, in order) are started together, and
 that unit's set-up waits for their imports. The first wave (the first unit and `depth` after it) starts while the
-window's preflight runs, and holds before any GPU check's cell starts. A unit started ahead that then does not run (the window ran short, or
-its previous repeat failed) is stopped: held, it has written no row.
+window's preflight runs, and holds before any GPU check's cell starts. A unit started ahead that then does not run
+(the window ran short, or its previous repeat failed) is stopped: held, it has written no row.
 """
 
 from __future__ import annotations

@@ -92,12 +92,13 @@ class CellContext:
 
     def set_initial_weights(self, weights: Callable[[], Iterable[WeightBytes]]) -> None:
         """A fit cell names its model's weights, in the model's own fixed order, as (dtype, shape, bytes or a
-        checksum.ChunkReader) each; the harness hashes them (initial_weights_sha256) before the first step, outside the timed window."""
+        checksum.ChunkReader) each; the harness hashes them (initial_weights_sha256) before the first step, outside
+        the timed window."""
         self._initial_weights = weights
 
     def initial_weights_sha256(self) -> str | None:
-        """SHA-256 over every weight's dtype, shape and its bytes' pieces' SHA-256s, in order (fwbench.workloads.checksum;
-        None: the cell named no weights)."""
+        """SHA-256 over every weight's dtype, shape and its bytes' pieces' SHA-256s, in order
+        (fwbench.workloads.checksum; None: the cell named no weights)."""
         if self._initial_weights is None:
             return None
         return weights_sha256(self._initial_weights())
