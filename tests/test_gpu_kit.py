@@ -533,18 +533,26 @@ def test_a_cell_cut_by_the_window_leaves_no_row_and_runs_first_in_the_next_windo
     assert state.status(unit("native-torch", "none", "bert-fit")) == "ok" and len(state.windows) == 2
 
 
+# bert-predict on three stacks, one repeat each, in the plan's order; and a window over them (330 s, --prefetch 2).
+THREE_STACKS = ("native-torch.bert-predict.tiny.compile-none.r0", "keras3-torch.bert-predict.tiny.compile-none.r0",
+                "keras3-jax.bert-predict.tiny.compile-xla.r0")
+
+
+def three_stacks_window(tmp_path) -> list:
+    return ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
+            "--variants", "native-torch:none,keras3-torch,keras3-jax", "--repeats", "1", "--precisions", "published",
+            "--skip-checks", "--preset", "tiny", "--restore", "none", "--budget-s", "330", "--prefetch", "2"]
+
+
 def test_a_window_starts_ahead_the_units_it_will_run_next_and_stops_those_it_then_cannot(tmp_path, monkeypatch):
     clock, calls = {"now": 1000.0}, []
     mock_window(monkeypatch, clock, preflight_s=0.0)
     durations = iter([10.0, 210.0, 10.0, 10.0])  # the second unit overruns its estimate
     monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: next(durations), calls))
     monkeypatch.setattr(kit_window.KitState, "needed_s", lambda self, of: 60.0)
-    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
-            "--variants", "native-torch:none,keras3-torch,keras3-jax", "--repeats", "1", "--precisions", "published",
-            "--skip-checks", "--preset", "tiny", "--restore", "none", "--budget-s", "330", "--prefetch", "2"]
+    argv = three_stacks_window(tmp_path)
     assert kit_cli(monkeypatch, *argv) == 0
-    first, second, third = ("native-torch.bert-predict.tiny.compile-none.r0",
-                            "keras3-torch.bert-predict.tiny.compile-none.r0", "keras3-jax.bert-predict.tiny.compile-xla.r0")
+    first, second, third = THREE_STACKS
     # 300 s for units, 60 s each and 20 s of overhead: after the first, 240 s fit the next two, started ahead.
     assert SerialAhead.log[0] == ("ahead", first, [second, third])
     # The second took 215 s: 70 s left, the third (60 s + 20 s) no longer fits and is stopped, never run.
@@ -563,12 +571,9 @@ def test_a_window_starts_its_first_units_ahead_beside_preflight_and_stops_one_of
     mock_window(monkeypatch, clock, preflight_s=40.0, broken={"keras3-torch": "its imports failed"}, first_wave=True)
     monkeypatch.setattr(cells, "run_unit", fake_cells(clock, lambda of: 10.0, calls))
     monkeypatch.setattr(kit_window.KitState, "needed_s", lambda self, of: 60.0)
-    argv = ["window", "--out", tmp_path / "out", "--kit-dir", tmp_path / "kit", "--tasks", "bert-predict",
-            "--variants", "native-torch:none,keras3-torch,keras3-jax", "--repeats", "1", "--precisions", "published",
-            "--skip-checks", "--preset", "tiny", "--restore", "none", "--budget-s", "330", "--prefetch", "2"]
+    argv = three_stacks_window(tmp_path)
     assert kit_cli(monkeypatch, *argv) == 0
-    first, broken, third = ("native-torch.bert-predict.tiny.compile-none.r0",
-                            "keras3-torch.bert-predict.tiny.compile-none.r0", "keras3-jax.bert-predict.tiny.compile-xla.r0")
+    first, broken, third = THREE_STACKS
     # Before preflight's 40 s: the first unit and the two predicted after it (300 s for units, 80 s each).
     assert SerialAhead.log[0] == ("wave", 1000.0, [first, broken, third])
     # Preflight found keras3-torch broken: its unit is stopped, never run; the first wave is the only wave.

@@ -64,6 +64,12 @@ def at(events: list[dict], key: str, what: str) -> dict:
     return next(event for event in events if event["key"] == key and event["what"] == what)
 
 
+def never_holds(monkeypatch) -> None:
+    """Every unit's imports hang: it never holds."""
+    monkeypatch.setattr(kit_ahead, "run_argv", lambda unit, **kwargs: [sys.executable, "-c",
+                                                                       "import time; time.sleep(60)"])
+
+
 def test_units_started_ahead_import_beside_the_running_one_and_never_overlap_its_measured_phases(stand_ins):
     folders, read = stand_ins
     first, second, third, fourth = units(4)
@@ -124,8 +130,7 @@ def test_a_unit_started_ahead_that_failed_before_holding_is_not_waited_for(stand
 def test_a_unit_that_does_not_hold_within_its_timeout_is_stopped(stand_ins, monkeypatch):
     folders, _read = stand_ins
     (stuck,) = units(1)
-    monkeypatch.setattr(kit_ahead, "run_argv", lambda unit, **kwargs: [sys.executable, "-c",
-                                                                       "import time; time.sleep(60)"])
+    never_holds(monkeypatch)
     ahead = kit_ahead.Ahead(folders, depth=1, cell_timeout_s=60)
     began = time.monotonic()
     started, _ = ahead.run(stuck, 1.0)  # its imports hang: the window's timeout for it bounds the wait
@@ -158,8 +163,7 @@ def test_a_first_wave_started_beside_preflight_holds_before_the_checks_and_loses
 def test_waiting_for_a_wave_to_hold_gives_up_after_its_patience(stand_ins, monkeypatch):
     folders, _read = stand_ins
     (stuck,) = units(1)
-    monkeypatch.setattr(kit_ahead, "run_argv", lambda unit, **kwargs: [sys.executable, "-c",
-                                                                       "import time; time.sleep(60)"])
+    never_holds(monkeypatch)
     ahead = kit_ahead.Ahead(folders, depth=1, cell_timeout_s=60)
     ahead.start_wave([stuck])
     began = time.monotonic()
