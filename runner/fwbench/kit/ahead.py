@@ -91,14 +91,11 @@ class Ahead:
     def refill(self, running: Unit, predicted: list[Unit]) -> None:
         """Before `running` is released: when no unit after it has been started, start up to `depth` of `predicted`
         (the units expected to run after it, in order)."""
-        if self.depth == 0 or any(key != running.key for key in self.started):
-            return
-        for unit in predicted[:self.depth]:
-            if unit.key not in self.started:
-                self.start(unit)
+        if not any(key != running.key for key in self.started):
+            self.start_wave(predicted[:self.depth])
 
     def start_wave(self, units: list[Unit]) -> None:
-        """Start `units` now, ahead of their turns: the window's first units, while preflight runs (depth 0: none)."""
+        """Start `units` now, ahead of their turns (depth 0: none): a wave, the first of them beside preflight."""
         if self.depth == 0:
             return
         for unit in units:

@@ -126,12 +126,7 @@ def first_wave(state: KitState, units: list[Unit], left_s: float, *, settings: W
 def run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
               settings: WindowSettings, exported, ahead: Ahead) -> int:
     """Run pending units in order while they fit (see the module's doc), the next ones' imports ahead
-    (fwbench.kit.ahead) unless --prefetch 0; returns how many started."""
-    return _run_units(folders, state, units, deadline, settings=settings, exported=exported, ahead=ahead)
-
-
-def _run_units(folders: KitFolders, state: KitState, units: list[Unit], deadline: Deadline, *,
-               settings: WindowSettings, exported, ahead: Ahead) -> int:
+    (fwbench.kit.ahead) unless --prefetch 0; returns how many started. The window stops what `ahead` still holds."""
     ran, passed_over = 0, []
     pending = state.pending(units, settings.retry_failed)
     for number, unit in enumerate(pending, 1):
