@@ -186,3 +186,29 @@ def test_a_held_run_does_not_warn_of_the_imports_it_was_started_beside(monkeypat
     monkeypatch.delenv(hold.HOLD_ENV)
     common.warn_if_busy()
     assert sampled == [0.5]
+
+
+def test_a_stopped_units_folder_is_removed_after_its_end_is_marked(stand_ins, monkeypatch):
+    """A stopped unit's waiter marks its folder `ended` when the process exits; cancel removed the folder without
+    waiting for it, and a mark written during the removal left the folder behind (a CI run caught it)."""
+    folders, _read = stand_ins
+    (stopped,) = units(1)
+    real_mark = kit_ahead.hold.mark_ended
+
+    def slow_mark(folder):
+        time.sleep(0.3)
+        real_mark(folder)
+
+    monkeypatch.setattr(kit_ahead.hold, "mark_ended", slow_mark)
+    ahead = kit_ahead.Ahead(folders, depth=1, cell_timeout_s=60)
+    ahead.start_wave([stopped])
+    assert ahead.wait_held(30) == []
+    waiter = ahead.started[stopped.key].waiter
+    removed_while_marking = []
+    real_rmtree = kit_ahead.shutil.rmtree
+    monkeypatch.setattr(kit_ahead.shutil, "rmtree",
+                        lambda path, **kwargs: removed_while_marking.append(waiter.is_alive()) or real_rmtree(path,
+                                                                                                          **kwargs))
+    ahead.cancel(stopped)
+    assert removed_while_marking == [False]
+    assert not any((folders.out / "held").iterdir())

@@ -130,11 +130,9 @@ class Ahead:
         if outcome == "starting":  # it never held: stopped, and its output says why
             _stop(started.process)
         started.process.wait()
-        if started.waiter is not None:
-            started.waiter.join()
         self._append_log(started)
         self.started.pop(unit.key, None)
-        shutil.rmtree(started.folder, ignore_errors=True)
+        _remove(started)
         return started, unit_row(self.folders.rows, unit)
 
     def cancel(self, unit: Unit) -> None:
@@ -144,7 +142,7 @@ class Ahead:
             return
         _stop(started.process)
         self._append_log(started, note="started ahead, stopped: it does not run in this window")
-        shutil.rmtree(started.folder, ignore_errors=True)
+        _remove(started)
 
     def cancel_all(self) -> None:
         for key in list(self.started):
@@ -157,6 +155,14 @@ class Ahead:
             output = ""
         with open(self.folders.log, "a") as log:
             log.write(f"\n$ {' '.join(started.argv)}\n" + (f"({note})\n" if note else "") + output)
+
+
+def _remove(started: Started) -> None:
+    """Its hold folder, once its waiter has marked it ended: a mark written while the folder was being removed left
+    the folder behind."""
+    if started.waiter is not None:
+        started.waiter.join()
+    shutil.rmtree(started.folder, ignore_errors=True)
 
 
 def _stop(process: subprocess.Popen) -> None:
